@@ -1,0 +1,40 @@
+/** The error catalogue: every error llmgw returns or raises carries one of these codes. See docs/errors.md. */
+
+export const ERRORS = {
+  LLMGW_UNKNOWN_MODEL: { status: 404, type: 'invalid_request_error' },
+  LLMGW_NO_READY_REPLICA: { status: 503, type: 'server_error' },
+  LLMGW_BAD_REQUEST: { status: 400, type: 'invalid_request_error' },
+  LLMGW_UNAUTHORIZED: { status: 401, type: 'invalid_request_error' },
+  LLMGW_UPSTREAM_FAILED: { status: 502, type: 'server_error' },
+  LLMGW_UNKNOWN_NODE: { status: 404, type: 'invalid_request_error' },
+  LLMGW_CONFIG_INVALID: { status: 500, type: 'server_error' },
+  LLMGW_NVIDIA_SMI_FAILED: { status: 500, type: 'server_error' },
+  LLMGW_NO_PLACEMENT: { status: 503, type: 'server_error' },
+  LLMGW_ENGINE_EXITED: { status: 500, type: 'server_error' },
+} as const;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+/** An error with a catalogue code and context fields. Handlers test `.code`, never `instanceof`. */
+export class LlmgwError extends Error {
+  readonly code: ErrorCode;
+  readonly status: number;
+  readonly context: Record<string, unknown>;
+  constructor(code: ErrorCode, message: string, context: Record<string, unknown> = {}) {
+    super(message);
+    this.name = code;
+    this.code = code;
+    this.status = ERRORS[code].status;
+    this.context = context;
+  }
+}
+
+/** True when `err` carries catalogue code `code` (works across realms). */
+export function hasCode(err: unknown, code: ErrorCode): boolean {
+  return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === code;
+}
+
+/** The OpenAI error body for a catalogue error. */
+export function openAiError(code: ErrorCode, message: string): { error: { message: string; type: string; code: string } } {
+  return { error: { message, type: ERRORS[code].type, code } };
+}

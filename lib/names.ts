@@ -1,0 +1,32 @@
+/** Task queue names, workflow ids and search attributes: the one place they are spelled. */
+import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
+
+export const QUEUES = {
+  control: 'llmgw-control',
+  proxmox: 'llmgw-proxmox',
+  ca: 'llmgw-ca',
+} as const;
+
+/** The task queue a node's own worker polls. */
+export function nodeQueue(nodeId: string): string {
+  return `node-${nodeId}`;
+}
+
+export const workflowIds = {
+  addNode: (node: string): string => `add-node/${node}`,
+  provision: (node: string): string => `provision/${node}`,
+  onboard: (node: string): string => `onboard/${node}`,
+  engines: (node: string): string => `engines/${node}`,
+  model: (model: string): string => `model/${model}`,
+  replica: (replica: string): string => `replica/${replica}`,
+  drain: (node: string): string => `drain/${node}`,
+} as const;
+
+export const searchAttributes = {
+  node: defineSearchAttributeKey('LlmgwNode', SearchAttributeType.KEYWORD_LIST),
+  model: defineSearchAttributeKey('LlmgwModel', SearchAttributeType.KEYWORD),
+  replica: defineSearchAttributeKey('LlmgwReplica', SearchAttributeType.KEYWORD),
+} as const;
+
+/** `--search-attribute` arguments for `temporal server start-dev` and operator create. */
+export const SEARCH_ATTRIBUTE_FLAGS: string[] = ['LlmgwNode=KeywordList', 'LlmgwModel=Keyword', 'LlmgwReplica=Keyword'];

@@ -1,0 +1,109 @@
+/** Domain types shared by every process. Ids are branded and made only by the parse functions. */
+
+export type NodeId = string & { readonly __brand: 'NodeId' };
+export type ReplicaId = string & { readonly __brand: 'ReplicaId' };
+
+/** One alphabet for node ids: it is also the VM name, hostname and certificate CN. */
+const NODE_ID_RE = /^[a-z][a-z0-9-]{0,30}[a-z0-9]$/;
+
+/** Parses a node id, or throws an error that names the rule. */
+export function parseNodeId(raw: string): NodeId {
+  if (!NODE_ID_RE.test(raw)) {
+    throw new Error(
+      `invalid node id "${raw}": use 2-32 characters of a-z, 0-9 and '-', starting with a letter and not ending in '-' (it is also the hostname and certificate CN)`,
+    );
+  }
+  return raw as NodeId;
+}
+
+/** Parses a replica id (`<model>-<n>`). */
+export function parseReplicaId(raw: string): ReplicaId {
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,120}$/.test(raw)) throw new Error(`invalid replica id "${raw}"`);
+  return raw as ReplicaId;
+}
+
+export const ENGINES = ['sim', 'llamacpp', 'vllm', 'sglang'] as const;
+export type EngineName = (typeof ENGINES)[number];
+
+export interface Gpu {
+  index: number;
+  name: string;
+  memoryMiB: number;
+  uuid: string;
+}
+
+export interface IbAdapter {
+  device: string; // e.g. mlx5_0
+  port: number;
+  state: string; // e.g. "4: ACTIVE"
+  rate: string; // e.g. "200 Gb/sec (4X HDR)"
+  linkLayer: string; // InfiniBand | Ethernet
+}
+
+/** What a node reports when it registers. */
+export interface NodeInventory {
+  gpus: Gpu[];
+  adapters: IbAdapter[];
+  /** fabric name -> adapter devices on it */
+  fabrics: Record<string, string[]>;
+  cpuFlags: string[];
+  engines: EngineName[];
+  /** The address engines on this node listen on, as seen by the gateway. */
+  host: string;
+}
+
+export const NODE_STATES = ['ready', 'cordoned', 'down'] as const;
+export type NodeState = (typeof NODE_STATES)[number];
+
+export interface NodeRecord {
+  id: NodeId;
+  state: NodeState;
+  inventory: NodeInventory;
+  lastSeen: Date | null;
+  registeredAt: Date;
+}
+
+/** A model profile: how to run one model with one engine. */
+export interface Profile {
+  name: string;
+  engine: EngineName;
+  nodes: number;
+  gpusPerNode: number;
+  args: string[];
+}
+
+export interface ModelSpec {
+  name: string;
+  source: string;
+  replicas: number;
+  profiles: Profile[];
+}
+
+export interface ShardAssignment {
+  rank: number;
+  nodeId: NodeId;
+  /** Port the shard's HTTP API (rank 0) or its worker side listens on. */
+  port: number;
+}
+
+export interface Assignment {
+  fabric: string | null;
+  shards: ShardAssignment[];
+  /** Port rank 0 binds for the other ranks to join (multi-node only). */
+  distPort: number | null;
+}
+
+export const REPLICA_STATES = ['pending', 'placing', 'waiting', 'starting', 'ready', 'rebuilding', 'stopping', 'stopped', 'failed'] as const;
+export type ReplicaState = (typeof REPLICA_STATES)[number];
+
+export interface ReplicaRecord {
+  id: ReplicaId;
+  model: string;
+  profile: string;
+  state: ReplicaState;
+  reason: string | null;
+  /** Base URL of rank 0's HTTP API once it serves. */
+  endpoint: string | null;
+  shards: ShardAssignment[];
+  updatedAt: Date;
+}
