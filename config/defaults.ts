@@ -1,0 +1,47 @@
+/** The embedded defaults: a local cluster of sim nodes that runs with no server.yaml at all. */
+import type { ServerConfig } from './types';
+
+/** Freezes a value and everything reachable from it. */
+function freezeAll<T>(value: T): T {
+  if (typeof value === 'object' && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const inner of Object.values(value)) freezeAll(inner);
+  }
+  return value;
+}
+
+/** Defaults for the local cluster; a server.yaml is merged over these (see config/server.example.yaml). */
+export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
+  temporal: {
+    address: '127.0.0.1:7233',
+    namespace: 'default',
+    uiUrl: 'http://127.0.0.1:8233',
+  },
+  mysql: {
+    url: 'mysql://root@127.0.0.1:3306/llmgw',
+  },
+  listeners: {
+    controlPlane: { host: '127.0.0.1', port: 7443 },
+    gateway: { host: '127.0.0.1', port: 8080 },
+  },
+  engines: { sim: '1.0.0' },
+  enginePorts: { base: 20000, count: 2000 },
+  gateway: {
+    apiKeys: [],
+    refreshMs: 500,
+  },
+  catalog: [
+    {
+      name: 'sim-small',
+      source: 'sim://sim-small',
+      replicas: 2,
+      profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '200'] }],
+    },
+    {
+      name: 'sim-large',
+      source: 'sim://sim-large',
+      replicas: 1,
+      profiles: [{ name: 'tp2', engine: 'sim', nodes: 2, gpusPerNode: 1, args: ['--tokens-per-second', '100'] }],
+    },
+  ],
+});

@@ -1,0 +1,278 @@
+/** Loads server.yaml once at the edge into a frozen ServerConfig; every problem names file, key path and fix. */
+import { readFileSync } from 'node:fs';
+import { isNode, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml';
+import { LlmgwError } from '../lib/errors';
+import { ENGINES, type EngineName, type ModelSpec, type Profile } from '../lib/types';
+import { DEFAULT_CONFIG } from './defaults';
+import type { Listener, ServerConfig } from './types';
+import { Checker, isObj, quote, suggest, type Obj, type RawIssue, type Rule, type Seg } from './check';
+
+/** One problem in a config file; `line`/`col` are set when the key is in the file. */
+export interface ConfigIssue {
+  keyPath: string;
+  problem: string;
+  fix: string;
+  line?: number;
+  col?: number;
+}
+
+/** Every problem found in one config file; fields describe the first, `issues` holds them all. */
+export class ConfigError extends LlmgwError {
+  override readonly code = 'LLMGW_CONFIG_INVALID' as const;
+  readonly file: string;
+  readonly keyPath: string;
+  readonly problem: string;
+  readonly fix: string;
+  readonly issues: readonly ConfigIssue[];
+  constructor(file: string, issues: readonly ConfigIssue[]) {
+    super('LLMGW_CONFIG_INVALID', issues.map((i) => formatIssue(file, i)).join('\n'), { file, issues });
+    const first = issues[0] ?? { keyPath: '', problem: 'invalid', fix: 'check the file' };
+    this.file = file;
+    this.keyPath = first.keyPath;
+    this.problem = first.problem;
+    this.fix = first.fix;
+    this.issues = issues;
+  }
+}
+
+/** `file:line:col: key.path: problem; fix`, one issue per line. */
+function formatIssue(file: string, i: ConfigIssue): string {
+  const pos = i.line === undefined ? '' : `:${i.line}:${i.col ?? 1}`;
+  return `${file}${pos}: ${i.keyPath ? `${i.keyPath}: ` : ''}${i.problem}; ${i.fix}`;
+}
+
+/** Reads and parses `file`; with no file, returns the embedded defaults (validated and frozen). */
+export function loadServerConfig(file?: string): ServerConfig {
+  if (file === undefined) return parseServerConfig('', '<defaults>');
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    const reason = (err as NodeJS.ErrnoException).code ?? String(err);
+    throw new ConfigError(file, [{ keyPath: '', problem: `cannot be read (${reason})`, fix: 'check the path, or give no config file to use the built-in local-cluster defaults' }]);
+  }
+  return parseServerConfig(text, file);
+}
+
+/** Parses server.yaml text merged over DEFAULT_CONFIG; `file` is only used in messages. */
+export function parseServerConfig(text: string, file: string): ServerConfig {
+  const lines = new LineCounter();
+  const doc = parseDocument(text, { lineCounter: lines, prettyErrors: true, uniqueKeys: true });
+  if (doc.errors.length > 0) throw new ConfigError(file, doc.errors.map(syntaxIssue));
+  let raw: unknown;
+  try {
+    raw = doc.toJS({ maxAliasCount: 100 });
+  } catch (err) {
+    throw new ConfigError(file, [{ keyPath: '', problem: (err as Error).message, fix: 'expand the YAML aliases into plain values' }]);
+  }
+  const c = new Checker();
+  const config = checkConfig(c, merge(DEFAULT_CONFIG, raw ?? {}, []));
+  if (c.issues.length > 0) throw new ConfigError(file, c.issues.map((i) => locate(doc, lines, i)));
+  return deepFreeze(config);
+}
+
+function syntaxIssue(err: YAMLError): ConfigIssue {
+  const problem = (err.message.split('\n')[0] ?? err.code).replace(/ at line \d+, column \d+:?$/, '');
+  const fix =
+    err.code === 'DUPLICATE_KEY'
+      ? 'keep only one entry with this key'
+      : err.code === 'TAB_AS_INDENT'
+        ? 'indent with spaces; YAML does not allow tabs'
+        : 'fix the YAML at this position: indent with spaces and quote values that contain ": " or " #"';
+  const pos = err.linePos?.[0];
+  return { keyPath: '', problem: `YAML syntax error: ${problem}`, fix, line: pos?.line, col: pos?.col };
+}
+
+/** Points an issue at the nearest enclosing key the file spells out; otherwise says the value is a default. */
+function locate(doc: Document, lines: LineCounter, i: RawIssue): ConfigIssue {
+  const issue: ConfigIssue = { keyPath: keyPath(i.path), problem: i.problem, fix: i.fix };
+  for (let n = i.path.length; n > 0; n--) {
+    const node: unknown = doc.getIn(i.path.slice(0, n), true);
+    if (isNode(node) && node.range) return { ...issue, ...lines.linePos(node.range[0]) };
+  }
+  const top = i.path[0];
+  if (typeof top === 'string') issue.problem += ` (the built-in default ${top}, as the file sets none)`;
+  return issue;
+}
+
+function keyPath(path: readonly Seg[]): string {
+  return path.map((s, n) => (typeof s === 'number' ? `[${s}]` : n === 0 ? s : `.${s}`)).join('');
+}
+
+/**
+ * Sections (temporal, listeners.gateway, ...) merge key by key, so a file may change one value.
+ * Lists and the engines map replace the default whole: a file that lists its engines or models
+ * means exactly those, not those plus the sim defaults.
+ */
+function merge(base: unknown, over: unknown, path: Seg[]): unknown {
+  if (over === undefined) return base;
+  if (!isObj(base) || !isObj(over) || keyPath(path) === 'engines') return over;
+  const out: Obj = { ...base };
+  // defineProperty, not assignment: a "__proto__" key in the file must stay a key (and be reported).
+  for (const [k, v] of Object.entries(over)) Object.defineProperty(out, k, { value: merge(base[k], v, [...path, k]), enumerable: true, writable: true, configurable: true });
+  return out;
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === 'object' && value !== null) {
+    for (const inner of Object.values(value)) deepFreeze(inner);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+const VERSION_RE = /^[A-Za-z0-9][A-Za-z0-9._+-]*$/;
+const HOST_PORT_RE = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):(\d{1,5})$/;
+const ENGINE_LIST = ENGINES.join(', ');
+
+const nameRule: Rule = (s) =>
+  NAME_RE.test(s) ? undefined : [`${quote(s)} is not a valid name`, "use letters, digits, '.', '_' and '-', starting with a letter or digit (clients send it as the model name)"];
+
+const hostPortRule: Rule = (s) => {
+  const m = HOST_PORT_RE.exec(s);
+  if (m && Number(m[3]) >= 1 && Number(m[3]) <= 65535) return undefined;
+  const why = s.includes('://') ? 'has a URL scheme' : 'is not host:port';
+  return [`${quote(s)} ${why}`, 'write it as host:port with a port from 1 to 65535, e.g. 127.0.0.1:7233'];
+};
+
+const httpUrlRule: Rule = (s) => {
+  const url = URL.canParse(s) ? new URL(s) : undefined;
+  if (url && (url.protocol === 'http:' || url.protocol === 'https:')) return undefined;
+  return [`${quote(s)} is not an http(s) URL`, 'give the Temporal UI base URL, e.g. http://127.0.0.1:8233'];
+};
+
+const mysqlUrlRule: Rule = (s) => {
+  const shown = quote(s.replace(/\/\/([^:@/]*):[^@]*@/, '//$1:***@')); // never echo a password
+  const url = URL.canParse(s) ? new URL(s) : undefined;
+  const fix = 'write it as mysql://user:password@host:3306/database, e.g. mysql://root@127.0.0.1:3306/llmgw';
+  if (!url || url.protocol !== 'mysql:' || url.hostname === '') return [`${shown} is not a mysql:// URL with a host`, fix];
+  if (!/^\/[^/]+$/.test(url.pathname)) return [`${shown} names no database`, fix];
+  return undefined;
+};
+
+const wordRule: Rule = (s) => (/\s|:\/\//.test(s) ? [`${quote(s)} contains whitespace or a URL scheme`, 'give a bare name or address, e.g. 127.0.0.1'] : undefined);
+
+function checkConfig(c: Checker, raw: unknown): ServerConfig {
+  const root = c.obj(raw, [], ['temporal', 'mysql', 'listeners', 'engines', 'enginePorts', 'gateway', 'catalog']);
+  const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
+  const m = c.sub(root, ['mysql'], ['url']);
+  const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway']);
+  const p = c.sub(root, ['enginePorts'], ['base', 'count']);
+  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs']);
+  const engines = checkEngines(c, root?.engines);
+  const config: ServerConfig = {
+    temporal: {
+      address: c.str(t, ['temporal', 'address'], '127.0.0.1:7233', hostPortRule),
+      namespace: c.str(t, ['temporal', 'namespace'], 'default', wordRule),
+      uiUrl: c.str(t, ['temporal', 'uiUrl'], 'http://127.0.0.1:8233', httpUrlRule).replace(/\/+$/, ''),
+    },
+    mysql: { url: c.str(m, ['mysql', 'url'], 'mysql://root@127.0.0.1:3306/llmgw', mysqlUrlRule) },
+    listeners: { controlPlane: checkListener(c, l, 'controlPlane', 7443), gateway: checkListener(c, l, 'gateway', 8080) },
+    engines: engines ?? {},
+    enginePorts: checkEnginePorts(c, p),
+    gateway: {
+      apiKeys: c.strList(g, ['gateway', 'apiKeys'], 'an API key', (s) =>
+        /\s/.test(s) ? ['an API key contains whitespace', 'use a key without spaces; it is sent as "Authorization: Bearer <key>"'] : undefined,
+      ),
+      refreshMs: c.int(g, ['gateway', 'refreshMs'], 50, 60000, '500 (how stale the routing table may get)'),
+    },
+    catalog: checkCatalog(c, root?.catalog, engines),
+  };
+  // Cross-key checks only on otherwise valid values, so they never report on placeholders.
+  if (c.issues.length === 0) checkPortClashes(c, config);
+  return config;
+}
+
+function checkListener(c: Checker, l: Obj | undefined, name: string, port: number): Listener {
+  const o = c.sub(l, ['listeners', name], ['host', 'port']);
+  return { host: c.str(o, ['listeners', name, 'host'], '127.0.0.1', wordRule), port: c.int(o, ['listeners', name, 'port'], 1, 65535, String(port)) };
+}
+
+/** Returns undefined when `engines` is not a mapping at all, so profiles are not all blamed for it. */
+function checkEngines(c: Checker, raw: unknown): Partial<Record<EngineName, string>> | undefined {
+  if (!isObj(raw)) {
+    c.add(['engines'], `expected a mapping of engine to version, got ${c.describe(raw)}`, `write e.g. engines: { sim: "1.0.0" }; engines are ${ENGINE_LIST}`);
+    return undefined;
+  }
+  const out: Partial<Record<EngineName, string>> = {};
+  for (const [k, v] of Object.entries(raw)) {
+    const engine = ENGINES.find((e) => e === k);
+    if (engine === undefined) {
+      const near = suggest(k, ENGINES);
+      c.add(['engines', k], `${quote(k)} is not an engine`, `${near ? `did you mean "${near}"? ` : ''}use one of ${ENGINE_LIST}`);
+    } else if (typeof v === 'number') {
+      c.add(['engines', k], `version ${v} is a number`, `quote it, e.g. "${v}" (YAML reads 0.60 unquoted as the number 0.6)`);
+    } else if (typeof v !== 'string' || !VERSION_RE.test(v)) {
+      c.add(['engines', k], `expected a version string, got ${c.describe(v)}`, 'give the version the nodes should run, e.g. "0.6.3"');
+    } else out[engine] = v;
+  }
+  return out;
+}
+
+function checkEnginePorts(c: Checker, p: Obj | undefined): ServerConfig['enginePorts'] {
+  // Below 1024 needs root, and engines run unprivileged.
+  const base = c.int(p, ['enginePorts', 'base'], 1024, 65535, '20000');
+  const count = c.int(p, ['enginePorts', 'count'], 1, 64512, '2000');
+  if (base > 0 && count > 0 && base + count > 65536) {
+    c.add(['enginePorts', 'count'], `ports ${base}..${base + count - 1} run past 65535`, `lower count to at most ${65536 - base}, or lower base`);
+  }
+  return { base, count };
+}
+
+function checkPortClashes(c: Checker, cfg: ServerConfig): void {
+  const { controlPlane: cp, gateway: gw } = cfg.listeners;
+  if (cp.port === gw.port && cp.host === gw.host) c.add(['listeners', 'gateway', 'port'], `${gw.port} is also the controlPlane port`, 'give the gateway and the control plane different ports');
+  const { base, count } = cfg.enginePorts;
+  for (const [name, l] of [['controlPlane', cp], ['gateway', gw]] as const) {
+    if (l.port >= base && l.port < base + count) {
+      c.add(['listeners', name, 'port'], `${l.port} lies inside enginePorts ${base}..${base + count - 1}`, 'move it outside that range; an engine on this host would be handed the same port');
+    }
+  }
+}
+
+function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineName, string>> | undefined): ModelSpec[] {
+  const seen = new Map<string, number>();
+  return c.list(raw, ['catalog']).map((item, i): ModelSpec => {
+    const at: Seg[] = ['catalog', i];
+    const o = c.obj(item, at, ['name', 'source', 'replicas', 'profiles']);
+    const name = c.str(o, [...at, 'name'], 'sim-small', nameRule);
+    const prev = seen.get(name);
+    if (name && prev !== undefined) c.add([...at, 'name'], `${quote(name)} is already the name of catalog[${prev}]`, 'give each model a unique name; clients choose a model by it');
+    else if (name) seen.set(name, i);
+    const profilesRaw = o ? o.profiles : undefined;
+    const profiles = o && profilesRaw === undefined ? [] : c.list(profilesRaw, [...at, 'profiles']);
+    if (o && profiles.length === 0 && (profilesRaw === undefined || Array.isArray(profilesRaw))) {
+      c.add([...at, 'profiles'], 'the model has no profiles', 'add at least one, e.g. profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]');
+    }
+    const names = new Set<string>();
+    return {
+      name,
+      source: c.str(o, [...at, 'source'], 'sim://sim-small, https://huggingface.co/... or /models/x.gguf'),
+      replicas: c.int(o, [...at, 'replicas'], 0, Infinity, '1'),
+      profiles: profiles.map((p, j) => checkProfile(c, p, [...at, 'profiles', j], engines, names)),
+    };
+  });
+}
+
+function checkProfile(c: Checker, raw: unknown, at: Seg[], engines: Partial<Record<EngineName, string>> | undefined, names: Set<string>): Profile {
+  const o = c.obj(raw, at, ['name', 'engine', 'nodes', 'gpusPerNode', 'args']);
+  const name = c.str(o, [...at, 'name'], 'default', nameRule);
+  if (name && names.has(name)) c.add([...at, 'name'], `${quote(name)} is already a profile of this model`, 'give each profile of a model a unique name');
+  names.add(name);
+  const given = c.str(o, [...at, 'engine'], 'sim');
+  const engine = ENGINES.find((e) => e === given);
+  if (given && engine === undefined) {
+    const near = suggest(given, ENGINES);
+    c.add([...at, 'engine'], `${quote(given)} is not an engine`, `${near ? `did you mean "${near}"? ` : ''}use one of ${ENGINE_LIST}`);
+  } else if (engine && engines && engines[engine] === undefined) {
+    c.add([...at, 'engine'], `${quote(engine)} has no version in engines`, `add engines.${engine}: "<version>" so nodes install it, or use one of: ${Object.keys(engines).join(', ') || '(none listed)'}`);
+  }
+  return {
+    name,
+    engine: engine ?? 'sim',
+    nodes: c.int(o, [...at, 'nodes'], 1, Infinity, '1'),
+    gpusPerNode: c.int(o, [...at, 'gpusPerNode'], 0, Infinity, '1'),
+    args: o && o.args === undefined ? [] : c.strList(o, [...at, 'args'], '"--ctx-size"'),
+  };
+}

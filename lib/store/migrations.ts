@@ -1,0 +1,67 @@
+/** Versioned schema migrations. Append only: a released migration is never edited. */
+
+export interface Migration {
+  version: number;
+  name: string;
+  statements: string[];
+}
+
+export const MIGRATIONS: Migration[] = [
+  {
+    version: 1,
+    name: 'initial schema',
+    statements: [
+      `CREATE TABLE nodes (
+        id VARCHAR(64) PRIMARY KEY,
+        state VARCHAR(16) NOT NULL DEFAULT 'ready',
+        inventory JSON NOT NULL,
+        last_seen DATETIME(3) NULL,
+        registered_at DATETIME(3) NOT NULL
+      )`,
+      `CREATE TABLE models (
+        name VARCHAR(128) PRIMARY KEY,
+        source VARCHAR(1024) NOT NULL,
+        desired_replicas INT NOT NULL,
+        spec JSON NOT NULL,
+        updated_at DATETIME(3) NOT NULL
+      )`,
+      `CREATE TABLE replicas (
+        id VARCHAR(160) PRIMARY KEY,
+        model VARCHAR(128) NOT NULL,
+        profile VARCHAR(128) NOT NULL,
+        state VARCHAR(16) NOT NULL,
+        reason TEXT NULL,
+        endpoint VARCHAR(256) NULL,
+        updated_at DATETIME(3) NOT NULL,
+        KEY replicas_model (model)
+      )`,
+      `CREATE TABLE shards (
+        replica_id VARCHAR(160) NOT NULL,
+        \`rank\` INT NOT NULL,
+        node_id VARCHAR(64) NOT NULL,
+        port INT NOT NULL,
+        gpus INT NOT NULL,
+        PRIMARY KEY (replica_id, \`rank\`),
+        KEY shards_node (node_id)
+      )`,
+      `CREATE TABLE port_leases (
+        host VARCHAR(128) NOT NULL,
+        port INT NOT NULL,
+        replica_id VARCHAR(160) NOT NULL,
+        PRIMARY KEY (host, port),
+        KEY port_leases_replica (replica_id)
+      )`,
+      `CREATE TABLE events (
+        id BIGINT AUTO_INCREMENT PRIMARY KEY,
+        at DATETIME(3) NOT NULL,
+        kind VARCHAR(64) NOT NULL,
+        node_id VARCHAR(64) NULL,
+        model VARCHAR(128) NULL,
+        replica_id VARCHAR(160) NULL,
+        message TEXT NOT NULL,
+        KEY events_node (node_id),
+        KEY events_replica (replica_id)
+      )`,
+    ],
+  },
+];

@@ -1,0 +1,211 @@
+/** The cluster's current state in MySQL: nodes, models, replicas, shards, port leases, events. */
+import type { Pool, RowDataPacket, ResultSetHeader } from 'mysql2/promise';
+import type { ModelSpec, NodeId, NodeInventory, NodeRecord, NodeState, ReplicaRecord, ReplicaState, ShardAssignment } from '../types';
+
+export interface ShardRow extends ShardAssignment {
+  replicaId: string;
+  gpus: number;
+}
+
+export interface EventInput {
+  kind: string;
+  message: string;
+  nodeId?: string;
+  model?: string;
+  replicaId?: string;
+}
+
+export interface RouteRows {
+  models: string[];
+  replicas: { id: string; model: string; state: string; endpoint: string | null; reason: string | null }[];
+}
+
+const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
+
+/** Every read and write of cluster state goes through this class. Writes are idempotent. */
+export class Store {
+  constructor(readonly pool: Pool) {}
+
+  /** Registers a node or refreshes its inventory; a cordoned node stays cordoned. */
+  async upsertNode(id: NodeId, inventory: NodeInventory): Promise<void> {
+    await this.pool.query(
+      `INSERT INTO nodes (id, state, inventory, last_seen, registered_at) VALUES (?, 'ready', ?, NOW(3), NOW(3))
+       ON DUPLICATE KEY UPDATE inventory = VALUES(inventory), last_seen = NOW(3),
+         state = IF(state = 'cordoned', 'cordoned', 'ready')`,
+      [id, JSON.stringify(inventory)],
+    );
+  }
+
+  /** Records a heartbeat; false when the node is not registered. */
+  async heartbeat(id: NodeId): Promise<boolean> {
+    const [r] = await this.pool.query<ResultSetHeader>(
+      `UPDATE nodes SET last_seen = NOW(3), state = IF(state = 'down', 'ready', state) WHERE id = ?`,
+      [id],
+    );
+    return r.affectedRows > 0;
+  }
+
+  /** Marks nodes unseen for longer than `ms` as down; returns their ids. */
+  async markStaleNodesDown(ms: number): Promise<string[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>(
+      `SELECT id FROM nodes WHERE state <> 'down' AND last_seen < NOW(3) - INTERVAL ? MICROSECOND`,
+      [ms * 1000],
+    );
+    const ids = rows.map((r) => String(r.id));
+    if (ids.length) await this.pool.query(`UPDATE nodes SET state = 'down' WHERE id IN (?)`, [ids]);
+    return ids;
+  }
+
+  /** Sets a node's state (cordon, uncordon). */
+  async setNodeState(id: string, state: NodeState): Promise<boolean> {
+    const [r] = await this.pool.query<ResultSetHeader>('UPDATE nodes SET state = ? WHERE id = ?', [state, id]);
+    return r.affectedRows > 0;
+  }
+
+  /** All nodes, by id. */
+  async listNodes(): Promise<NodeRecord[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM nodes ORDER BY id');
+    return rows.map((r) => ({
+      id: r.id as NodeId,
+      state: r.state as NodeState,
+      inventory: json<NodeInventory>(r.inventory),
+      lastSeen: r.last_seen ? new Date(r.last_seen) : null,
+      registeredAt: new Date(r.registered_at),
+    }));
+  }
+
+  /** Writes a catalog model; `keepDesired` leaves an existing desired count alone (it is changed by scale). */
+  async upsertModel(spec: ModelSpec, keepDesired = true): Promise<void> {
+    await this.pool.query(
+      `INSERT INTO models (name, source, desired_replicas, spec, updated_at) VALUES (?, ?, ?, ?, NOW(3))
+       ON DUPLICATE KEY UPDATE source = VALUES(source), spec = VALUES(spec), updated_at = NOW(3)
+       ${keepDesired ? '' : ', desired_replicas = VALUES(desired_replicas)'}`,
+      [spec.name, spec.source, spec.replicas, JSON.stringify(spec)],
+    );
+  }
+
+  /** Sets the desired replica count of a model. */
+  async setDesiredReplicas(name: string, n: number): Promise<void> {
+    await this.pool.query('UPDATE models SET desired_replicas = ?, updated_at = NOW(3) WHERE name = ?', [n, name]);
+  }
+
+  /** One model with its desired count, or null. */
+  async getModel(name: string): Promise<ModelSpec | null> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM models WHERE name = ?', [name]);
+    const r = rows[0];
+    return r ? { ...json<ModelSpec>(r.spec), replicas: Number(r.desired_replicas) } : null;
+  }
+
+  /** All models with their desired counts. */
+  async listModels(): Promise<ModelSpec[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM models ORDER BY name');
+    return rows.map((r) => ({ ...json<ModelSpec>(r.spec), replicas: Number(r.desired_replicas) }));
+  }
+
+  /** Creates or updates a replica's state row. `endpoint` undefined leaves it unchanged. */
+  async setReplica(r: { id: string; model: string; profile: string; state: ReplicaState; reason?: string | null; endpoint?: string | null }): Promise<void> {
+    const keepEndpoint = r.endpoint === undefined;
+    await this.pool.query(
+      `INSERT INTO replicas (id, model, profile, state, reason, endpoint, updated_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))
+       ON DUPLICATE KEY UPDATE state = VALUES(state), reason = VALUES(reason), profile = VALUES(profile),
+         updated_at = NOW(3) ${keepEndpoint ? '' : ', endpoint = VALUES(endpoint)'}`,
+      [r.id, r.model, r.profile, r.state, r.reason ?? null, r.endpoint ?? null],
+    );
+  }
+
+  /** Replicas (optionally of one model) with their shards. */
+  async listReplicas(model?: string): Promise<ReplicaRecord[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>(
+      `SELECT * FROM replicas ${model ? 'WHERE model = ?' : ''} ORDER BY model, id`,
+      model ? [model] : [],
+    );
+    const shards = await this.listShards();
+    return rows.map((r) => ({
+      id: r.id,
+      model: r.model,
+      profile: r.profile,
+      state: r.state as ReplicaState,
+      reason: r.reason,
+      endpoint: r.endpoint,
+      shards: shards.filter((s) => s.replicaId === r.id).map(({ rank, nodeId, port }) => ({ rank, nodeId, port })),
+      updatedAt: new Date(r.updated_at),
+    }));
+  }
+
+  /** Every placed shard. */
+  async listShards(): Promise<ShardRow[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM shards ORDER BY replica_id, `rank`');
+    return rows.map((r) => ({ replicaId: r.replica_id, rank: r.rank, nodeId: r.node_id as NodeId, port: r.port, gpus: r.gpus }));
+  }
+
+  /** GPUs held on each node by placed shards, leaving out one replica (the one being placed). */
+  async usedGpus(exceptReplica?: string): Promise<Record<string, number>> {
+    const used: Record<string, number> = {};
+    for (const s of await this.listShards()) {
+      if (s.replicaId !== exceptReplica) used[s.nodeId] = (used[s.nodeId] ?? 0) + s.gpus;
+    }
+    return used;
+  }
+
+  /** Leases `count` free ports on `host` within [base, base+count) for a replica. */
+  async leasePorts(host: string, replicaId: string, n: number, range: { base: number; count: number }): Promise<number[]> {
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const [rows] = await this.pool.query<RowDataPacket[]>('SELECT port FROM port_leases WHERE host = ?', [host]);
+      const taken = new Set(rows.map((r) => Number(r.port)));
+      const ports: number[] = [];
+      for (let p = range.base; p < range.base + range.count && ports.length < n; p++) if (!taken.has(p)) ports.push(p);
+      if (ports.length < n) throw new Error(`no free engine ports left on ${host} in ${range.base}-${range.base + range.count - 1}: widen enginePorts in server.yaml`);
+      try {
+        await this.pool.query('INSERT INTO port_leases (host, port, replica_id) VALUES ?', [ports.map((p) => [host, p, replicaId])]);
+        return ports;
+      } catch (err) {
+        if ((err as { code?: string }).code !== 'ER_DUP_ENTRY') throw err;
+      }
+    }
+    throw new Error(`could not lease ports on ${host}: too much contention`);
+  }
+
+  /** Records a replica's placement (replacing any earlier one). */
+  async setShards(replicaId: string, shards: ShardRow[]): Promise<void> {
+    await this.pool.query('DELETE FROM shards WHERE replica_id = ?', [replicaId]);
+    if (shards.length)
+      await this.pool.query('INSERT INTO shards (replica_id, `rank`, node_id, port, gpus) VALUES ?', [
+        shards.map((s) => [replicaId, s.rank, s.nodeId, s.port, s.gpus]),
+      ]);
+  }
+
+  /** Forgets a replica's shards and port leases. */
+  async releaseReplica(replicaId: string): Promise<void> {
+    await this.pool.query('DELETE FROM shards WHERE replica_id = ?', [replicaId]);
+    await this.pool.query('DELETE FROM port_leases WHERE replica_id = ?', [replicaId]);
+  }
+
+  /** What the gateway routes by: catalog models and every replica's state. */
+  async routeRows(): Promise<RouteRows> {
+    const [models] = await this.pool.query<RowDataPacket[]>('SELECT name FROM models ORDER BY name');
+    const [reps] = await this.pool.query<RowDataPacket[]>(
+      `SELECT id, model, state, endpoint, reason FROM replicas WHERE state <> 'stopped' ORDER BY id`,
+    );
+    return {
+      models: models.map((m) => String(m.name)),
+      replicas: reps.map((r) => ({ id: r.id, model: r.model, state: r.state, endpoint: r.endpoint, reason: r.reason })),
+    };
+  }
+
+  /** Appends to the event log. */
+  async event(e: EventInput): Promise<void> {
+    await this.pool.query('INSERT INTO events (at, kind, node_id, model, replica_id, message) VALUES (NOW(3), ?, ?, ?, ?, ?)', [
+      e.kind,
+      e.nodeId ?? null,
+      e.model ?? null,
+      e.replicaId ?? null,
+      e.message,
+    ]);
+  }
+
+  /** The newest events, newest first. */
+  async recentEvents(limit = 50): Promise<(EventInput & { at: Date })[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM events ORDER BY id DESC LIMIT ?', [limit]);
+    return rows.map((r) => ({ at: new Date(r.at), kind: r.kind, message: r.message, nodeId: r.node_id ?? undefined, model: r.model ?? undefined, replicaId: r.replica_id ?? undefined }));
+  }
+}
