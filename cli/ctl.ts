@@ -1,0 +1,167 @@
+/** `llmgw ctl …`: the operator's view of the cluster and the commands that start workflows. */
+import { Client, Connection } from '@temporalio/client';
+import { loadServerConfig } from '../config/load';
+import type { ServerConfig } from '../config/types';
+import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
+import type { NodeRecord, ReplicaRecord } from '../lib/types';
+import { scaleUpdate, type ModelDeploymentInput } from '../workflows/contracts/model';
+import { intOption, parse, UsageError } from './args';
+import { table, ago } from './table';
+
+const COMMON = `  --config FILE   server.yaml (default: built-in local-cluster defaults)
+  --server URL    control plane URL (default: from the config's listeners.controlPlane)
+  --json          machine-readable output`;
+
+const USAGE = `
+llmgw ctl COMMAND [options]
+
+  nodes                       nodes: state, GPUs used/total, fabrics, engines, replicas, last seen
+  replicas [--model M]        replicas: state (and why, when waiting), nodes, endpoint
+  models                      catalog models and their desired replicas
+  deploy MODEL [--replicas N] [--no-wait] [--timeout S]
+                              start (or join) the model's deployment workflow; waits until its replicas serve
+  scale MODEL N               set the model's desired replicas
+
+${COMMON}
+`;
+
+type NodeRow = NodeRecord & { replicas: string[]; gpusUsed: number };
+
+function serverUrl(config: ServerConfig, flag: string | undefined): string {
+  const { host, port } = config.listeners.controlPlane;
+  return (flag ?? `http://${host}:${port}`).replace(/\/$/, '');
+}
+
+async function getJson<T>(url: string): Promise<T> {
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+  } catch (err) {
+    throw new UsageError(`cannot reach the control plane at ${new URL(url).origin} (${(err as Error).message}): is it running? pass --server URL`);
+  }
+  if (!res.ok) throw new Error(`${url}: HTTP ${res.status} ${await res.text()}`);
+  return (await res.json()) as T;
+}
+
+/** The Temporal UI page of a workflow. */
+export function uiLink(config: ServerConfig, workflowId: string): string {
+  return `${config.temporal.uiUrl}/namespaces/${config.temporal.namespace}/workflows/${encodeURIComponent(workflowId)}`;
+}
+
+async function temporalClient(config: ServerConfig): Promise<{ client: Client; close: () => Promise<void> }> {
+  const connection = await Connection.connect({ address: config.temporal.address, connectTimeout: 5000 }).catch((err: Error) => {
+    throw new UsageError(`cannot reach Temporal at ${config.temporal.address} (${err.message}): is it running? check temporal.address in server.yaml`);
+  });
+  return { client: new Client({ connection, namespace: config.temporal.namespace }), close: () => connection.close() };
+}
+
+/** Renders the node list as a table. */
+export function formatNodes(nodes: NodeRow[], now = Date.now()): string {
+  return table(['NODE', 'STATE', 'GPUS', 'FABRIC', 'ENGINES', 'REPLICAS', 'LAST SEEN'], nodes.map((n) => [
+    n.id, n.state, `${n.gpusUsed}/${n.inventory.gpus.length}`,
+    Object.entries(n.inventory.fabrics).map(([f, devs]) => `${f}(${devs.join(',')})`).join(' ') || 'island',
+    n.inventory.engines.join(','), n.replicas.join(',') || '-', n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
+  ]));
+}
+
+/** Renders the replica list as a table. */
+export function formatReplicas(replicas: ReplicaRecord[]): string {
+  return table(['REPLICA', 'MODEL', 'STATE', 'NODES', 'ENDPOINT', 'REASON'], replicas.map((r) => [
+    r.id, r.model, r.state, r.shards.map((s) => `${s.nodeId}#${s.rank}`).join(',') || '-', r.endpoint ?? '-', r.reason ?? '',
+  ]));
+}
+
+/** Entry for `llmgw ctl`. */
+export async function ctlCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
+  const [verb, ...rest] = argv;
+  const { values, positionals } = parse(rest, {
+    usage: USAGE,
+    allowPositionals: true,
+    options: {
+      config: { type: 'string' }, server: { type: 'string' }, json: { type: 'boolean' }, model: { type: 'string' },
+      replicas: { type: 'string' }, 'no-wait': { type: 'boolean' }, timeout: { type: 'string' },
+    },
+  });
+  const config = loadServerConfig(values.config);
+  const server = serverUrl(config, values.server);
+  switch (verb) {
+    case 'nodes': {
+      const { nodes } = await getJson<{ nodes: NodeRow[] }>(`${server}/v1/nodes`);
+      out(values.json ? `${JSON.stringify(nodes, null, 2)}\n` : formatNodes(nodes));
+      return;
+    }
+    case 'replicas': {
+      const q = values.model ? `?model=${encodeURIComponent(values.model)}` : '';
+      const { replicas } = await getJson<{ replicas: ReplicaRecord[] }>(`${server}/v1/replicas${q}`);
+      out(values.json ? `${JSON.stringify(replicas, null, 2)}\n` : formatReplicas(replicas));
+      return;
+    }
+    case 'models': {
+      const { models } = await getJson<{ models: { name: string; replicas: number; profiles: { name: string; engine: string; nodes: number }[] }[] }>(`${server}/v1/models`);
+      out(values.json ? `${JSON.stringify(models, null, 2)}\n` : table(['MODEL', 'DESIRED', 'PROFILE'], models.map((m) => [m.name, String(m.replicas), m.profiles.map((p) => `${p.name} (${p.engine}, ${p.nodes} node${p.nodes > 1 ? 's' : ''})`).join(' ')])));
+      return;
+    }
+    case 'deploy':
+    case 'scale': {
+      const model = positionals[0];
+      if (!model) throw new UsageError(`ctl ${verb} needs a MODEL\n${USAGE}`);
+      if (verb === 'scale' && positionals[1] === undefined) throw new UsageError(`ctl scale needs MODEL N, e.g. llmgw ctl scale ${model} 3`);
+      const replicas = verb === 'scale' ? intOption(positionals[1], 'N', 0) : values.replicas === undefined ? undefined : intOption(values.replicas, '--replicas', 0);
+      await deploy(config, server, { model, replicas, wait: !values['no-wait'], timeoutS: intOption(values.timeout, '--timeout', 300), out });
+      return;
+    }
+    default:
+      throw new UsageError(verb ? `unknown command "ctl ${verb}"\n${USAGE}` : USAGE);
+  }
+}
+
+/** Starts or joins `model/<m>`, applies a scale, and follows the replicas until they all serve. */
+async function deploy(config: ServerConfig, server: string, o: { model: string; replicas: number | undefined; wait: boolean; timeoutS: number; out: (s: string) => void }): Promise<void> {
+  const { models } = await getJson<{ models: { name: string }[] }>(`${server}/v1/models`);
+  if (!models.some((m) => m.name === o.model)) {
+    throw new UsageError(`model "${o.model}" is not in the catalog (known: ${models.map((m) => m.name).join(', ') || 'none'}): add it to server.yaml's catalog and restart the control plane`);
+  }
+  const { client, close } = await temporalClient(config);
+  try {
+    const workflowId = workflowIds.model(o.model);
+    const handle = await client.workflow.start('modelDeployment', {
+      taskQueue: QUEUES.control, workflowId, args: [{ model: o.model } satisfies ModelDeploymentInput],
+      workflowIdConflictPolicy: 'USE_EXISTING', typedSearchAttributes: [{ key: searchAttributes.model, value: o.model }],
+    });
+    o.out(`workflow ${workflowId}\n  ${uiLink(config, workflowId)}\n`);
+    if (o.replicas !== undefined) {
+      await handle.executeUpdate(scaleUpdate, { args: [o.replicas] });
+      o.out(`desired replicas: ${o.replicas}\n`);
+    }
+    if (!o.wait) return;
+    await followReplicas(server, o.model, o.timeoutS * 1000, o.out);
+  } finally {
+    await close();
+  }
+}
+
+/** Prints each replica's state as it changes until all desired replicas are ready; fails on timeout. */
+async function followReplicas(server: string, model: string, timeoutMs: number, out: (s: string) => void): Promise<void> {
+  const seen = new Map<string, string>();
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const [{ models }, { replicas }] = await Promise.all([
+      getJson<{ models: { name: string; replicas: number }[] }>(`${server}/v1/models`),
+      getJson<{ replicas: ReplicaRecord[] }>(`${server}/v1/replicas?model=${encodeURIComponent(model)}`),
+    ]);
+    const live = replicas.filter((r) => r.state !== 'stopped');
+    for (const r of live) {
+      const line = `${r.state}${r.reason ? ` — ${r.reason}` : ''}`;
+      if (seen.get(r.id) !== line) out(`  ${r.id}: ${line}\n`);
+      seen.set(r.id, line);
+    }
+    const desired = models.find((m) => m.name === model)?.replicas ?? 0;
+    const ready = live.filter((r) => r.state === 'ready').length;
+    if (ready === desired && live.length === desired) {
+      out(`${model}: ${ready} of ${desired} replicas ready\n`);
+      return;
+    }
+    if (Date.now() > deadline) throw new Error(`${model}: ${ready} of ${desired} replicas ready after ${timeoutMs / 1000}s; see the reasons above and in the Temporal UI (the deployment keeps trying)`);
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}

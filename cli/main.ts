@@ -1,0 +1,55 @@
+/** The llmgw command tree. This file only wires commands; each verb lives in its own module. */
+import { UsageError } from './args';
+
+const USAGE = `
+llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gateway
+
+  llmgw cluster          bring up the local cluster (Temporal, control plane, gateway, 3 sim nodes)
+  llmgw ctl COMMAND      nodes | replicas | models | deploy | scale   (llmgw ctl --help)
+  llmgw control-plane    run the control plane API and the control worker
+  llmgw gateway          run the inference gateway
+  llmgw agent            run the node agent (llmgw agent --help)
+  llmgw sim-engine       run the simulated inference engine
+  llmgw version
+
+Every command takes --help.
+`;
+
+const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>> = {
+  cluster: async () => (await import('./cluster/command')).clusterCommand,
+  ctl: async () => (argv) => import('./ctl').then((m) => m.ctlCommand(argv)),
+  'control-plane': async () => (await import('./roles')).controlPlaneCommand,
+  gateway: async () => (await import('./roles')).gatewayCommand,
+  agent: async () => (await import('./roles')).agentCommand,
+  'sim-engine': async () => (await import('./roles')).simEngineCommand,
+  version: async () => async () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const pkg = require('../package.json') as { version: string; dependencies: Record<string, string> };
+    process.stdout.write(`llmgw ${pkg.version} (Temporal SDK ${pkg.dependencies['@temporalio/client']}, Node ${process.version})\n`);
+  },
+};
+
+/** Runs the command named by argv[0]. */
+export async function main(argv: string[]): Promise<void> {
+  const [name, ...rest] = argv;
+  const load = name ? COMMANDS[name] : undefined;
+  if (!load) {
+    process.stdout.write(USAGE.trimStart());
+    if (name && name !== '--help' && name !== '-h') {
+      process.stderr.write(`\nunknown command "${name}"\n`);
+      process.exitCode = 2;
+    }
+    return;
+  }
+  await (await load())(rest);
+}
+
+main(process.argv.slice(2)).catch((err: unknown) => {
+  const e = err as Error & { code?: string };
+  if (e instanceof UsageError || e.name === 'UsageError') {
+    process.stderr.write(`llmgw: ${e.message}\n`);
+    process.exit(2);
+  }
+  process.stderr.write(`llmgw: ${e.code ? `${e.code}: ` : ''}${e.message}\n`);
+  process.exit(1);
+});

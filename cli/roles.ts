@@ -1,0 +1,120 @@
+/** The role entrypoints: control plane (+ control worker), gateway, agent and sim engine. */
+import { loadServerConfig } from '../config/load';
+import { parseNodeId, ENGINES, type EngineName } from '../lib/types';
+import { openDatabase } from '../lib/store/db';
+import { Store } from '../lib/store/store';
+import { RoutingTable } from '../gateway/routing';
+import { startGateway } from '../gateway/server';
+import { startAgent } from '../workers/agent';
+import { startControlPlane } from '../workers/control';
+import { parse, UsageError } from './args';
+import { makeLog } from './log';
+
+/** Keeps the process alive until SIGINT/SIGTERM, then closes `close` and exits. */
+function untilSignal(close: () => Promise<void>): Promise<never> {
+  return new Promise(() => {
+    let stopping = false;
+    const stop = (): void => {
+      if (stopping) return;
+      stopping = true;
+      const force = setTimeout(() => process.exit(1), 30_000);
+      force.unref();
+      void close().then(() => process.exit(0), (err: Error) => {
+        process.stderr.write(`error while stopping: ${err.message}\n`);
+        process.exit(1);
+      });
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
+  });
+}
+
+const CONFIG_HELP = '  --config FILE   server.yaml (default: built-in local-cluster defaults; see config/server.example.yaml)';
+
+/** `llmgw control-plane`: the control plane API and the control worker. */
+export async function controlPlaneCommand(argv: string[]): Promise<void> {
+  const { values } = parse(argv, {
+    usage: `llmgw control-plane [--config FILE]\n\nRuns the control plane API (agent registration, read API) and the control worker (queue llmgw-control: every workflow).\n\n${CONFIG_HELP}`,
+    options: { config: { type: 'string' } },
+  });
+  const config = loadServerConfig(values.config);
+  const log = makeLog('control-plane');
+  const cp = await startControlPlane({ config });
+  log('control plane listening', { url: cp.url, temporal: config.temporal.address });
+  await untilSignal(() => cp.close());
+}
+
+/** `llmgw gateway`: the OpenAI-compatible inference gateway. */
+export async function gatewayCommand(argv: string[]): Promise<void> {
+  const { values } = parse(argv, {
+    usage: `llmgw gateway [--config FILE]\n\nServes /v1/models, /v1/chat/completions and /v1/completions, routed to ready replicas (read from MySQL).\n\n${CONFIG_HELP}`,
+    options: { config: { type: 'string' } },
+  });
+  const config = loadServerConfig(values.config);
+  const log = makeLog('gateway');
+  const pool = await openDatabase(config.mysql.url);
+  const store = new Store(pool);
+  const routing = new RoutingTable(() => store.routeRows(), { refreshMs: config.gateway.refreshMs });
+  const gw = await startGateway({ host: config.listeners.gateway.host, port: config.listeners.gateway.port, routing, apiKeys: config.gateway.apiKeys });
+  log('gateway listening', { url: gw.url });
+  await untilSignal(async () => {
+    await gw.close();
+    await pool.end();
+  });
+}
+
+const AGENT_USAGE = `
+llmgw agent --node ID --server URL [options]
+
+Runs on each node: discovers GPUs (nvidia-smi), InfiniBand adapters (sysfs) and CPU flags,
+registers with the control plane, heartbeats, and runs the node worker (queue node-<ID>)
+that supervises this node's engine processes.
+
+  --node ID              node id (also its hostname and certificate CN): a-z, 0-9, '-'
+  --server URL           control plane, e.g. http://127.0.0.1:7443
+  --nvidia-smi PATH      nvidia-smi to run (default: nvidia-smi on PATH; a containerised driver puts it elsewhere)
+  --no-gpu               this node has no GPU: do not run nvidia-smi
+  --ib-root PATH         sysfs root holding class/infiniband (default /sys)
+  --fabric NAME[:dev,dev]  InfiniBand fabric this node is on; NAME alone takes the first two active IB ports.
+                         Repeatable. No --fabric: the node is an island (single-node replicas only)
+  --advertise-host HOST  address engines on this node are reached at (default 127.0.0.1)
+  --engines LIST         engines on offer, comma-separated (default sim)
+  --cpuinfo PATH         (default /proc/cpuinfo)
+`;
+
+/** `llmgw agent`: the node agent. */
+export async function agentCommand(argv: string[]): Promise<void> {
+  const { values } = parse(argv, {
+    usage: AGENT_USAGE,
+    options: {
+      node: { type: 'string' }, server: { type: 'string' }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
+      'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, 'advertise-host': { type: 'string' },
+      engines: { type: 'string' }, cpuinfo: { type: 'string' },
+    },
+  });
+  if (!values.node) throw new UsageError(`--node ID is required\n${AGENT_USAGE}`);
+  if (!values.server) throw new UsageError(`--server URL is required (the control plane, e.g. http://127.0.0.1:7443)\n${AGENT_USAGE}`);
+  const engines = (values.engines ?? 'sim').split(',').filter(Boolean);
+  for (const e of engines) if (!(ENGINES as readonly string[]).includes(e)) throw new UsageError(`--engines: unknown engine "${e}"; known: ${ENGINES.join(', ')}`);
+  const log = makeLog(`agent ${values.node}`);
+  const agent = await startAgent({
+    nodeId: parseNodeId(values.node),
+    server: values.server.replace(/\/$/, ''),
+    nvidiaSmi: values['nvidia-smi'] ?? 'nvidia-smi',
+    noGpu: values['no-gpu'] ?? false,
+    ibRoot: values['ib-root'] ?? '/sys',
+    cpuinfo: values.cpuinfo ?? '/proc/cpuinfo',
+    fabrics: values.fabric ?? [],
+    advertiseHost: values['advertise-host'] ?? '127.0.0.1',
+    engines: engines as EngineName[],
+    log,
+  });
+  log('agent running', { gpus: agent.inventory.gpus.length, fabrics: agent.inventory.fabrics });
+  await untilSignal(() => agent.close());
+}
+
+/** `llmgw sim-engine`: the simulated inference engine (normally started by an agent). */
+export async function simEngineCommand(argv: string[]): Promise<void> {
+  const { main } = await import('../workers/sim-engine');
+  await main(argv);
+}

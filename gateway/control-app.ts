@@ -1,0 +1,90 @@
+/** The control plane's HTTP API: agent registration and heartbeat, and the read API the CLI uses. */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { openAiError } from '../lib/errors';
+import type { Store } from '../lib/store/store';
+import { parseNodeId, type NodeId, type NodeInventory } from '../lib/types';
+
+export interface ControlAppOptions {
+  store: Store;
+  /** What the agent gets back: where its worker connects. */
+  temporal: { address: string; namespace: string };
+  heartbeatMs: number;
+  /**
+   * The node a request comes from. Today the id in the body; with mTLS the certificate's CN,
+   * so routes never read the body's claim directly.
+   */
+  nodeIdentity?: (req: FastifyRequest, claimed: string) => NodeId;
+  /** Called after a node registers or returns from down, so waiting replicas try placement again. */
+  onNodesChanged?: (nodeId: string) => void;
+}
+
+const inventorySchema = {
+  type: 'object',
+  required: ['gpus', 'adapters', 'fabrics', 'cpuFlags', 'engines', 'host'],
+  properties: {
+    gpus: { type: 'array' }, adapters: { type: 'array' }, fabrics: { type: 'object' },
+    cpuFlags: { type: 'array', items: { type: 'string' } }, engines: { type: 'array', items: { type: 'string' } },
+    host: { type: 'string', minLength: 1 },
+  },
+} as const;
+
+const errorSchema = { type: 'object', properties: { error: { type: 'object', additionalProperties: true } } } as const;
+
+/** Registers the control plane routes on `app`. */
+export async function controlRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
+  const { store } = opts;
+  const identify = opts.nodeIdentity ?? ((_req: FastifyRequest, claimed: string): NodeId => parseNodeId(claimed));
+  const who = (req: FastifyRequest, reply: FastifyReply, claimed: string): NodeId | null => {
+    try {
+      return identify(req, claimed);
+    } catch (err) {
+      void reply.code(400).send(openAiError('LLMGW_BAD_REQUEST', (err as Error).message));
+      return null;
+    }
+  };
+
+  app.post<{ Body: { nodeId: string; inventory: NodeInventory } }>('/v1/agent/register', {
+    schema: {
+      body: { type: 'object', required: ['nodeId', 'inventory'], properties: { nodeId: { type: 'string' }, inventory: inventorySchema } },
+      response: { 400: errorSchema },
+    },
+  }, async (req, reply) => {
+    const id = who(req, reply, req.body.nodeId);
+    if (!id) return reply;
+    const before = (await store.listNodes()).find((n) => n.id === id);
+    await store.upsertNode(id, req.body.inventory);
+    const inv = req.body.inventory;
+    await store.event({ kind: before ? 'node.reregistered' : 'node.registered', nodeId: id, message: `${inv.gpus.length} GPUs, fabrics ${Object.keys(inv.fabrics).join(',') || 'none (island)'}, engines ${inv.engines.join(',')}` });
+    req.log.info({ node: id, gpus: inv.gpus.length, fabrics: inv.fabrics }, 'node registered');
+    opts.onNodesChanged?.(id);
+    return { nodeId: id, temporal: opts.temporal, heartbeatMs: opts.heartbeatMs };
+  });
+
+  app.post<{ Body: { nodeId: string } }>('/v1/agent/heartbeat', {
+    schema: { body: { type: 'object', required: ['nodeId'], properties: { nodeId: { type: 'string' } } } },
+  }, async (req, reply) => {
+    const id = who(req, reply, req.body.nodeId);
+    if (!id) return reply;
+    const wasDown = (await store.listNodes()).find((n) => n.id === id)?.state === 'down';
+    if (!(await store.heartbeat(id))) {
+      return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: register first`));
+    }
+    if (wasDown) opts.onNodesChanged?.(id);
+    return { ok: true };
+  });
+
+  app.get('/v1/nodes', async () => {
+    const [nodes, shards] = await Promise.all([store.listNodes(), store.listShards()]);
+    return {
+      nodes: nodes.map((n) => ({
+        ...n,
+        replicas: [...new Set(shards.filter((s) => s.nodeId === n.id).map((s) => s.replicaId))],
+        gpusUsed: shards.filter((s) => s.nodeId === n.id).reduce((a, s) => a + s.gpus, 0),
+      })),
+    };
+  });
+  app.get<{ Querystring: { model?: string } }>('/v1/replicas', async (req) => ({ replicas: await store.listReplicas(req.query.model) }));
+  app.get('/v1/models', async () => ({ models: await store.listModels() }));
+  app.get('/v1/events', async () => ({ events: await store.recentEvents(100) }));
+  app.get('/health', async () => ({ status: 'ok' }));
+}

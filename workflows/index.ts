@@ -1,0 +1,3 @@
+/** Every workflow the control worker runs (this is its workflowsPath). */
+export { replica } from './replica';
+export { modelDeployment } from './model';

@@ -1,0 +1,148 @@
+/** The replica workflow: place, start shards (rank 0 first), wait until it serves, route; rebuild on failure; drain and stop on request. */
+import {
+  ActivityFailure, CancellationScope, TimeoutFailure, condition, continueAsNew, isCancellation,
+  proxyActivities, setCurrentDetails, setHandler, sleep, upsertSearchAttributes, workflowInfo,
+} from '@temporalio/workflow';
+import { TimeoutType } from '@temporalio/common';
+import type { ControlActivities, PlaceResult } from '../activities/control';
+import type { NodeActivities } from '../activities/node';
+import { nodeQueue, searchAttributes } from '../lib/names';
+import type { ReplicaState } from '../lib/types';
+import { nodesChangedSignal, statusQuery, stopSignal, type ReplicaInput, type ReplicaStatus } from './contracts/replica';
+
+const control = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '30s',
+  retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
+});
+const serving = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '10m',
+  heartbeatTimeout: '10s',
+  retry: { maximumAttempts: 1 },
+});
+
+/** A shard runs for as long as the replica does; a missing heartbeat means its node is gone. */
+function shardActivities(nodeId: string): NodeActivities {
+  return proxyActivities<NodeActivities>({
+    taskQueue: nodeQueue(nodeId),
+    startToCloseTimeout: '3650 days',
+    scheduleToStartTimeout: '60s',
+    heartbeatTimeout: '10s',
+    retry: { maximumAttempts: 1 },
+  });
+}
+
+/** How long a stopping replica keeps its engines after leaving the routing table (gateway refresh + in-flight). */
+const DRAIN_MS = 2000;
+const WAIT_RETRY = '10s';
+const CRASH_BACKOFF_MAX_MS = 60_000;
+/** A replica that served for this long before failing resets its crash count. */
+const HEALTHY_RUN_MS = 60_000;
+
+type Outcome = { kind: 'served' } | { kind: 'failed'; message: string; timedOutNode: string | null } | { kind: 'stop' };
+
+/** Keeps one replica of a model running until asked to stop. */
+export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
+  const status: ReplicaStatus = { state: 'pending', reason: null, endpoint: null, shards: [], rebuilds: input.rebuilds ?? 0 };
+  let stopRequested = false;
+  let nodesChanged = false;
+  let crashes = 0;
+  const exclude = new Set<string>();
+  setHandler(stopSignal, () => void (stopRequested = true));
+  setHandler(nodesChangedSignal, () => void (nodesChanged = true));
+  setHandler(statusQuery, () => status);
+  upsertSearchAttributes([{ key: searchAttributes.model, value: input.model }, { key: searchAttributes.replica, value: input.replicaId }]);
+
+  const record = async (state: ReplicaState, reason: string | null, event?: string, endpoint?: string | null): Promise<void> => {
+    status.state = state;
+    status.reason = reason;
+    if (endpoint !== undefined) status.endpoint = endpoint;
+    setCurrentDetails(`**${state}**${reason ? ` — ${reason}` : ''}${status.endpoint ? `\n\nendpoint: ${status.endpoint}` : ''}`);
+    await control.setReplicaState({ replicaId: input.replicaId, model: input.model, profile: input.profile.name, state, reason, endpoint, event });
+  };
+
+  while (!stopRequested) {
+    await record(status.rebuilds ? 'rebuilding' : 'placing', status.reason);
+    const placement: PlaceResult = await control.placeReplica({ replicaId: input.replicaId, model: input.model, profile: input.profile, exclude: [...exclude] });
+    if (placement.kind === 'unplaceable') {
+      if (status.state !== 'waiting' || status.reason !== placement.reason) await record('waiting', placement.reason, placement.reason);
+      nodesChanged = false;
+      await condition(() => stopRequested || nodesChanged, WAIT_RETRY);
+      exclude.clear();
+      continue;
+    }
+    status.shards = placement.shards.map(({ rank, nodeId, port }) => ({ rank, nodeId, port }));
+    upsertSearchAttributes([{ key: searchAttributes.node, value: placement.shards.map((s) => s.nodeId) }]);
+    await record('starting', null, `placed on ${placement.shards.map((s) => `${s.nodeId}:${s.port}`).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`, null);
+
+    const scope = new CancellationScope();
+    const shards: Promise<void>[] = [];
+    let failure: Outcome | null = null;
+    const startedAt = Date.now();
+    const onShardError = (nodeId: string) => (err: unknown): void => {
+      if (isCancellation(err) || failure) return;
+      const cause = err instanceof ActivityFailure ? err.cause : undefined;
+      const timedOut = cause instanceof TimeoutFailure;
+      const message = timedOut ? `${nodeId}: ${timeoutText(cause.timeoutType)}` : (cause?.message ?? (err as Error).message ?? String(err));
+      failure = { kind: 'failed', message, timedOutNode: timedOut ? nodeId : null };
+    };
+    void scope.run(async () => {
+      // Rank 0 first: it binds the dist-init port the other ranks join.
+      for (const s of placement.shards) {
+        const p = shardActivities(s.nodeId).runShard({
+          replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile,
+          rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
+        });
+        p.catch(onShardError(s.nodeId));
+        shards.push(p);
+      }
+      const health = serving.waitServing({ endpoint: placement.endpoint });
+      shards.push(health.then(() => void (failure ??= { kind: 'served' }), onShardError('health check')));
+    });
+
+    await condition(() => stopRequested || failure !== null);
+    let outcome: Outcome = stopRequested ? { kind: 'stop' } : (failure as Outcome | null) ?? { kind: 'stop' };
+    if (outcome.kind === 'served') {
+      await record('ready', null, `serving at ${placement.endpoint}`, placement.endpoint);
+      failure = null;
+      await condition(() => stopRequested || failure !== null);
+      outcome = stopRequested ? { kind: 'stop' } : (failure as Outcome | null) ?? { kind: 'stop' };
+    }
+    if (outcome.kind === 'stop') {
+      await record('stopping', null, 'stop requested: left the routing table, draining');
+      await sleep(DRAIN_MS);
+      scope.cancel();
+      await Promise.allSettled(shards);
+      break;
+    }
+    if (outcome.kind === 'failed') {
+      // Unroutable at once, then stop what is left and build it again.
+      await record('rebuilding', outcome.message, `shard failed: ${outcome.message}`, null);
+      scope.cancel();
+      await Promise.allSettled(shards);
+      await control.releaseReplica(input.replicaId);
+      if (outcome.timedOutNode) exclude.add(outcome.timedOutNode);
+      status.rebuilds++;
+      crashes = Date.now() - startedAt > HEALTHY_RUN_MS ? 1 : crashes + 1;
+      if (crashes > 1) {
+        const backoff = Math.min(1000 * 2 ** (crashes - 1), CRASH_BACKOFF_MAX_MS);
+        await record('rebuilding', `crash-looping: failed ${crashes} times in a row, next try in ${Math.round(backoff / 1000)}s; last: ${outcome.message}`);
+        await condition(() => stopRequested, backoff);
+      }
+      if (workflowInfo().continueAsNewSuggested) {
+        await continueAsNew<typeof replica>({ ...input, rebuilds: status.rebuilds });
+      }
+    }
+  }
+  await control.releaseReplica(input.replicaId);
+  await record('stopped', null, 'stopped', null);
+  return status;
+}
+
+
+function timeoutText(t: TimeoutType | null | undefined): string {
+  switch (t) {
+    case TimeoutType.HEARTBEAT: return 'the shard stopped heartbeating (agent or node down)';
+    case TimeoutType.SCHEDULE_TO_START: return 'no agent picked the shard up within 60s (agent down?)';
+    default: return 'the shard timed out';
+  }
+}
