@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): set-up, typecheck, lint, then every jest suite against the
+# real Temporal dev server binary and the local MariaDB. Ends with one PASS/FAIL line and the wall time.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+start=$(date +%s)
+bash scripts/setup.sh || { echo "FAIL: setup"; exit 1; }
+status=0
+echo "[test] tsc --noEmit";  npx tsc --noEmit -p . || status=1
+echo "[test] eslint";        npx eslint . || status=1
+echo "[test] jest";          npx jest --ci "$@" || status=1
+secs=$(( $(date +%s) - start ))
+if [ $status = 0 ]; then echo "PASS: typecheck, lint and tests in ${secs}s"; else echo "FAIL: see above (${secs}s)"; fi
+exit $status
