@@ -1,0 +1,26 @@
+/** InfiniBand adapters from a sysfs tree (`<root>/class/infiniband/<dev>/ports/<n>/…`). */
+import { readFile, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { IbAdapter } from '../types';
+
+/** Natural order: mlx5_2 before mlx5_10. */
+export function naturalCompare(a: string, b: string): number {
+  return a.localeCompare(b, 'en', { numeric: true });
+}
+
+const read = async (p: string): Promise<string> => (await readFile(p, 'utf8').catch(() => '')).trim();
+
+/** Every port of every adapter under `root` (a sysfs root such as /sys); none when the class is absent. */
+export async function readIbAdapters(root: string): Promise<IbAdapter[]> {
+  const base = join(root, 'class/infiniband');
+  const devices = await readdir(base).catch(() => [] as string[]);
+  const out: IbAdapter[] = [];
+  for (const device of devices.sort(naturalCompare)) {
+    const ports = await readdir(join(base, device, 'ports')).catch(() => [] as string[]);
+    for (const port of ports.sort(naturalCompare)) {
+      const dir = join(base, device, 'ports', port);
+      out.push({ device, port: Number(port), state: await read(join(dir, 'state')), rate: await read(join(dir, 'rate')), linkLayer: await read(join(dir, 'link_layer')) });
+    }
+  }
+  return out;
+}

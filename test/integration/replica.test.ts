@@ -1,0 +1,120 @@
+/**
+ * A 2-node replica against a real Temporal server, real MariaDB, real node workers and real sim
+ * engine processes: it serves only after the worker rank joined, and killing the worker rank's
+ * process makes rank 0 stop serving (and the replica rebuild).
+ */
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { createNodeActivities } from '../../activities/node';
+import type { DevServer } from '../../cli/cluster/temporal-dev';
+import type { ServerConfig } from '../../config/types';
+import { nodeQueue, QUEUES, workflowIds } from '../../lib/names';
+import { simEngineArgv } from '../../lib/sim/argv';
+import type { NodeInventory, ReplicaRecord } from '../../lib/types';
+import { startControlPlane, type ControlPlane } from '../../workers/control';
+import { workflowBundlePath } from '../helpers/bundle';
+import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { waitFor } from '../helpers/wait';
+
+const inventory = (host: string): NodeInventory => ({
+  gpus: [{ index: 0, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: `GPU-${Math.random()}` }],
+  adapters: [], fabrics: { 'ib-a': ['mlx5_0', 'mlx5_1'] }, cpuFlags: ['avx2'], engines: ['sim'], host,
+});
+
+describe('a replica over two nodes of one fabric', () => {
+  let temporal: DevServer;
+  let config: ServerConfig;
+  let cp: ControlPlane;
+  const workers: { worker: Worker; running: Promise<void>; conn: NativeConnection }[] = [];
+  const pids = new Map<string, number>();
+
+  const register = async (nodeId: string): Promise<void> => {
+    const res = await fetch(`${cp.url}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId, inventory: inventory('127.0.0.1') }) });
+    expect(res.status).toBe(200);
+  };
+  const startNodeWorker = async (nodeId: string): Promise<void> => {
+    const conn = await NativeConnection.connect({ address: temporal.address });
+    const worker = await Worker.create({
+      connection: conn, taskQueue: nodeQueue(nodeId),
+      activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stopGraceMs: 3000,
+        log: (msg, f) => { if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid)); } }),
+    });
+    workers.push({ worker, conn, running: worker.run() });
+  };
+  const replicaRow = async (): Promise<ReplicaRecord | undefined> => (await cp.store.listReplicas('pair')).find((r) => r.id === 'pair-0');
+  const health = async (port: number): Promise<number> => {
+    try {
+      return (await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(1000) })).status;
+    } catch {
+      return 0;
+    }
+  };
+
+  beforeAll(async () => {
+    temporal = await startTestTemporal();
+    config = await testConfig({
+      temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(),
+      catalog: [{ name: 'pair', source: 'sim://pair', replicas: 1, profiles: [{ name: 'tp2', engine: 'sim', nodes: 2, gpusPerNode: 1, args: ['--tokens-per-second', '0'] }] }],
+    });
+    cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
+  });
+
+  afterAll(async () => {
+    await cp?.client.workflow.getHandle(workflowIds.replica('pair-0')).terminate().catch(() => undefined);
+    await cp?.client.workflow.getHandle(workflowIds.model('pair')).terminate().catch(() => undefined);
+    for (const w of workers) {
+      w.worker.shutdown();
+      await w.running.catch(() => undefined);
+      await w.conn.close();
+    }
+    for (const pid of pids.values()) try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
+    await cp?.close();
+    await temporal?.stop();
+    await dropDatabase(config.mysql.url);
+  });
+
+  test('serves only after the worker rank joined; a dead worker rank stops rank 0 and the replica rebuilds', async () => {
+    await register('pair-n1');
+    await register('pair-n2');
+    await startNodeWorker('pair-n1'); // pair-n2's worker comes later: rank 1 cannot start yet
+    await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model('pair'), args: [{ model: 'pair' }] });
+
+    const starting = await waitFor(async () => {
+      const r = await replicaRow();
+      return r?.state === 'starting' && r.shards.length === 2 ? r : undefined;
+    }, { timeoutMs: 30_000, what: 'the replica to be placed on both nodes' });
+    const rank0 = starting.shards.find((s) => s.rank === 0);
+    expect(rank0).toBeDefined();
+    const port = rank0?.port ?? 0;
+    // Rank 0 runs and answers, but is not ready while its worker rank has not joined.
+    await waitFor(async () => (await health(port)) === 503, { timeoutMs: 20_000, what: 'rank 0 to answer health 503 (waiting for rank 1)' });
+    await new Promise((r) => setTimeout(r, 1500));
+    expect((await replicaRow())?.state).toBe('starting');
+    expect(await health(port)).toBe(503);
+
+    const workerStartedAt = Date.now();
+    await startNodeWorker('pair-n2');
+    const ready = await waitFor(async () => {
+      const r = await replicaRow();
+      return r?.state === 'ready' ? r : undefined;
+    }, { timeoutMs: 30_000, what: 'the replica to become ready after rank 1 joined' });
+    expect(Date.now()).toBeGreaterThan(workerStartedAt);
+    expect(ready.endpoint).toBe(`http://127.0.0.1:${port}`);
+    expect(await health(port)).toBe(200);
+    const chat = await fetch(`${ready.endpoint}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'pair', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] }) });
+    expect(chat.status).toBe(200);
+    expect(((await chat.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(4);
+
+    // Kill the worker rank's engine process: rank 0 must stop serving, the replica leaves the routing table and rebuilds.
+    const workerPid = pids.get('pair-0#1');
+    expect(workerPid).toBeGreaterThan(0);
+    process.kill(workerPid as number, 'SIGKILL');
+    await waitFor(async () => (await health(port)) !== 200, { timeoutMs: 10_000, what: 'rank 0 to stop serving after rank 1 died' });
+    const rebuilding = await waitFor(async () => {
+      const r = await replicaRow();
+      return r && r.state !== 'ready' && r.reason ? r : undefined;
+    }, { timeoutMs: 15_000, what: 'the replica to leave ready with a reason' });
+    expect(rebuilding.endpoint).toBeNull();
+    expect(rebuilding.reason).toMatch(/rank 1|SIGKILL|exited/);
+    await waitFor(async () => (await replicaRow())?.state === 'ready', { timeoutMs: 45_000, what: 'the replica to be rebuilt and ready again' });
+  });
+});
