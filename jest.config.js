@@ -5,4 +5,5 @@ module.exports = {
   testMatch: ['<rootDir>/test/**/*.test.ts'],
   testTimeout: 120000,
   maxWorkers: 2,
+  setupFiles: ['<rootDir>/test/setup.ts'],
 };

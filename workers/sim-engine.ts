@@ -1,45 +1,73 @@
-/** The sim engine process: `llmgw sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP`. */
+/** The sim engine process: `sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP`. */
 import { parseArgs } from 'node:util';
-import { startSimEngine } from '../lib/sim/server';
+import { startSimEngine, type SimOptions } from '../lib/sim/server';
 
-const USAGE = `usage: sim-engine --model M --host H --port P [--rank R --world W --dist-host DH --dist-port DP] [--tokens-per-second N]
-  rank 0 serves the OpenAI API on H:P and binds DH:DP for the other ranks; ranks ≥ 1 join it and serve nothing.`;
+const USAGE = `usage: sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP [--tokens-per-second N]
+  rank 0 binds DH:DP for the other ranks and serves the OpenAI API on H:P once all have joined;
+  ranks >= 1 join DH:DP and serve nothing. Defaults: --host 127.0.0.1 --rank 0 --world 1 --dist-host <host>
+  --tokens-per-second 50 (0 = as fast as possible). Exit codes: 0 stopped, 1 failed to start, 2 bad flags, 3 group broken.`;
 
-const line = (msg: string, fields?: Record<string, unknown>): void => void process.stderr.write(`${JSON.stringify({ t: new Date().toISOString(), c: 'sim-engine', msg, ...fields })}\n`);
+const FLAGS = ['model', 'host', 'port', 'rank', 'world', 'dist-host', 'dist-port', 'tokens-per-second'] as const;
 
-/** Runs the engine until SIGTERM (exit 0) or until its group breaks (exit 3). */
-export async function main(argv: string[]): Promise<void> {
-  let v: Record<string, string | undefined>;
+/** One JSON line per event on stderr. */
+const line = (msg: string, fields?: Record<string, unknown>): void =>
+  void process.stderr.write(`${JSON.stringify({ t: new Date().toISOString(), c: 'sim-engine', msg, ...fields })}\n`);
+
+class UsageError extends Error {}
+
+/** Parses argv into engine options; throws a UsageError naming the bad flag. */
+export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
+  let v: Partial<Record<(typeof FLAGS)[number], string>>;
   try {
-    v = parseArgs({ args: argv, strict: true, options: Object.fromEntries(['model', 'host', 'port', 'rank', 'world', 'dist-host', 'dist-port', 'tokens-per-second'].map((k) => [k, { type: 'string' as const }])) }).values as Record<string, string | undefined>;
+    v = parseArgs({ args: argv, strict: true, allowPositionals: false, options: Object.fromEntries(FLAGS.map((k) => [k, { type: 'string' as const }])) }).values;
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const int = (k: (typeof FLAGS)[number], min: number, max: number, d?: number): number => {
+    const raw = v[k];
+    if (raw === undefined) {
+      if (d === undefined) throw new UsageError(`--${k} is required`);
+      return d;
+    }
+    const n = Number(raw);
+    if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max) throw new UsageError(`--${k}: expected an integer from ${min} to ${max}, got "${raw}"`);
+    return n;
+  };
+  if (!v.model) throw new UsageError('--model is required');
+  const world = int('world', 1, 1024, 1);
+  const rank = int('rank', 0, world - 1, 0);
+  const port = rank === 0 ? int('port', 0, 65535) : int('port', 0, 65535, 0);
+  const distPort = world > 1 ? int('dist-port', 1, 65535) : int('dist-port', 0, 65535, 0);
+  const tps = v['tokens-per-second'] === undefined ? 50 : Number(v['tokens-per-second']);
+  if (!Number.isFinite(tps) || tps < 0) throw new UsageError(`--tokens-per-second: expected a number >= 0, got "${v['tokens-per-second']}"`);
+  const host = v.host ?? '127.0.0.1';
+  return { model: v.model, host, port, rank, world, distHost: v['dist-host'] ?? host, distPort, tokensPerSecond: tps };
+}
+
+/** Runs the engine until SIGTERM/SIGINT (exit 0) or until its group breaks (exit 3). */
+export async function main(argv: string[]): Promise<void> {
+  let opts: Omit<SimOptions, 'log'>;
+  try {
+    opts = parseSimArgv(argv);
   } catch (err) {
     process.stderr.write(`sim-engine: ${(err as Error).message}\n${USAGE}\n`);
     process.exit(2);
   }
-  const num = (k: string, d: number): number => {
-    const raw = v[k];
-    if (raw === undefined) return d;
-    const n = Number(raw);
-    if (!Number.isFinite(n) || n < 0) {
-      process.stderr.write(`sim-engine: --${k} must be a number ≥ 0, got "${raw}"\n${USAGE}\n`);
-      process.exit(2);
-    }
-    return n;
-  };
-  if (!v.model) {
-    process.stderr.write(`sim-engine: --model is required\n${USAGE}\n`);
-    process.exit(2);
-  }
-  const engine = await startSimEngine({
-    model: v.model, host: v.host ?? '127.0.0.1', port: num('port', 8000), rank: num('rank', 0), world: num('world', 1),
-    distHost: v['dist-host'] ?? v.host ?? '127.0.0.1', distPort: num('dist-port', 0), tokensPerSecond: num('tokens-per-second', 50), log: line,
+  line('starting', { rank: opts.rank, world: opts.world, model: opts.model, distHost: opts.distHost, distPort: opts.distPort });
+  const engine = await startSimEngine({ ...opts, log: line }).catch((err: Error) => {
+    line('failed to start', { rank: opts.rank, error: err.message });
+    process.stderr.write(`sim-engine rank ${opts.rank}: ${err.message}\n`);
+    process.exit(1);
   });
-  const stop = (): void => void engine.close().then(() => process.exit(0));
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  const stop = (signal: string): void => {
+    line('stopping', { signal, inFlight: engine.inFlight() });
+    void engine.close();
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
   const { code, reason } = await engine.exited;
   line('exiting', { code, reason });
-  process.stderr.write(`sim-engine rank ${v.rank ?? 0}: ${reason}\n`);
+  if (code !== 0) process.stderr.write(`sim-engine rank ${opts.rank}: ${reason}\n`);
   process.exit(code);
 }
 

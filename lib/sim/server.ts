@@ -5,111 +5,142 @@ import { openAiError, type ErrorCode, ERRORS } from '../errors';
 import { formGroup } from './group';
 import { chunkBody, completionBody, fakeToken, parseSimRequest, promptSeed, usageChunk, usageOf, type SimEndpoint, type SimRequest } from './openai';
 
+/** How to start one rank of a sim engine. */
 export interface SimOptions {
   model: string;
   host: string;
+  /** 0 = any free port (tests) */
   port: number;
   rank: number;
   world: number;
   distHost: string;
+  /** 0 = any free port (tests) */
   distPort: number;
   /** 0 = as fast as possible */
   tokensPerSecond: number;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
+/** A running rank. */
 export interface SimEngine {
   /** Bound HTTP port (rank 0), 0 for worker ranks */
   port: number;
+  /** Bound dist-init port (rank 0 of a multi-rank group), else 0 */
   distPort: number;
   ready(): boolean;
   inFlight(): number;
-  /** Stops taking requests, lets in-flight ones finish (bounded), closes. */
+  /** Stops taking requests, lets in-flight ones finish (at most 10 s), closes; `exited` then resolves with code 0. */
   close(): Promise<void>;
-  /** Resolves when the group breaks: the process should exit with `code`. */
+  /** Resolves when the rank is done: code 3 when the group broke (a rank left), 0 after close(). */
   exited: Promise<{ code: number; reason: string }>;
 }
 
+const DRAIN_MS = 10_000;
+const MAX_BODY = 16 * 1024 * 1024;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const json = (res: ServerResponse, status: number, body: unknown): void =>
+  void res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
 
-/** Starts one rank of a sim engine. */
+/** Starts one rank: rank 0 serves HTTP once every worker joined; workers only hold their group connection. */
 export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
   const log = o.log ?? ((): void => undefined);
   const group = await formGroup({ rank: o.rank, world: o.world, distHost: o.distHost, distPort: o.distPort });
   let broken: string | null = null;
-  const exited = group.broken.then((reason) => {
-    broken = reason;
-    log('group broken', { reason });
-    return { code: 3, reason };
-  });
+  let closed: (v: { code: number; reason: string }) => void = () => undefined;
+  const exited = Promise.race([
+    group.broken.then((reason) => {
+      broken = reason;
+      log('group broken', { rank: o.rank, reason });
+      return { code: 3, reason };
+    }),
+    new Promise<{ code: number; reason: string }>((r) => (closed = r)),
+  ]);
   if (o.rank > 0) {
-    log('joined group', { rank: o.rank, world: o.world, distHost: o.distHost, distPort: o.distPort });
-    return { port: 0, distPort: 0, ready: () => !broken, inFlight: () => 0, close: async () => group.close(), exited };
+    log('joined', { rank: o.rank, world: o.world, distHost: o.distHost, distPort: o.distPort });
+    const close = async (): Promise<void> => {
+      group.close();
+      closed({ code: 0, reason: 'closed' });
+    };
+    return { port: 0, distPort: 0, ready: () => !broken, inFlight: () => 0, close, exited };
   }
+
   let inFlight = 0;
   let draining = false;
   const ready = (): boolean => group.ready() && !broken && !draining;
   const delay = o.tokensPerSecond > 0 ? 1000 / o.tokensPerSecond : 0;
-
-  const fail = (res: ServerResponse, code: ErrorCode, message: string, status?: number): void => {
-    res.writeHead(status ?? ERRORS[code].status, { 'content-type': 'application/json' }).end(JSON.stringify(openAiError(code, message)));
-  };
-  const notReady = (): string => (broken ? `engine stopped: ${broken}` : draining ? 'engine is shutting down' : `waiting for ranks: ${group.joined()} of ${o.world - 1} workers joined`);
+  const fail = (res: ServerResponse, code: ErrorCode, message: string, status?: number): void =>
+    json(res, status ?? ERRORS[code].status, openAiError(code, message));
+  const notReady = (): string =>
+    broken ? `engine stopped: ${broken}` : draining ? 'engine is shutting down' : `waiting for ranks: ${group.joined()} of ${o.world - 1} workers joined`;
 
   const complete = async (req: SimRequest, res: ServerResponse): Promise<void> => {
     const id = `${req.endpoint === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
     const created = Math.floor(Date.now() / 1000);
     const seed = promptSeed(req.promptText);
+    const t0 = Date.now();
+    // Pace against the start time, not token to token, so timer slack does not add up.
+    const pace = async (i: number): Promise<void> => {
+      if (delay) await sleep(t0 + (i + 1) * delay - Date.now());
+    };
     if (!req.stream) {
       let text = '';
       for (let i = 0; i < req.maxTokens; i++) {
-        if (delay) await sleep(delay);
+        await pace(i);
         text += fakeToken(seed, i);
       }
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(completionBody(req, id, created, text, usageOf(req, req.maxTokens))));
-      return;
+      if (broken) return fail(res, 'LLMGW_ENGINE_EXITED', `engine stopped: ${broken}`, 503);
+      return json(res, 200, completionBody(req, id, created, text, usageOf(req, req.maxTokens)));
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     res.flushHeaders();
-    const send = (obj: unknown): boolean => res.write(`data: ${JSON.stringify(obj)}\n\n`);
-    let closed = false;
-    res.once('close', () => void (closed = true));
-    if (req.endpoint === 'chat') send(chunkBody(req, id, created, { text: '', role: true }));
+    let gone = false;
+    res.once('close', () => void (gone = true));
+    // Each chunk goes out as soon as it exists; a slow reader gets backpressure, not a growing buffer.
+    const send = async (obj: unknown): Promise<void> => {
+      if (res.write(`data: ${JSON.stringify(obj)}\n\n`) || gone) return;
+      await new Promise<void>((r) => {
+        const done = (): void => void (res.off('drain', done), res.off('close', done), r());
+        res.on('drain', done).on('close', done);
+      });
+    };
+    if (req.endpoint === 'chat') await send(chunkBody(req, id, created, { text: '', role: true }));
     let n = 0;
-    for (; n < req.maxTokens && !closed && !broken; n++) {
-      if (delay) await sleep(delay);
-      send(chunkBody(req, id, created, { text: fakeToken(seed, n) }));
+    for (; n < req.maxTokens && !gone && !broken; n++) {
+      await pace(n);
+      await send(chunkBody(req, id, created, { text: fakeToken(seed, n) }));
     }
-    if (broken) {
-      res.destroy();
-      return;
-    }
-    send(chunkBody(req, id, created, { text: '', finish: true }));
-    if (req.includeUsage) send(usageChunk(req, id, created, usageOf(req, n)));
+    if (gone) return;
+    // A broken group must look like a dead engine to the client: cut the stream, no [DONE].
+    if (broken) return void res.destroy();
+    await send(chunkBody(req, id, created, { text: '', finish: true }));
+    if (req.includeUsage) await send(usageChunk(req, id, created, usageOf(req, n)));
     res.end('data: [DONE]\n\n');
   };
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = (req.url ?? '/').split('?')[0];
     if (req.method === 'GET' && url === '/health') {
-      const ok = ready();
-      res.writeHead(ok ? 200 : 503, { 'content-type': 'application/json' })
-        .end(JSON.stringify(ok ? { status: 'ok' } : { status: 'not ready', reason: notReady(), joined: group.joined(), world: o.world }));
-      return;
+      if (ready()) return json(res, 200, { status: 'ok' });
+      const status = broken ? 'stopped' : draining ? 'draining' : 'waiting';
+      return json(res, 503, { status, joined: group.joined(), world: o.world, reason: notReady() });
     }
     if (req.method === 'GET' && url === '/v1/models') {
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ object: 'list', data: [{ id: o.model, object: 'model', created: 0, owned_by: 'sim' }] }));
-      return;
+      return json(res, 200, { object: 'list', data: [{ id: o.model, object: 'model', created: 0, owned_by: 'sim' }] });
     }
     const endpoint: SimEndpoint | null = url === '/v1/chat/completions' ? 'chat' : url === '/v1/completions' ? 'text' : null;
     if (req.method !== 'POST' || !endpoint) return fail(res, 'LLMGW_BAD_REQUEST', `no route ${req.method} ${url}`, 404);
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    if (!ready()) return fail(res, 'LLMGW_NO_READY_REPLICA', notReady(), 503);
-    const parsed = parseSimRequest(endpoint, Buffer.concat(chunks).toString('utf8'), o.model);
-    if (parsed.kind === 'error') return fail(res, parsed.code, parsed.message);
     inFlight++;
     try {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const c of req) {
+        size += (c as Buffer).length;
+        if (size > MAX_BODY) return fail(res, 'LLMGW_BAD_REQUEST', `request body over ${MAX_BODY} bytes`, 413);
+        chunks.push(c as Buffer);
+      }
+      if (!ready()) return fail(res, 'LLMGW_NO_READY_REPLICA', notReady(), 503);
+      const parsed = parseSimRequest(endpoint, Buffer.concat(chunks).toString('utf8'), o.model);
+      if (parsed.kind === 'error') return fail(res, parsed.code, parsed.message);
       await complete(parsed.request, res);
     } finally {
       inFlight--;
@@ -127,10 +158,14 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(o.port, o.host, () => resolve());
+  }).catch((err: Error) => {
+    group.close();
+    throw err;
   });
   const addr = server.address();
   const port = typeof addr === 'object' && addr ? addr.port : o.port;
-  log('listening', { port, distPort: group.distPort, world: o.world });
+  log('serving', { port, distPort: group.distPort, world: o.world, model: o.model });
+  if (o.world > 1) watchJoins(group, o.world, log);
   return {
     port,
     distPort: group.distPort,
@@ -138,12 +173,32 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
     inFlight: () => inFlight,
     exited,
     async close(): Promise<void> {
+      if (draining) return;
       draining = true;
-      const deadline = Date.now() + 10_000;
+      const stopped = new Promise((r) => server.close(r)); // no new connections; idle keep-alives close now
+      const deadline = Date.now() + DRAIN_MS;
       while (inFlight > 0 && Date.now() < deadline) await sleep(50);
-      group.close();
+      if (inFlight > 0) log('drain timed out', { inFlight });
       server.closeAllConnections();
-      await new Promise((r) => server.close(r));
+      group.close();
+      await stopped;
+      closed({ code: 0, reason: 'closed' });
     },
   };
+}
+
+/** Logs each change in the number of joined workers until the group is complete (or broken). */
+function watchJoins(group: { joined(): number; ready(): boolean; broken: Promise<string> }, world: number, log: (m: string, f?: Record<string, unknown>) => void): void {
+  let seen = 0;
+  const t = setInterval(() => {
+    const n = group.joined();
+    if (n !== seen) log(n > seen ? 'rank joined' : 'rank left', { joined: n, world });
+    seen = n;
+    if (group.ready()) {
+      log('group ready', { world });
+      clearInterval(t);
+    }
+  }, 100);
+  t.unref();
+  void group.broken.then(() => clearInterval(t));
 }

@@ -3,6 +3,9 @@
  * engine processes: it serves only after the worker rank joined, and killing the worker rank's
  * process makes rank 0 stop serving (and the replica rebuild).
  */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { historyToJSON } from '@temporalio/common/lib/proto-utils';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../../activities/node';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
@@ -11,9 +14,12 @@ import { nodeQueue, QUEUES, workflowIds } from '../../lib/names';
 import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory, ReplicaRecord } from '../../lib/types';
 import { startControlPlane, type ControlPlane } from '../../workers/control';
+import { scaleUpdate } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
 import { waitFor } from '../helpers/wait';
+
+const HISTORIES = join(__dirname, '../fixtures/histories');
 
 const inventory = (host: string): NodeInventory => ({
   gpus: [{ index: 0, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: `GPU-${Math.random()}` }],
@@ -59,6 +65,7 @@ describe('a replica over two nodes of one fabric', () => {
   });
 
   afterAll(async () => {
+    if (process.env.LLMGW_DEBUG_HISTORY) writeFileSync('/tmp/replica-history.json', JSON.stringify(historyToJSON(await cp.client.workflow.getHandle(workflowIds.replica('pair-0')).fetchHistory()), null, 1));
     await cp?.client.workflow.getHandle(workflowIds.replica('pair-0')).terminate().catch(() => undefined);
     await cp?.client.workflow.getHandle(workflowIds.model('pair')).terminate().catch(() => undefined);
     for (const w of workers) {
@@ -115,6 +122,27 @@ describe('a replica over two nodes of one fabric', () => {
     }, { timeoutMs: 15_000, what: 'the replica to leave ready with a reason' });
     expect(rebuilding.endpoint).toBeNull();
     expect(rebuilding.reason).toMatch(/rank 1|SIGKILL|exited/);
-    await waitFor(async () => (await replicaRow())?.state === 'ready', { timeoutMs: 45_000, what: 'the replica to be rebuilt and ready again' });
+    const rebuilt = await waitFor(async () => {
+      const r = await replicaRow();
+      return r?.state === 'ready' ? r : undefined;
+    }, { timeoutMs: 45_000, what: 'the replica to be rebuilt and ready again' });
+
+    // Scale to 0: the replica leaves the routing table, stops its engines and its workflow ends.
+    const deployment = cp.client.workflow.getHandle(workflowIds.model('pair'));
+    expect(await deployment.executeUpdate(scaleUpdate, { args: [0] })).toBe(0);
+    await expect(deployment.executeUpdate(scaleUpdate, { args: [-1] })).rejects.toMatchObject({ cause: { message: expect.stringMatching(/whole number from 0 to 64, got -1/) } });
+    await cp.client.workflow.getHandle(workflowIds.replica('pair-0')).result();
+    expect((await replicaRow())?.state).toBe('stopped');
+    const newPort = rebuilt.shards.find((s) => s.rank === 0)?.port ?? 0;
+    expect(await health(newPort)).toBe(0);
+    expect(await cp.store.listShards()).toEqual([]);
+
+    if (process.env.LLMGW_RECORD_HISTORIES) {
+      // Refresh the replay fixtures: LLMGW_RECORD_HISTORIES=1 npx jest test/integration/replica.test.ts
+      for (const id of [workflowIds.replica('pair-0'), workflowIds.model('pair')]) {
+        const history = await cp.client.workflow.getHandle(id).fetchHistory();
+        writeFileSync(join(HISTORIES, `${id.replace('/', '-')}.json`), JSON.stringify(historyToJSON(history), null, 1));
+      }
+    }
   });
 });
