@@ -15,19 +15,20 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
 Every command takes --help.
 `;
 
+/* eslint-disable @typescript-eslint/no-require-imports -- commands load lazily (require: the CLI runs as CommonJS under tsx) */
 const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>> = {
-  cluster: async () => (await import('./cluster/command')).clusterCommand,
-  ctl: async () => (argv) => import('./ctl').then((m) => m.ctlCommand(argv)),
-  'control-plane': async () => (await import('./roles')).controlPlaneCommand,
-  gateway: async () => (await import('./roles')).gatewayCommand,
-  agent: async () => (await import('./roles')).agentCommand,
-  'sim-engine': async () => (await import('./roles')).simEngineCommand,
+  cluster: async () => (require('./cluster/command') as typeof import('./cluster/command')).clusterCommand,
+  ctl: async () => (argv) => (require('./ctl') as typeof import('./ctl')).ctlCommand(argv),
+  'control-plane': async () => (require('./roles') as typeof import('./roles')).controlPlaneCommand,
+  gateway: async () => (require('./roles') as typeof import('./roles')).gatewayCommand,
+  agent: async () => (require('./roles') as typeof import('./roles')).agentCommand,
+  'sim-engine': async () => (require('./roles') as typeof import('./roles')).simEngineCommand,
   version: async () => async () => {
-    // eslint-disable-next-line @typescript-eslint/no-require-imports
     const pkg = require('../package.json') as { version: string; dependencies: Record<string, string> };
     process.stdout.write(`llmgw ${pkg.version} (Temporal SDK ${pkg.dependencies['@temporalio/client']}, Node ${process.version})\n`);
   },
 };
+/* eslint-enable @typescript-eslint/no-require-imports */
 
 /** Runs the command named by argv[0]. */
 export async function main(argv: string[]): Promise<void> {

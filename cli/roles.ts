@@ -7,6 +7,7 @@ import { RoutingTable } from '../gateway/routing';
 import { startGateway } from '../gateway/server';
 import { startAgent } from '../workers/agent';
 import { startControlPlane } from '../workers/control';
+import { main as simMain } from '../workers/sim-engine';
 import { parse, UsageError } from './args';
 import { makeLog } from './log';
 
@@ -115,6 +116,5 @@ export async function agentCommand(argv: string[]): Promise<void> {
 
 /** `llmgw sim-engine`: the simulated inference engine (normally started by an agent). */
 export async function simEngineCommand(argv: string[]): Promise<void> {
-  const { main } = await import('../workers/sim-engine');
-  await main(argv);
+  await simMain(argv);
 }

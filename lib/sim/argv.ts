@@ -2,8 +2,10 @@
 import { resolve } from 'node:path';
 
 /**
- * The argv prefix of the sim engine: node with tsx's loader and the entrypoint, as absolute paths
- * so it works from any working directory (about 0.6 s from spawn to serving, tsx compile included).
+ * The argv prefix of the sim engine: node with tsx's CommonJS loader and the entrypoint, all absolute
+ * so it works from any working directory. `--require tsx/cjs` rather than `--import tsx`: the project
+ * is CommonJS, and it starts twice as fast. Measured spawn → `serving` on stderr (Node 20, tsx 4.23):
+ * about 260 ms with a cold tsx cache, about 120 ms warm (`--import tsx` is about 250 ms warm).
  */
 export function simEngineArgv(): string[] {
   return [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../../workers/sim-engine.ts')];

@@ -132,6 +132,7 @@ describe('a replica over two nodes of one fabric', () => {
     expect(await deployment.executeUpdate(scaleUpdate, { args: [0] })).toBe(0);
     await expect(deployment.executeUpdate(scaleUpdate, { args: [-1] })).rejects.toMatchObject({ cause: { message: expect.stringMatching(/whole number from 0 to 64, got -1/) } });
     await cp.client.workflow.getHandle(workflowIds.replica('pair-0')).result();
+    if (process.env.LLMGW_DEBUG_HISTORY) writeFileSync('/tmp/replica-history.json', JSON.stringify(historyToJSON(await cp.client.workflow.getHandle(workflowIds.replica('pair-0')).fetchHistory()), null, 1));
     expect((await replicaRow())?.state).toBe('stopped');
     const newPort = rebuilt.shards.find((s) => s.rank === 0)?.port ?? 0;
     expect(await health(newPort)).toBe(0);

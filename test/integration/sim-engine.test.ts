@@ -1,0 +1,167 @@
+/** The real sim-engine process: OpenAI API on one node, a 2-rank group that waits for and dies with its worker. */
+import { spawn, type ChildProcess } from 'node:child_process';
+import OpenAI from 'openai';
+import { simEngineArgv } from '../../lib/sim/argv';
+import { fakeToken, promptSeed } from '../../lib/sim/openai';
+import { freePort } from '../helpers/ports';
+import { waitFor } from '../helpers/wait';
+
+const MODEL = 'sim-7b';
+
+interface Proc {
+  child: ChildProcess;
+  stderr(): string;
+  exit: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+const procs: Proc[] = [];
+
+/** Spawns the engine exactly as an agent does, from a foreign cwd. */
+function engine(args: string[]): Proc {
+  const [cmd, ...pre] = simEngineArgv();
+  const child = spawn(cmd, [...pre, ...args], { cwd: '/tmp', stdio: ['ignore', 'ignore', 'pipe'] });
+  let err = '';
+  child.stderr?.on('data', (b: Buffer) => void (err += b.toString()));
+  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.once('exit', (code, signal) => r({ code, signal })));
+  const p = { child, stderr: () => err, exit };
+  procs.push(p);
+  return p;
+}
+
+/** Resolves the exit within `ms`, or fails naming what was expected. */
+async function exitOf(p: Proc, ms: number, what: string): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`timed out after ${ms}ms waiting for ${what}; stderr:\n${p.stderr()}`)), ms)));
+  try {
+    return await Promise.race([p.exit, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+const health = async (port: number): Promise<number> => (await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(1000) })).status;
+const post = (port: number, path: string, body: unknown): Promise<Response> =>
+  fetch(`http://127.0.0.1:${port}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
+const reply = (prompt: string, n: number): string => Array.from({ length: n }, (_, i) => fakeToken(promptSeed(prompt), i)).join('');
+
+afterEach(async () => {
+  for (const p of procs.splice(0)) {
+    if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+    await p.exit;
+  }
+});
+
+describe('sim engine, single node', () => {
+  let port: number;
+  let p: Proc;
+  beforeEach(async () => {
+    port = await freePort();
+    p = engine(['--model', MODEL, '--host', '127.0.0.1', '--port', String(port), '--rank', '0', '--world', '1', '--dist-host', '127.0.0.1', '--dist-port', '0', '--tokens-per-second', '0']);
+    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 15_000, what: `health 200 on :${port}` });
+  });
+
+  it('lists its model and streams a chat completion to the openai client, with usage', async () => {
+    const models = (await (await fetch(`http://127.0.0.1:${port}/v1/models`)).json()) as { data: { id: string }[] };
+    expect(models.data.map((m) => m.id)).toEqual([MODEL]);
+    const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const stream = await client.chat.completions.create({
+      model: MODEL, messages: [{ role: 'user', content: 'tell me four things' }], max_tokens: 6, stream: true, stream_options: { include_usage: true },
+    });
+    let text = '';
+    let usage: unknown;
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(text).toBe(reply('tell me four things', 6));
+    expect(finish).toBe('length');
+    expect(usage).toEqual({ prompt_tokens: 4, completion_tokens: 6, total_tokens: 10 });
+  });
+
+  it('answers a non-stream chat with the same deterministic text, and completions with usage', async () => {
+    const chat = await post(port, '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'tell me four things' }], max_tokens: 6 });
+    expect(chat.status).toBe(200);
+    const c = (await chat.json()) as { object: string; choices: { message: { content: string } }[]; usage: unknown };
+    expect(c.object).toBe('chat.completion');
+    expect(c.choices[0].message.content).toBe(reply('tell me four things', 6));
+    expect(c.usage).toEqual({ prompt_tokens: 4, completion_tokens: 6, total_tokens: 10 });
+
+    const text = (await (await post(port, '/v1/completions', { model: MODEL, prompt: 'once upon', max_tokens: 3 })).json()) as { choices: { text: string }[]; usage: unknown };
+    expect(text.choices[0].text).toBe(reply('once upon', 3));
+    expect(text.usage).toEqual({ prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 });
+
+    const sse = await (await post(port, '/v1/completions', { model: MODEL, prompt: 'once upon', max_tokens: 3, stream: true })).text();
+    const events = sse.split('\n\n').filter(Boolean);
+    expect(events.at(-1)).toBe('data: [DONE]');
+    const pieces = events.slice(0, -1).map((e) => (JSON.parse(e.slice('data: '.length)) as { choices: { text: string }[] }).choices[0].text);
+    expect(pieces.join('')).toBe(reply('once upon', 3));
+  });
+
+  it('answers 404 for another model and 400 for malformed JSON, in the OpenAI error shape', async () => {
+    const unknown = await post(port, '/v1/chat/completions', { model: 'gpt-x', messages: [{ role: 'user', content: 'hi' }] });
+    expect(unknown.status).toBe(404);
+    expect(await unknown.json()).toMatchObject({ error: { code: 'LLMGW_UNKNOWN_MODEL', message: expect.stringContaining('gpt-x') } });
+    const bad = await post(port, '/v1/completions', '{"model": ');
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ error: { code: 'LLMGW_BAD_REQUEST', type: 'invalid_request_error' } });
+  });
+});
+
+describe('sim engine process', () => {
+  it('finishes an in-flight stream on SIGTERM, then exits 0', async () => {
+    const port = await freePort();
+    const p = engine(['--model', MODEL, '--port', String(port), '--tokens-per-second', '20']);
+    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 15_000, what: 'health 200' });
+    const res = await post(port, '/v1/completions', { model: MODEL, prompt: 'slow', max_tokens: 10, stream: true });
+    expect(res.status).toBe(200);
+    p.child.kill('SIGTERM');
+    const body = await res.text();
+    expect(body.endsWith('data: [DONE]\n\n')).toBe(true);
+    expect(await exitOf(p, 15_000, 'exit after SIGTERM')).toEqual({ code: 0, signal: null });
+  });
+
+  it('exits 2 naming a bad flag', async () => {
+    const p = engine(['--model', MODEL, '--port', 'eighty']);
+    expect((await exitOf(p, 15_000, 'exit on a bad flag')).code).toBe(2);
+    expect(p.stderr()).toMatch(/--port: expected an integer/);
+    expect(p.stderr()).toMatch(/usage: sim-engine/);
+  });
+});
+
+describe('sim engine, 2-rank group', () => {
+  it('serves only once rank 1 joined, and exits 3 naming the rank when rank 1 is killed', async () => {
+    const [port, dist] = [await freePort(), await freePort()];
+    const group = ['--world', '2', '--dist-host', '127.0.0.1', '--dist-port', String(dist), '--tokens-per-second', '0'];
+    const rank0 = engine(['--model', MODEL, '--host', '127.0.0.1', '--port', String(port), '--rank', '0', ...group]);
+    await waitFor(async () => (await health(port)) === 503, { timeoutMs: 15_000, what: 'rank 0 health 503 before rank 1 exists' });
+    const waiting = await fetch(`http://127.0.0.1:${port}/health`);
+    expect(await waiting.json()).toMatchObject({ status: 'waiting', joined: 0, world: 2 });
+    const refused = await post(port, '/v1/completions', { model: MODEL, prompt: 'x' });
+    expect(refused.status).toBe(503);
+    expect(await refused.json()).toMatchObject({ error: { code: 'LLMGW_NO_READY_REPLICA' } });
+    await new Promise((r) => setTimeout(r, 2000));
+    expect(await health(port)).toBe(503); // still waiting just before the worker is spawned
+
+    const rank1 = engine(['--model', MODEL, '--port', '0', '--rank', '1', ...group]);
+    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 15_000, what: 'rank 0 health 200 after rank 1 joined' });
+    expect((await post(port, '/v1/completions', { model: MODEL, prompt: 'x', max_tokens: 2 })).status).toBe(200);
+
+    rank1.child.kill('SIGKILL');
+    await waitFor(async () => (await health(port).catch(() => 0)) !== 200, { timeoutMs: 10_000, what: 'rank 0 to stop serving after rank 1 died' });
+    expect(await exitOf(rank0, 10_000, 'rank 0 to exit after rank 1 died')).toEqual({ code: 3, signal: null });
+    expect(rank0.stderr()).toMatch(/rank 1 left the group/);
+  });
+
+  it('ends a worker with code 3 when rank 0 goes away', async () => {
+    const dist = await freePort();
+    const group = ['--world', '2', '--dist-host', '127.0.0.1', '--dist-port', String(dist), '--tokens-per-second', '0'];
+    const rank0 = engine(['--model', MODEL, '--port', String(await freePort()), '--rank', '0', ...group]);
+    const rank1 = engine(['--model', MODEL, '--rank', '1', ...group]);
+    await waitFor(() => rank0.stderr().includes('"group ready"'), { timeoutMs: 15_000, what: 'rank 0 to log "group ready"' });
+    rank0.child.kill('SIGKILL');
+    expect(await exitOf(rank1, 10_000, 'rank 1 to exit after rank 0 died')).toEqual({ code: 3, signal: null });
+    expect(rank1.stderr()).toMatch(/rank 0 left the group/);
+  });
+});
