@@ -26,7 +26,8 @@ const isIb = (a: IbAdapter): boolean => a.linkLayer === 'InfiniBand';
 
 /**
  * Resolves flags to fabric → adapters. NAME alone takes the node's first two active InfiniBand
- * ports in natural device order (mlx5_2 before mlx5_10): the usual two-rail HCA layout.
+ * ports in natural device order (mlx5_2 before mlx5_10), whatever order `adapters` came in: the usual
+ * two-rail HCA layout. Down ports and Ethernet (RoCE) ports are never picked implicitly.
  */
 export function resolveFabrics(flags: FabricFlag[], adapters: IbAdapter[]): Record<string, string[]> {
   const out: Record<string, string[]> = {};
@@ -35,7 +36,7 @@ export function resolveFabrics(flags: FabricFlag[], adapters: IbAdapter[]): Reco
   for (const f of flags) {
     let devices: string[];
     if (f.devices === null) {
-      devices = adapters.filter((a) => active(a) && isIb(a)).map((a) => a.device).filter((d, i, all) => all.indexOf(d) === i).slice(0, 2);
+      devices = [...adapters].sort((a, b) => naturalCompare(a.device, b.device) || a.port - b.port).filter((a) => active(a) && isIb(a)).map((a) => a.device).filter((d, i, all) => all.indexOf(d) === i).slice(0, 2);
       if (devices.length === 0) throw bad(`--fabric ${f.name}: this node has no active InfiniBand port (adapters: ${present.join(', ') || 'none'}); name the adapters with --fabric ${f.name}:dev,dev or check the links`);
     } else {
       devices = f.devices;

@@ -9,6 +9,8 @@ export interface PlaceInput {
   /** GPUs already held on each node by other replicas' shards */
   usedGpus: Record<string, number>;
   exclude?: string[];
+  /** Model name, only for messages (`<model>/<profile>`). */
+  model?: string;
 }
 
 const freeGpus = (n: NodeRecord, used: Record<string, number>): number => n.inventory.gpus.length - (used[n.id] ?? 0);
@@ -19,7 +21,7 @@ function unusable(n: NodeRecord, p: Profile, used: Record<string, number>, exclu
   if (n.state !== 'ready') return n.state;
   if (!n.inventory.engines.includes(p.engine)) return `no engine ${p.engine}`;
   const free = freeGpus(n, used);
-  if (free < p.gpusPerNode) return `${Math.max(free, 0)} of ${p.gpusPerNode} GPU${p.gpusPerNode === 1 ? '' : 's'} free`;
+  if (free < p.gpusPerNode) return `${Math.max(free, 0)} of ${p.gpusPerNode} GPUs free`;
   return null;
 }
 
@@ -30,14 +32,16 @@ const byCapacity = (used: Record<string, number>) => (a: NodeRecord, b: NodeReco
 export function place(input: PlaceInput): Placement {
   const { profile: p, usedGpus: used } = input;
   const exclude = new Set(input.exclude ?? []);
-  const want = `${p.name} (${p.engine}, ${p.nodes > 1 ? `${p.nodes} nodes × ` : ''}${p.gpusPerNode} GPU${p.gpusPerNode === 1 ? '' : 's'}${p.nodes > 1 ? ' on one fabric' : ''})`;
-  if (input.nodes.length === 0) return { kind: 'unplaceable', reason: `no placement for ${want}: no nodes registered` };
+  const label = input.model ? `${input.model}/${p.name}` : p.name;
+  const want = `${label} (${p.engine}, ${p.nodes > 1 ? `${p.nodes} nodes × ` : ''}${p.gpusPerNode} GPU${p.gpusPerNode === 1 ? '' : 's'}${p.nodes > 1 ? ' on one fabric' : ''})`;
+  const lead = p.nodes <= 1 ? `no node can take ${want}` : `no placement for ${want}`;
+  if (input.nodes.length === 0) return { kind: 'unplaceable', reason: `${lead}: no nodes registered` };
   const why = new Map(input.nodes.map((n) => [n.id as string, unusable(n, p, used, exclude)]));
 
   if (p.nodes <= 1) {
     const best = input.nodes.filter((n) => why.get(n.id) === null).sort(byCapacity(used))[0];
     if (best) return { kind: 'placed', fabric: null, nodes: [best.id] };
-    return { kind: 'unplaceable', reason: `no placement for ${want}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}` };
+    return { kind: 'unplaceable', reason: `${lead}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}` };
   }
 
   const fabrics = new Map<string, NodeRecord[]>();
@@ -55,5 +59,5 @@ export function place(input: PlaceInput): Placement {
   const islands = input.nodes.filter((n) => Object.keys(n.inventory.fabrics).length === 0).map((n) => n.id);
   if (islands.length) parts.push(`${islands.join(', ')} ${islands.length === 1 ? 'is an island' : 'are islands'} (no fabric): single-node replicas only`);
   if (options.length === 0) parts.unshift('no node declares a fabric (start agents with --fabric NAME)');
-  return { kind: 'unplaceable', reason: `no placement for ${want}: ${parts.join('; ')}` };
+  return { kind: 'unplaceable', reason: `${lead}: ${parts.join('; ')}` };
 }

@@ -68,7 +68,7 @@ export function createControlActivities(deps: ControlDeps) {
         await store.releaseReplica(input.replicaId);
         const nodes = await store.listNodes();
         const usedGpus = await store.usedGpus(input.replicaId);
-        const placement = place({ nodes, profile: input.profile, usedGpus, exclude: input.exclude });
+        const placement = place({ nodes, model: input.model, profile: input.profile, usedGpus, exclude: input.exclude });
         if (placement.kind === 'unplaceable') return placement;
         const byId = new Map(nodes.map((n) => [n.id, n]));
         const shards: ShardPlan[] = [];

@@ -1,0 +1,95 @@
+import { hasCode } from '../../lib/errors';
+import { loadServerConfig, parseServerConfig, type ConfigError } from '../../config/load';
+import { DEFAULT_CONFIG } from '../../config/defaults';
+import { Checker, isObj, quote, suggest } from '../../config/check';
+
+/** The ConfigError thrown by parsing `text`. */
+function configError(text: string, file = 'server.yaml'): ConfigError {
+  try {
+    parseServerConfig(text, file);
+  } catch (err) {
+    expect(hasCode(err, 'LLMGW_CONFIG_INVALID')).toBe(true);
+    return err as ConfigError;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('config/check', () => {
+  it('suggests a near key and nothing for a far one', () => {
+    expect(suggest('adress', ['address', 'namespace', 'uiUrl'])).toBe('address');
+    expect(suggest('vlm', ['sim', 'llamacpp', 'vllm', 'sglang'])).toBe('vllm');
+    expect(suggest('zzzzzzzz', ['address', 'namespace'])).toBeUndefined();
+  });
+  it('quotes and tells mappings apart', () => {
+    expect(quote('a"b')).toBe('"a\\"b"');
+    expect(isObj({})).toBe(true);
+    expect(isObj([])).toBe(false);
+    expect(isObj(null)).toBe(false);
+  });
+  it('collects issues instead of throwing', () => {
+    const c = new Checker();
+    const o = c.obj({ a: 1, bb: 2 }, ['x'], ['a', 'b']);
+    expect(c.str(o, ['x', 'a'], '"text"')).toBe('');
+    expect(c.int(o, ['x', 'missing'], 1, 10, '5')).toBe(0);
+    expect(c.issues.map((i) => i.path)).toEqual([['x', 'bb'], ['x', 'a'], ['x', 'missing']]);
+    expect(c.issues[0]?.fix).toContain('did you mean "b"?');
+  });
+});
+
+describe('parseServerConfig', () => {
+  it('gives the defaults for empty text', () => {
+    const cfg = parseServerConfig('', 'server.yaml');
+    expect(cfg).toEqual(DEFAULT_CONFIG);
+    expect(Object.isFrozen(cfg.temporal)).toBe(true);
+    expect(loadServerConfig()).toEqual(DEFAULT_CONFIG);
+  });
+  it('merges one changed value over the defaults', () => {
+    const cfg = parseServerConfig('temporal:\n  address: temporal.internal:7233\n', 'server.yaml');
+    expect(cfg.temporal).toEqual({ ...DEFAULT_CONFIG.temporal, address: 'temporal.internal:7233' });
+    expect(cfg.catalog).toEqual(DEFAULT_CONFIG.catalog);
+  });
+  it('names file, line, key path and fix for a bad value', () => {
+    const e = configError('temporal:\n  address: http://temporal:7233\n', '/etc/llmgw/server.yaml');
+    expect(e.file).toBe('/etc/llmgw/server.yaml');
+    expect(e.keyPath).toBe('temporal.address');
+    expect(e.problem).toContain('has a URL scheme');
+    expect(e.fix).toContain('host:port');
+    expect(e.message).toMatch(/^\/etc\/llmgw\/server\.yaml:2:\d+: temporal\.address: /);
+  });
+  it('names list indexes in the key path', () => {
+    const e = configError('catalog:\n  - name: m\n    source: sim://m\n    replicas: -1\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n');
+    expect(e.keyPath).toBe('catalog[0].replicas');
+    expect(e.fix).toMatch(/whole number/);
+  });
+  it('reports an unknown key with a did-you-mean', () => {
+    const e = configError('temporal:\n  adress: 127.0.0.1:7233\n');
+    expect(e.keyPath).toBe('temporal.adress');
+    expect(e.problem).toContain('unknown key "adress"');
+    expect(e.fix).toContain('did you mean "address"?');
+  });
+  it('reports an unknown engine with a did-you-mean', () => {
+    const e = configError('engines:\n  vlm: "0.6.3"\n');
+    expect(e.keyPath).toBe('engines.vlm');
+    expect(e.fix).toContain('did you mean "vllm"?');
+  });
+  it('reports several errors at once', () => {
+    const e = configError('temporal:\n  adress: x\nmysql:\n  url: postgres://db/x\ngateway:\n  refreshMs: 5\n');
+    expect(e.issues.map((i) => i.keyPath)).toEqual(expect.arrayContaining(['temporal.adress', 'mysql.url', 'gateway.refreshMs']));
+    expect(e.issues.length).toBeGreaterThanOrEqual(3);
+    expect(e.message.split('\n')).toHaveLength(e.issues.length);
+    for (const i of e.issues) expect(i.fix).not.toBe('');
+  });
+  it('never echoes a mysql password', () => {
+    const e = configError('mysql:\n  url: mysql://root:hunter2@db:3306\n');
+    expect(e.message).not.toContain('hunter2');
+    expect(e.problem).toContain('names no database');
+  });
+  it('reports YAML syntax errors with a position', () => {
+    const e = configError('temporal:\n\taddress: x\n');
+    expect(e.problem).toMatch(/YAML syntax error/);
+    expect(e.message).toMatch(/^server\.yaml:\d+:\d+: /);
+  });
+  it('says a file that cannot be read names the path', () => {
+    expect(() => loadServerConfig('/nonexistent/server.yaml')).toThrow(/\/nonexistent\/server\.yaml: cannot be read \(ENOENT\)/);
+  });
+});

@@ -1,0 +1,111 @@
+import { place } from '../../lib/placement';
+import { parseNodeId, type EngineName, type NodeRecord, type NodeState, type Profile } from '../../lib/types';
+
+function node(id: string, o: { gpus?: number; fabric?: string | null; state?: NodeState; engines?: EngineName[] } = {}): NodeRecord {
+  const gpus = Array.from({ length: o.gpus ?? 1 }, (_, index) => ({ index, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: `GPU-${id}-${index}` }));
+  const fabric = o.fabric === undefined ? 'ib-a' : o.fabric;
+  return {
+    id: parseNodeId(id),
+    state: o.state ?? 'ready',
+    inventory: { gpus, adapters: [], fabrics: fabric ? { [fabric]: ['mlx5_0', 'mlx5_1'] } : {}, cpuFlags: ['avx', 'avx2'], engines: o.engines ?? ['sim'], host: '127.0.0.1' },
+    lastSeen: new Date(0),
+    registeredAt: new Date(0),
+  };
+}
+
+const small: Profile = { name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: [] };
+const large: Profile = { name: 'tp2', engine: 'sim', nodes: 2, gpusPerNode: 1, args: [] };
+
+describe('place: single node', () => {
+  it('picks the node with most free GPUs, ties by id, with no fabric', () => {
+    const nodes = [node('sim-b', { gpus: 2 }), node('sim-a', { gpus: 2 }), node('sim-c', { gpus: 1 })];
+    expect(place({ nodes, profile: small, usedGpus: {} })).toEqual({ kind: 'placed', fabric: null, nodes: ['sim-a'] });
+    expect(place({ nodes, profile: small, usedGpus: { 'sim-a': 1 } })).toEqual({ kind: 'placed', fabric: null, nodes: ['sim-b'] });
+  });
+  it('places on an island', () => {
+    expect(place({ nodes: [node('sim-c', { fabric: null })], profile: small, usedGpus: {} })).toEqual({ kind: 'placed', fabric: null, nodes: ['sim-c'] });
+  });
+  it('skips cordoned, down, excluded, engine-less and full nodes', () => {
+    const nodes = [
+      node('sim-a', { state: 'cordoned', gpus: 8 }),
+      node('sim-b', { state: 'down', gpus: 8 }),
+      node('sim-c', { gpus: 8 }),
+      node('sim-d', { engines: ['vllm'], gpus: 8 }),
+      node('sim-e', { gpus: 2 }),
+      node('sim-f', { gpus: 1 }),
+    ];
+    expect(place({ nodes, profile: small, usedGpus: { 'sim-e': 2 }, exclude: ['sim-c'] })).toEqual({ kind: 'placed', fabric: null, nodes: ['sim-f'] });
+  });
+  it('needs gpusPerNode free GPUs on the node', () => {
+    const nodes = [node('sim-a', { gpus: 4 })];
+    const four = { ...small, gpusPerNode: 4 };
+    expect(place({ nodes, profile: four, usedGpus: {} }).kind).toBe('placed');
+    expect(place({ nodes, profile: four, usedGpus: { 'sim-a': 1 } }).kind).toBe('unplaceable');
+  });
+  it('names what each node lacks', () => {
+    const nodes = [node('sim-a'), node('sim-c', { fabric: null, engines: ['llamacpp'] })];
+    expect(place({ nodes, profile: small, usedGpus: { 'sim-a': 1 }, model: 'sim-small' })).toEqual({
+      kind: 'unplaceable',
+      reason: 'no node can take sim-small/default (sim, 1 GPU): sim-a: 0 of 1 GPUs free; sim-c: no engine sim',
+    });
+  });
+  it('names cordoned, down and excluded nodes', () => {
+    const nodes = [node('sim-a', { state: 'cordoned' }), node('sim-b', { state: 'down' }), node('sim-c')];
+    const r = place({ nodes, profile: small, usedGpus: {}, exclude: ['sim-c'] });
+    expect(r.kind).toBe('unplaceable');
+    if (r.kind !== 'unplaceable') return;
+    expect(r.reason).toContain('sim-a: cordoned');
+    expect(r.reason).toContain('sim-b: down');
+    expect(r.reason).toContain('sim-c: excluded');
+  });
+  it('says when no nodes are registered', () => {
+    const r = place({ nodes: [], profile: small, usedGpus: {} });
+    expect(r.kind === 'unplaceable' && r.reason).toContain('no nodes registered');
+    const r2 = place({ nodes: [], profile: large, usedGpus: {} });
+    expect(r2.kind === 'unplaceable' && r2.reason).toContain('no nodes registered');
+  });
+});
+
+describe('place: multi node', () => {
+  it('places all ranks on one fabric, rank 0 with most free GPUs', () => {
+    const nodes = [node('sim-a', { gpus: 1 }), node('sim-b', { gpus: 2 }), node('sim-c', { fabric: null, gpus: 8 })];
+    expect(place({ nodes, profile: large, usedGpus: {} })).toEqual({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-b', 'sim-a'] });
+  });
+  it('never uses islands', () => {
+    const nodes = [node('sim-a'), node('sim-c', { fabric: null }), node('sim-d', { fabric: null })];
+    expect(place({ nodes, profile: large, usedGpus: {} }).kind).toBe('unplaceable');
+  });
+  it('never mixes fabrics', () => {
+    const nodes = [node('sim-a', { fabric: 'ib-a' }), node('sim-b', { fabric: 'ib-b' })];
+    expect(place({ nodes, profile: large, usedGpus: {} }).kind).toBe('unplaceable');
+  });
+  it('chooses the fabric with most usable nodes, ties by name', () => {
+    const nodes = [node('sim-a', { fabric: 'ib-a' }), node('sim-b', { fabric: 'ib-a' }), node('sim-c', { fabric: 'ib-b' }), node('sim-d', { fabric: 'ib-b' }), node('sim-e', { fabric: 'ib-b' })];
+    expect(place({ nodes, profile: large, usedGpus: {} })).toEqual({ kind: 'placed', fabric: 'ib-b', nodes: ['sim-c', 'sim-d'] });
+    expect(place({ nodes, profile: large, usedGpus: { 'sim-c': 1, 'sim-d': 1 } })).toEqual({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-b'] });
+    expect(place({ nodes: nodes.slice(0, 4), profile: large, usedGpus: {} })).toEqual({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-b'] });
+  });
+  it('skips cordoned, down, excluded and engine-less nodes on the fabric', () => {
+    const nodes = [node('sim-a', { state: 'cordoned' }), node('sim-b', { state: 'down' }), node('sim-c'), node('sim-d', { engines: ['vllm'] }), node('sim-e'), node('sim-f')];
+    expect(place({ nodes, profile: large, usedGpus: {}, exclude: ['sim-c'] })).toEqual({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-e', 'sim-f'] });
+  });
+  it('names the fabric shortfall, each blocked node and the islands', () => {
+    const nodes = [node('sim-b', { state: 'cordoned' }), node('sim-a'), node('sim-c', { fabric: null })];
+    expect(place({ nodes, profile: large, usedGpus: { 'sim-a': 1 }, model: 'sim-large' })).toEqual({
+      kind: 'unplaceable',
+      reason:
+        'no placement for sim-large/tp2 (sim, 2 nodes × 1 GPU on one fabric): fabric ib-a has 0 of 2 usable nodes (sim-b: cordoned; sim-a: 0 of 1 GPUs free); sim-c is an island (no fabric): single-node replicas only',
+    });
+  });
+  it('reports one usable node of two', () => {
+    const nodes = [node('sim-a'), node('sim-b', { state: 'cordoned' }), node('sim-c', { fabric: null })];
+    const r = place({ nodes, profile: large, usedGpus: {}, model: 'sim-large' });
+    expect(r.kind === 'unplaceable' && r.reason).toBe(
+      'no placement for sim-large/tp2 (sim, 2 nodes × 1 GPU on one fabric): fabric ib-a has 1 of 2 usable nodes (sim-b: cordoned); sim-c is an island (no fabric): single-node replicas only',
+    );
+  });
+  it('says when no node declares a fabric', () => {
+    const r = place({ nodes: [node('sim-c', { fabric: null }), node('sim-d', { fabric: null })], profile: large, usedGpus: {} });
+    expect(r.kind === 'unplaceable' && r.reason).toMatch(/no node declares a fabric.*sim-c, sim-d are islands/);
+  });
+});
