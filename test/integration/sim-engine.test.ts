@@ -53,10 +53,9 @@ afterEach(async () => {
 
 describe('sim engine, single node', () => {
   let port: number;
-  let p: Proc;
   beforeEach(async () => {
     port = await freePort();
-    p = engine(['--model', MODEL, '--host', '127.0.0.1', '--port', String(port), '--rank', '0', '--world', '1', '--dist-host', '127.0.0.1', '--dist-port', '0', '--tokens-per-second', '0']);
+    engine(['--model', MODEL, '--host', '127.0.0.1', '--port', String(port), '--rank', '0', '--world', '1', '--dist-host', '127.0.0.1', '--dist-port', '0', '--tokens-per-second', '0']);
     await waitFor(async () => (await health(port)) === 200, { timeoutMs: 15_000, what: `health 200 on :${port}` });
   });
 
