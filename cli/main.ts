@@ -15,7 +15,7 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
 Every command takes --help.
 `;
 
-/* eslint-disable @typescript-eslint/no-require-imports -- commands load lazily (require: the CLI runs as CommonJS under tsx) */
+/* eslint-disable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports -- commands load lazily (require: the CLI runs as CommonJS under tsx) */
 const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>> = {
   cluster: async () => (require('./cluster/command') as typeof import('./cluster/command')).clusterCommand,
   ctl: async () => (argv) => (require('./ctl') as typeof import('./ctl')).ctlCommand(argv),
@@ -28,7 +28,7 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
     process.stdout.write(`llmgw ${pkg.version} (Temporal SDK ${pkg.dependencies['@temporalio/client']}, Node ${process.version})\n`);
   },
 };
-/* eslint-enable @typescript-eslint/no-require-imports */
+/* eslint-enable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */
 
 /** Runs the command named by argv[0]. */
 export async function main(argv: string[]): Promise<void> {
