@@ -135,7 +135,9 @@ describe('a replica over two nodes of one fabric', () => {
     if (process.env.LLMGW_DEBUG_HISTORY) writeFileSync('/tmp/replica-history.json', JSON.stringify(historyToJSON(await cp.client.workflow.getHandle(workflowIds.replica('pair-0')).fetchHistory()), null, 1));
     expect((await replicaRow())?.state).toBe('stopped');
     const newPort = rebuilt.shards.find((s) => s.rank === 0)?.port ?? 0;
-    expect(await health(newPort)).toBe(0);
+    const stoppedAt = Date.now();
+    await waitFor(async () => (await health(newPort)) === 0, { timeoutMs: 20_000, what: 'the stopped replica\'s engine to exit' });
+    console.log(`engine gone ${Date.now() - stoppedAt}ms after the replica workflow ended`);
     expect(await cp.store.listShards()).toEqual([]);
 
     if (process.env.LLMGW_RECORD_HISTORIES) {
