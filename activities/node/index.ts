@@ -1,8 +1,9 @@
 /** Activities on a node's own queue (`node-<id>`): supervising the engine processes of its shards. */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
+import { hasExited, stopProcess } from '../../lib/process';
 import type { EngineName } from '../../lib/types';
 
 export interface NodeDeps {
@@ -74,24 +75,15 @@ export function createNodeActivities(deps: NodeDeps) {
           throw ApplicationFailure.create({ message: msg, type: 'EngineExited', nonRetryable: true, details: [{ code: outcome.code, signal: outcome.signal, stderrTail: tail }] });
         }
         // Cancelled: stop the engine, then report the cancellation.
-        await stopChild(child, exited, stopGraceMs);
+        await stopProcess(child, stopGraceMs);
         log('shard stopped', { replica: input.replicaId, rank: input.rank });
         throw outcome.err instanceof Error ? outcome.err : new CancelledFailure('shard stopped');
       } finally {
         clearInterval(timer);
-        if (child.exitCode === null && child.signalCode === null) await stopChild(child, exited, stopGraceMs);
+        if (!hasExited(child)) await stopProcess(child, stopGraceMs);
       }
     },
   };
-}
-
-/** SIGTERM, wait up to `graceMs`, then SIGKILL. */
-async function stopChild(child: ChildProcess, exited: Promise<unknown>, graceMs: number): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  child.kill('SIGTERM');
-  const t = setTimeout(() => child.kill('SIGKILL'), graceMs);
-  await exited;
-  clearTimeout(t);
 }
 
 export type NodeActivities = ReturnType<typeof createNodeActivities>;

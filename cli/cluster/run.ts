@@ -5,6 +5,7 @@ import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
 import { parseServerConfig } from '../../config/load';
 import type { ServerConfig } from '../../config/types';
+import { stopProcess } from '../../lib/process';
 import { parseMysqlUrl } from '../../lib/store/db';
 import { startTemporalDev, type DevServer } from './temporal-dev';
 
@@ -79,7 +80,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   const close = async (): Promise<void> => {
     closing = true;
     const all = [...processes.values()].reverse();
-    await Promise.all(all.map((c) => stop(c)));
+    await Promise.all(all.map((c) => stopProcess(c, 25_000)));
     await temporal?.stop();
   };
 
@@ -112,15 +113,6 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     await close();
     throw err;
   }
-}
-
-async function stop(c: ChildProcess): Promise<void> {
-  if (c.exitCode !== null || c.signalCode !== null) return;
-  const gone = new Promise((r) => c.once('exit', r));
-  c.kill('SIGTERM');
-  const t = setTimeout(() => c.kill('SIGKILL'), 25_000);
-  await gone;
-  clearTimeout(t);
 }
 
 /** Runs an llmgw CLI command as a child, streaming its output lines. */

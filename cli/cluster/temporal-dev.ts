@@ -4,6 +4,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { SEARCH_ATTRIBUTE_FLAGS } from '../../lib/names';
+import { stopProcess } from '../../lib/process';
 
 /** Where scripts/setup.sh puts the Temporal CLI. */
 export const TEMPORAL_BIN = resolve(__dirname, '../../.tools/bin/temporal');
@@ -66,13 +67,6 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
     address,
     uiUrl: opts.uiPort === null ? null : `http://127.0.0.1:${opts.uiPort}`,
     process: child,
-    async stop(): Promise<void> {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const gone = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), 5000);
-      await gone;
-      clearTimeout(t);
-    },
+    stop: () => stopProcess(child, 5000),
   };
 }
