@@ -51,7 +51,7 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
   }, async (req, reply) => {
     const id = who(req, reply, req.body.nodeId);
     if (!id) return reply;
-    const before = (await store.listNodes()).find((n) => n.id === id);
+    const before = await store.nodeState(id);
     await store.upsertNode(id, req.body.inventory);
     const inv = req.body.inventory;
     await store.event({ kind: before ? 'node.reregistered' : 'node.registered', nodeId: id, message: `${inv.gpus.length} GPUs, fabrics ${Object.keys(inv.fabrics).join(',') || 'none (island)'}, engines ${inv.engines.join(',')}` });
@@ -65,11 +65,9 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
   }, async (req, reply) => {
     const id = who(req, reply, req.body.nodeId);
     if (!id) return reply;
-    const wasDown = (await store.listNodes()).find((n) => n.id === id)?.state === 'down';
-    if (!(await store.heartbeat(id))) {
-      return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: register first`));
-    }
-    if (wasDown) opts.onNodesChanged?.(id);
+    const before = await store.heartbeat(id);
+    if (before === null) return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: register first`));
+    if (before === 'down') opts.onNodesChanged?.(id);
     return { ok: true };
   });
 

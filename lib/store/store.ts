@@ -36,13 +36,18 @@ export class Store {
     );
   }
 
-  /** Records a heartbeat; false when the node is not registered. */
-  async heartbeat(id: NodeId): Promise<boolean> {
-    const [r] = await this.pool.query<ResultSetHeader>(
-      `UPDATE nodes SET last_seen = NOW(3), state = IF(state = 'down', 'ready', state) WHERE id = ?`,
-      [id],
-    );
-    return r.affectedRows > 0;
+  /** A node's state, or null when it is not registered. */
+  async nodeState(id: NodeId): Promise<NodeState | null> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT state FROM nodes WHERE id = ?', [id]);
+    return rows[0] ? (rows[0].state as NodeState) : null;
+  }
+
+  /** Records a heartbeat; returns the state the node had before (a down node is ready again), or null when not registered. */
+  async heartbeat(id: NodeId): Promise<NodeState | null> {
+    const before = await this.nodeState(id);
+    if (before === null) return null;
+    await this.pool.query(`UPDATE nodes SET last_seen = NOW(3), state = IF(state = 'down', 'ready', state) WHERE id = ?`, [id]);
+    return before;
   }
 
   /** Marks nodes unseen for longer than `ms` as down; returns their ids. */
