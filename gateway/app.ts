@@ -120,8 +120,3 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     }
   };
 }
-
-/** The same routes as a plain plugin function: `await app.register(gatewayRoutes, { routing, apiKeys })`. */
-export async function gatewayRoutes(app: FastifyInstance, opts: GatewayAppOptions): Promise<void> {
-  await buildGatewayApp(opts)(app, {});
-}
