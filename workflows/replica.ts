@@ -61,7 +61,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
   };
 
   while (!stopRequested) {
-    await record(status.rebuilds ? 'rebuilding' : 'placing', status.reason);
+    // A waiting replica retries quietly: it stays 'waiting' (one event per new reason), not placing/waiting every 10 s.
+    if (status.state !== 'waiting') await record(status.rebuilds ? 'rebuilding' : 'placing', status.reason);
     const placement: PlaceResult = await control.placeReplica({ replicaId: input.replicaId, model: input.model, profile: input.profile, exclude: [...exclude] });
     if (placement.kind === 'unplaceable') {
       if (status.state !== 'waiting' || status.reason !== placement.reason) await record('waiting', placement.reason, placement.reason);
