@@ -1,17 +1,11 @@
-import { hasCode } from '../../lib/errors';
 import { loadServerConfig, parseServerConfig, type ConfigError } from '../../config/load';
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import { Checker, isObj, quote, suggest } from '../../config/check';
+import { thrownWithCode } from '../helpers/errors';
 
 /** The ConfigError thrown by parsing `text`. */
 function configError(text: string, file = 'server.yaml'): ConfigError {
-  try {
-    parseServerConfig(text, file);
-  } catch (err) {
-    expect(hasCode(err, 'LLMGW_CONFIG_INVALID')).toBe(true);
-    return err as ConfigError;
-  }
-  throw new Error('expected a ConfigError');
+  return thrownWithCode<ConfigError>(() => parseServerConfig(text, file), 'LLMGW_CONFIG_INVALID');
 }
 
 describe('config/check', () => {

@@ -1,21 +1,15 @@
 import { join } from 'node:path';
-import { hasCode } from '../../lib/errors';
 import { parseFabricFlag, resolveFabrics } from '../../lib/fabrics';
 import { readIbAdapters } from '../../lib/hardware/infiniband';
 import type { IbAdapter } from '../../lib/types';
+import { thrownWithCode } from '../helpers/errors';
 
 const SYSFS = join(__dirname, '..', 'fixtures', 'sysfs');
 const ib = (device: string, state = '4: ACTIVE', linkLayer = 'InfiniBand', port = 1): IbAdapter => ({ device, port, state, rate: '200 Gb/sec (4X HDR)', linkLayer });
 
 /** The thrown error, asserting it carries LLMGW_BAD_REQUEST. */
 function thrown(fn: () => unknown): Error {
-  try {
-    fn();
-  } catch (err) {
-    expect(hasCode(err, 'LLMGW_BAD_REQUEST')).toBe(true);
-    return err as Error;
-  }
-  throw new Error('expected a throw');
+  return thrownWithCode(fn, 'LLMGW_BAD_REQUEST');
 }
 
 describe('parseFabricFlag', () => {
