@@ -72,6 +72,15 @@ async function register(opts: AgentOptions, inventory: NodeInventory, stopped: (
   }
 }
 
+/** Worker options every node worker uses (the agent's and the tests'). */
+export const NODE_WORKER_OPTIONS = {
+  // Shards stop gracefully when the agent stops: give engines time to finish in-flight requests.
+  shutdownGraceTime: '20s',
+  // A cancel reaches a shard only in a heartbeat's answer; the default throttle (80% of the 10 s timeout)
+  // left a stopped replica's engine running for 4-5 s after its workflow ended.
+  maxHeartbeatThrottleInterval: '1s',
+} as const;
+
 /** Starts the agent: discovery, registration, heartbeat loop and node worker. */
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const inventory = await discover(opts);
@@ -89,8 +98,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       engineArgv: (engine) => (engine === 'sim' ? simEngineArgv() : []),
       log: opts.log,
     }),
-    // Shards stop gracefully when the agent stops: give engines time to finish in-flight requests.
-    shutdownGraceTime: '20s',
+    ...NODE_WORKER_OPTIONS,
   });
   const running = worker.run();
 

@@ -1,6 +1,6 @@
 /** The replica workflow: place, start shards (rank 0 first), wait until it serves, route; rebuild on failure; drain and stop on request. */
 import {
-  ActivityFailure, CancellationScope, TimeoutFailure, condition, continueAsNew, isCancellation,
+  ActivityCancellationType, ActivityFailure, CancellationScope, TimeoutFailure, condition, continueAsNew, isCancellation,
   proxyActivities, setCurrentDetails, setHandler, sleep, upsertSearchAttributes, workflowInfo,
 } from '@temporalio/workflow';
 import { TimeoutType } from '@temporalio/common';
@@ -20,13 +20,18 @@ const serving = proxyActivities<ControlActivities>({
   retry: { maximumAttempts: 1 },
 });
 
-/** A shard runs for as long as the replica does; a missing heartbeat means its node is gone. */
+/**
+ * A shard runs for as long as the replica does; a missing heartbeat means its node is gone.
+ * Cancelling it waits until the agent reports its engine gone, so 'stopped' (and a rebuild's new placement)
+ * never overlaps a live engine; the node worker flushes heartbeats every second, which is how fast a cancel arrives.
+ */
 function shardActivities(nodeId: string): NodeActivities {
   return proxyActivities<NodeActivities>({
     taskQueue: nodeQueue(nodeId),
     startToCloseTimeout: '3650 days',
     scheduleToStartTimeout: '60s',
     heartbeatTimeout: '10s',
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     retry: { maximumAttempts: 1 },
   });
 }

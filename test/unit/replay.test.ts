@@ -1,0 +1,34 @@
+/**
+ * Determinism guard: the workflow code of today must replay the histories recorded from a real run
+ * (test/fixtures/histories, written by `LLMGW_RECORD_HISTORIES=1 npx jest test/integration/replica.test.ts`).
+ * A change that alters the command sequence of a running workflow fails here with a DeterminismViolationError;
+ * such a change needs `patched()` (see docs/development.md), not a new recording.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Worker } from '@temporalio/worker';
+import { workflowBundlePath } from '../helpers/bundle';
+
+const HISTORIES = join(__dirname, '../fixtures/histories');
+/** What each recording must contain for its replay to mean something. */
+const COVERS: Record<string, string[]> = {
+  // placed, a shard died (rebuild), stopped with its shards cancelled, finished
+  'replica-pair-0.json': ['ACTIVITY_TASK_FAILED', 'ACTIVITY_TASK_CANCELED', 'WORKFLOW_EXECUTION_SIGNALED', 'WORKFLOW_EXECUTION_COMPLETED'],
+  // started its child, took a scale update, saw the child finish (the deployment itself runs on)
+  'model-pair.json': ['START_CHILD_WORKFLOW_EXECUTION_INITIATED', 'WORKFLOW_EXECUTION_UPDATE_COMPLETED', 'CHILD_WORKFLOW_EXECUTION_COMPLETED'],
+};
+const files = readdirSync(HISTORIES).filter((f) => f.endsWith('.json')).sort();
+
+describe('recorded workflow histories replay on the current code', () => {
+  test('fixtures exist for the replica and the model deployment workflows', () => {
+    expect(files).toEqual(expect.arrayContaining(['model-pair.json', 'replica-pair-0.json']));
+  });
+
+  test.each(files)('%s replays without a determinism violation', async (file) => {
+    const history: unknown = JSON.parse(readFileSync(join(HISTORIES, file), 'utf8'));
+    const types = (history as { events: { eventType: string }[] }).events.map((e) => e.eventType.replace('EVENT_TYPE_', ''));
+    // A recording proves only the paths it took: each must hold the interesting ones.
+    expect(types).toEqual(expect.arrayContaining(COVERS[file] ?? []));
+    await Worker.runReplayHistory({ workflowBundle: { codePath: await workflowBundlePath() } }, history, file.replace(/\.json$/, ''));
+  });
+});
