@@ -1,3 +1,6 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse } from 'yaml';
 import { loadServerConfig, parseServerConfig, type ConfigError } from '../../config/load';
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import { Checker, isObj, quote, suggest } from '../../config/check';
@@ -85,5 +88,21 @@ describe('parseServerConfig', () => {
   });
   it('says a file that cannot be read names the path', () => {
     expect(() => loadServerConfig('/nonexistent/server.yaml')).toThrow(/\/nonexistent\/server\.yaml: cannot be read \(ENOENT\)/);
+  });
+});
+
+describe('config/server.example.yaml', () => {
+  const file = join(__dirname, '../../config/server.example.yaml');
+  const text = readFileSync(file, 'utf8');
+
+  test('parses and equals the built-in defaults (it documents them)', () => {
+    expect(parseServerConfig(text, file)).toEqual(DEFAULT_CONFIG);
+  });
+
+  test('spells out every key the defaults have', () => {
+    const doc = parse(text) as unknown;
+    const paths = (v: unknown, at: string): string[] =>
+      isObj(v) ? Object.entries(v).flatMap(([k, inner]) => [`${at}${k}`, ...paths(inner, `${at}${k}.`)]) : Array.isArray(v) ? v.flatMap((x) => paths(x, at)) : [];
+    expect([...new Set(paths(doc, ''))].sort()).toEqual([...new Set(paths(DEFAULT_CONFIG, ''))].sort());
   });
 });
