@@ -74,7 +74,8 @@ export function formatReplicas(replicas: ReplicaRecord[]): string {
 /** Entry for `llmgw ctl`. */
 export async function ctlCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
   const [verb, ...rest] = argv;
-  const { values, positionals } = parse(rest, {
+  // `llmgw ctl --help` (no verb) teaches like `llmgw ctl nodes --help` does.
+  const { values, positionals } = parse(verb?.startsWith('-') ? argv : rest, {
     usage: USAGE,
     allowPositionals: true,
     options: {
@@ -111,7 +112,7 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
       return;
     }
     default:
-      throw new UsageError(verb ? `unknown command "ctl ${verb}"\n${USAGE}` : USAGE);
+      throw new UsageError(verb ? `unknown command "ctl ${verb}"\n${USAGE}` : `ctl needs a COMMAND, e.g. llmgw ctl nodes\n${USAGE}`);
   }
 }
 

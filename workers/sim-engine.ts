@@ -46,6 +46,10 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
 
 /** Runs the engine until SIGTERM/SIGINT (exit 0) or until its group breaks (exit 3). */
 export async function main(argv: string[]): Promise<void> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(`${USAGE}\n  --help  print this and exit\n`);
+    return;
+  }
   let opts: Omit<SimOptions, 'log'>;
   try {
     opts = parseSimArgv(argv);

@@ -1,0 +1,39 @@
+/** Every command's --help teaches (usage on stdout, exit 0); a missing or unknown command exits 2 and says so. */
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+
+const BIN = join(__dirname, '../../bin/llmgw.js');
+const run = (...args: string[]): { status: number | null; stdout: string; stderr: string } => {
+  const r = spawnSync(process.execPath, [BIN, ...args], { encoding: 'utf8', timeout: 30_000 });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+};
+
+describe('llmgw --help', () => {
+  test.each([
+    [['--help'], /llmgw cluster/],
+    [['cluster', '--help'], /--state-dir DIR/],
+    [['ctl', '--help'], /scale MODEL N/],
+    [['ctl', 'nodes', '--help'], /scale MODEL N/],
+    [['control-plane', '--help'], /--config FILE/],
+    [['gateway', '--help'], /--config FILE/],
+    [['agent', '--help'], /--fabric NAME/],
+    [['sim-engine', '--help'], /--dist-port DP[\s\S]*--help/],
+  ])('llmgw %j prints its usage and exits 0', (args, usage) => {
+    const r = run(...args);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toMatch(usage);
+    expect(r.status).toBe(0);
+  });
+
+  test('an unknown command exits 2 and names it', () => {
+    const r = run('frobnicate');
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/unknown command "frobnicate"/);
+  });
+
+  test('ctl with no command exits 2 and shows an example', () => {
+    const r = run('ctl');
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/ctl needs a COMMAND, e\.g\. llmgw ctl nodes/);
+  });
+});
