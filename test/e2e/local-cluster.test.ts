@@ -3,36 +3,96 @@
  * plane, gateway, three sim-node agents as real processes), the catalog deployed; a chat completion
  * streams back through the gateway with the openai client; the CLI lists the nodes.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
+import { Connection, WorkflowClient } from '@temporalio/client';
 import OpenAI from 'openai';
-import { startCluster, type Cluster } from '../../cli/cluster/run';
+import { workflowIds } from '../../lib/names';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
 import { freePort } from '../helpers/ports';
+import { waitFor } from '../helpers/wait';
 
 const run = promisify(execFile);
 const LLMGW = resolve(__dirname, '../../bin/llmgw.js');
 
+/** `llmgw cluster` as the README runs it: its own process group, as a terminal's foreground job. */
+interface Running { child: ChildProcess; lines: string[] }
+function startClusterProcess(stateDir: string, basePort: number, mysqlUrl: string): Running {
+  const child = spawn(process.execPath, [LLMGW, 'cluster', '--state-dir', stateDir, '--base-port', String(basePort), '--mysql-url', mysqlUrl], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const lines: string[] = [];
+  let buf = '';
+  const feed = (b: Buffer): void => {
+    buf += b.toString();
+    const parts = buf.split('\n');
+    buf = parts.pop() ?? '';
+    lines.push(...parts);
+  };
+  child.stdout?.on('data', feed);
+  child.stderr?.on('data', feed);
+  return { child, lines };
+}
+const up = (r: Running): Promise<string[]> =>
+  waitFor(() => {
+    if (r.child.exitCode !== null) throw new Error(`llmgw cluster exited with code ${r.child.exitCode}:\n${r.lines.join('\n')}`);
+    return r.lines.some((l) => l.includes('llmgw local cluster is up')) ? r.lines : undefined;
+  }, { timeoutMs: 180_000, what: 'llmgw cluster to come up' }).catch((err: Error) => {
+    throw new Error(`${err.message}\noutput:\n${r.lines.join('\n')}`);
+  });
+/** Its exit code, once it exited of itself (null: killed by a signal). */
+const exitCode = (r: Running, what: string): Promise<number | null> =>
+  waitFor(() => (r.child.exitCode !== null || r.child.signalCode !== null ? { code: r.child.exitCode } : undefined), { timeoutMs: 60_000, what })
+    .then((e) => e.code);
+/** Every process below `root` (the roles, the Temporal server, the agents' engines). */
+async function descendants(root: number): Promise<number[]> {
+  const { stdout } = await run('ps', ['-eo', 'pid=,ppid=']);
+  const kids = new Map<number, number[]>();
+  for (const line of stdout.trim().split('\n')) {
+    const [pid, ppid] = line.trim().split(/\s+/).map(Number);
+    if (pid !== undefined && ppid !== undefined) kids.set(ppid, [...(kids.get(ppid) ?? []), pid]);
+  }
+  const out: number[] = [];
+  const walk = (p: number): void => (kids.get(p) ?? []).forEach((k) => { out.push(k); walk(k); });
+  walk(root);
+  return out;
+}
+const alive = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+/** The engine and Temporal processes are children of children; Ctrl-C goes to the whole group. */
+const ctrlC = (r: Running): boolean => process.kill(-(r.child.pid as number), 'SIGINT');
+
 describe('the local cluster', () => {
-  let cluster: Cluster;
+  let first: Running;
+  let basePort = 0;
+  let gatewayUrl = '';
+  let configFile = '';
   const stateDir = mkdtempSync(join(tmpdir(), 'llmgw-e2e-'));
   const mysqlUrl = testMysqlUrl();
-  const progress: string[] = [];
+  let progress: string[] = [];
 
   beforeAll(async () => {
     // A block of ports of its own, so the test passes beside a running local cluster.
-    const base = (await freePort()) % 20000 + 30000;
-    cluster = await startCluster({ stateDir, basePort: base, mysqlUrl, progress: (l) => progress.push(l) });
+    basePort = (await freePort()) % 20000 + 30000;
+    first = startClusterProcess(stateDir, basePort, mysqlUrl);
+    progress = await up(first);
+    gatewayUrl = /OpenAI base URL\s+(\S+)\/v1/.exec(progress.join('\n'))?.[1] ?? '';
+    configFile = /^\s+config\s+(\S+)$/m.exec(progress.join('\n'))?.[1] ?? '';
   }, 240_000);
 
   afterAll(async () => {
-    await cluster?.close();
+    for (const r of [first, again]) if (r && r.child.exitCode === null) try { process.kill(-(r.child.pid as number), 'SIGKILL'); } catch { /* gone */ }
     await dropDatabase(mysqlUrl);
     rmSync(stateDir, { recursive: true, force: true });
   }, 60_000);
+  let again: Running | undefined;
 
   test('deploys the catalog and reports each step', () => {
     expect(progress.some((l) => l.includes('[5/5] deploying the catalog'))).toBe(true);
@@ -41,7 +101,7 @@ describe('the local cluster', () => {
   });
 
   test('a chat completion streams through the gateway from the 2-node model', async () => {
-    const client = new OpenAI({ baseURL: `${cluster.gatewayUrl}/v1`, apiKey: 'local' });
+    const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey: 'local' });
     const models = await client.models.list();
     expect(models.data.map((m) => m.id).sort()).toEqual(['sim-large', 'sim-small']);
     const stream = await client.chat.completions.create({ model: 'sim-large', stream: true, max_tokens: 8, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hello there' }] });
@@ -60,15 +120,44 @@ describe('the local cluster', () => {
   });
 
   test('the CLI lists the nodes with their fabric, GPUs and replicas', async () => {
-    const { stdout } = await run(process.execPath, [LLMGW, 'ctl', 'nodes', '--config', cluster.configFile]);
+    const { stdout } = await run(process.execPath, [LLMGW, 'ctl', 'nodes', '--config', configFile]);
     expect(stdout).toMatch(/^NODE\s+STATE\s+GPUS\s+FABRIC/m);
     expect(stdout).toMatch(/^sim-a\s+ready\s+\d\/2\s+ib-a/m);
     expect(stdout).toMatch(/^sim-b\s+ready\s+\d\/2\s+ib-a/m);
     expect(stdout).toMatch(/^sim-c\s+ready\s+\d\/2\s+island/m);
-    const { stdout: json } = await run(process.execPath, [LLMGW, 'ctl', 'replicas', '--json', '--config', cluster.configFile]);
+    const { stdout: json } = await run(process.execPath, [LLMGW, 'ctl', 'replicas', '--json', '--config', configFile]);
     const replicas = JSON.parse(json) as { id: string; state: string; shards: { nodeId: string }[] }[];
     const large = replicas.find((r) => r.id === 'sim-large-0');
     expect(large?.state).toBe('ready');
     expect(large?.shards.map((s) => s.nodeId).sort()).toEqual(['sim-a', 'sim-b']);
   });
+
+  test('Ctrl-C stops every process it started; running it again reuses the state', async () => {
+    const tree = await descendants(first.child.pid as number);
+    expect(tree.length).toBeGreaterThanOrEqual(7); // temporal, control plane, gateway, 3 agents, engines
+    const connection = await Connection.connect({ address: `127.0.0.1:${basePort}` });
+    const runId = async (): Promise<string> => (await new WorkflowClient({ connection }).getHandle(workflowIds.model('sim-small')).describe()).runId;
+    const before = await runId();
+    await connection.close();
+
+    const stoppedAt = Date.now();
+    ctrlC(first);
+    expect(await exitCode(first, 'llmgw cluster to exit after Ctrl-C')).toBe(0);
+    console.log(`Ctrl-C: llmgw cluster exited ${Date.now() - stoppedAt}ms after the signal`);
+    expect(tree.filter(alive)).toEqual([]);
+
+    again = startClusterProcess(stateDir, basePort, mysqlUrl);
+    const restartedAt = Date.now();
+    await up(again);
+    console.log(`second start (state reused): up in ${Date.now() - restartedAt}ms`);
+    const conn2 = await Connection.connect({ address: `127.0.0.1:${basePort}` });
+    expect((await new WorkflowClient({ connection: conn2 }).getHandle(workflowIds.model('sim-small')).describe()).runId).toBe(before);
+    await conn2.close();
+    const res = await fetch(`${gatewayUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'sim-small', max_tokens: 3, messages: [{ role: 'user', content: 'again' }] }) });
+    expect(res.status).toBe(200);
+    const tree2 = await descendants(again.child.pid as number);
+    ctrlC(again);
+    expect(await exitCode(again, 'the second llmgw cluster to exit after Ctrl-C')).toBe(0);
+    expect(tree2.filter(alive)).toEqual([]);
+  }, 300_000);
 });
