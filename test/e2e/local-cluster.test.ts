@@ -4,7 +4,7 @@
  * streams back through the gateway with the openai client; the CLI lists the nodes.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -88,11 +88,12 @@ describe('the local cluster', () => {
   }, 240_000);
 
   afterAll(async () => {
-    for (const r of [first, again]) if (r && r.child.exitCode === null) try { process.kill(-(r.child.pid as number), 'SIGKILL'); } catch { /* gone */ }
+    for (const r of [first, again, third]) if (r && r.child.exitCode === null) try { process.kill(-(r.child.pid as number), 'SIGKILL'); } catch { /* gone */ }
     await dropDatabase(mysqlUrl);
     rmSync(stateDir, { recursive: true, force: true });
   }, 60_000);
   let again: Running | undefined;
+  let third: Running | undefined;
 
   test('deploys the catalog and reports each step', () => {
     expect(progress.some((l) => l.includes('[5/5] deploying the catalog'))).toBe(true);
@@ -132,7 +133,7 @@ describe('the local cluster', () => {
     expect(large?.shards.map((s) => s.nodeId).sort()).toEqual(['sim-a', 'sim-b']);
   });
 
-  test('Ctrl-C stops every process it started; running it again reuses the state', async () => {
+  test('Ctrl-C stops every process it started; running it again reuses the state; after a kill -9 the next run recovers', async () => {
     const tree = await descendants(first.child.pid as number);
     expect(tree.length).toBeGreaterThanOrEqual(7); // temporal, control plane, gateway, 3 agents, engines
     const connection = await Connection.connect({ address: `127.0.0.1:${basePort}` });
@@ -155,9 +156,27 @@ describe('the local cluster', () => {
     await conn2.close();
     const res = await fetch(`${gatewayUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'sim-small', max_tokens: 3, messages: [{ role: 'user', content: 'again' }] }) });
     expect(res.status).toBe(200);
+    // Killed outright (no Ctrl-C): each role notices its parent is gone and stops itself with its engines;
+    // the Temporal server outlives it, and the next start stops that one first.
     const tree2 = await descendants(again.child.pid as number);
-    ctrlC(again);
-    expect(await exitCode(again, 'the second llmgw cluster to exit after Ctrl-C')).toBe(0);
-    expect(tree2.filter(alive)).toEqual([]);
+    const temporalPid = Number(readFileSync(join(stateDir, 'temporal.pid'), 'utf8'));
+    expect(tree2).toContain(temporalPid);
+    process.kill(again.child.pid as number, 'SIGKILL');
+    const orphans = await waitFor(() => {
+      const left = tree2.filter(alive);
+      return left.length === 1 ? left : undefined;
+    }, { timeoutMs: 20_000, what: 'the roles and engines of a killed llmgw cluster to stop themselves (all but Temporal)' });
+    expect(orphans).toEqual([temporalPid]);
+
+    third = startClusterProcess(stateDir, basePort, mysqlUrl);
+    const lines = await up(third);
+    expect(lines.join('\n')).toContain(`stopping the Temporal server an earlier run left behind (pid ${temporalPid})`);
+    expect(alive(temporalPid)).toBe(false);
+    const res2 = await fetch(`${gatewayUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'sim-large', max_tokens: 3, messages: [{ role: 'user', content: 'after a crash' }] }) });
+    expect(res2.status).toBe(200);
+    const tree3 = await descendants(third.child.pid as number);
+    ctrlC(third);
+    expect(await exitCode(third, 'the third llmgw cluster to exit after Ctrl-C')).toBe(0);
+    expect(tree3.filter(alive)).toEqual([]);
   }, 300_000);
 });
