@@ -9,8 +9,8 @@ export const ERRORS = {
   LLMGW_UNKNOWN_NODE: { status: 404, type: 'invalid_request_error' },
   LLMGW_CONFIG_INVALID: { status: 500, type: 'server_error' },
   LLMGW_NVIDIA_SMI_FAILED: { status: 500, type: 'server_error' },
-  LLMGW_NO_PLACEMENT: { status: 503, type: 'server_error' },
   LLMGW_ENGINE_EXITED: { status: 500, type: 'server_error' },
+  LLMGW_ENGINE_MISSING: { status: 500, type: 'server_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -5,6 +5,7 @@ import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
 import { hasExited, stopProcess } from '../../lib/process';
 import type { EngineName } from '../../lib/types';
+import type { ErrorCode } from '../../lib/errors';
 
 export interface NodeDeps {
   nodeId: string;
@@ -37,14 +38,14 @@ export function createNodeActivities(deps: NodeDeps) {
   return {
     /**
      * Runs one shard's engine process for as long as the replica wants it: heartbeats every second,
-     * fails with `EngineExited` (exit code and stderr tail; no retry, the replica rebuilds) if the
+     * fails with `LLMGW_ENGINE_EXITED` (exit code and stderr tail; no retry, the replica rebuilds) if the
      * process dies, and stops it (SIGTERM, then SIGKILL after a grace) when cancelled.
      */
     async runShard(input: RunShardInput): Promise<void> {
       const ctx = Context.current();
       const cmd = buildEngineCommand(input);
       const [bin, ...prefix] = deps.engineArgv(cmd.engine);
-      if (!bin) throw ApplicationFailure.nonRetryable(`engine ${cmd.engine} is not installed on node ${deps.nodeId}`, 'EngineMissing');
+      if (!bin) throw ApplicationFailure.nonRetryable(`engine ${cmd.engine} is not installed on node ${deps.nodeId}`, 'LLMGW_ENGINE_MISSING' satisfies ErrorCode);
       const child = spawn(bin, [...prefix, ...cmd.args], { stdio: ['ignore', 'pipe', 'pipe'] });
       let tail = '';
       const keep = (b: Buffer): void => {
@@ -72,7 +73,7 @@ export function createNodeActivities(deps: NodeDeps) {
           const how = outcome.error ? `could not start (${outcome.error.message})` : outcome.signal ? `was killed by ${outcome.signal}` : `exited with code ${outcome.code}`;
           const msg = `engine ${cmd.engine} for ${input.replicaId} rank ${input.rank} on ${deps.nodeId} ${how}; last output:\n${tail.trim().split('\n').slice(-15).join('\n')}`;
           log('shard exited', { replica: input.replicaId, rank: input.rank, code: outcome.code, signal: outcome.signal });
-          throw ApplicationFailure.create({ message: msg, type: 'EngineExited', nonRetryable: true, details: [{ code: outcome.code, signal: outcome.signal, stderrTail: tail }] });
+          throw ApplicationFailure.create({ message: msg, type: 'LLMGW_ENGINE_EXITED' satisfies ErrorCode, nonRetryable: true, details: [{ code: outcome.code, signal: outcome.signal, stderrTail: tail }] });
         }
         // Cancelled: stop the engine, then report the cancellation.
         await stopProcess(child, stopGraceMs);

@@ -1,38 +1,41 @@
 /**
  * Latency the gateway adds: sequential non-streamed chat completions, direct to an engine and through the gateway,
- * interleaved in one run. Run: `node --import tsx test/bench/gateway-latency.ts [requests]`.
- * Everything shares one process and event loop, so the figure is the gateway's own work plus its two extra hops.
+ * interleaved in one run. Run: `npm run bench` (or `node --import tsx test/bench/gateway-latency.ts [requests]`).
+ * The client and the gateway share one process; the sim engine runs as its own, so the figure is the
+ * gateway's own work plus its extra hop over loopback.
  */
-import { Agent, createServer, request } from 'node:http';
+import { spawn } from 'node:child_process';
+import { Agent, request } from 'node:http';
+import { createServer as createNetServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { RoutingTable } from '../../gateway/routing';
 import { startGateway } from '../../gateway/server';
+import { stopProcess } from '../../lib/process';
+import { simEngineArgv } from '../../lib/sim/argv';
 
 const MODEL = 'bench-model';
 const N = Number(process.argv[2] ?? 1000);
 const WARMUP = 200;
 const BODY = Buffer.from(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello in five words.' }], max_tokens: 16 }));
 
-/** An upstream engine: the sim engine when present, else a small OpenAI-shaped node:http server. */
+/** The upstream: the sim engine as its own process, as engines run in production (its GC is not the gateway's). */
 async function startUpstream(): Promise<{ url: string; kind: string; close(): Promise<void> }> {
-  const sim = await import('../../lib/sim/server').catch(() => null);
-  if (sim?.startSimEngine) {
-    const e = await sim.startSimEngine({ model: MODEL, host: '127.0.0.1', port: 0, rank: 0, world: 1, distHost: '127.0.0.1', distPort: 0, tokensPerSecond: 0 });
-    return { url: `http://127.0.0.1:${e.port}`, kind: 'lib/sim/server.ts', close: () => e.close() };
+  const port = await new Promise<number>((r) => {
+    const probe = createNetServer().listen(0, '127.0.0.1', () => {
+      const p = (probe.address() as AddressInfo).port;
+      probe.close(() => r(p));
+    });
+  });
+  const [bin, ...prefix] = simEngineArgv();
+  const child = spawn(bin as string, [...prefix, '--model', MODEL, '--port', String(port), '--tokens-per-second', '0'], { stdio: 'ignore' });
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; ; i++) {
+    if (child.exitCode !== null) throw new Error(`sim engine exited with code ${child.exitCode}`);
+    if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) break;
+    if (i > 300) throw new Error('sim engine did not answer /health within 30 s');
+    await new Promise((r) => setTimeout(r, 100));
   }
-  const answer = JSON.stringify({
-    id: 'chatcmpl-bench', object: 'chat.completion', created: 0, model: MODEL,
-    choices: [{ index: 0, message: { role: 'assistant', content: 'hello there from the bench' }, finish_reason: 'stop' }],
-    usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 },
-  });
-  const server = createServer((req, res) => {
-    req.resume();
-    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(answer) }).end(answer));
-  });
-  server.keepAliveTimeout = 65_000;
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const port = (server.address() as AddressInfo).port;
-  return { url: `http://127.0.0.1:${port}`, kind: 'node:http mock', close: () => new Promise((r) => { server.closeAllConnections(); server.close(() => r()); }) };
+  return { url, kind: 'sim engine process', close: () => stopProcess(child, 5000) };
 }
 
 /** One POST over `agent`; resolves with the elapsed milliseconds once the whole body is in. */
@@ -84,17 +87,17 @@ async function main(): Promise<void> {
     const added = viaGw.map((g, i) => g - direct[i]);
     const r = {
       requests: N, upstream: up.kind, node: process.version,
-      direct: { median: quantile(direct, 0.5), p99: quantile(direct, 0.99) },
-      gateway: { median: quantile(viaGw, 0.5), p99: quantile(viaGw, 0.99) },
-      added: { median: quantile(added, 0.5), p99: quantile(added, 0.99), medianOfMedians: quantile(viaGw, 0.5) - quantile(direct, 0.5) },
+      direct: { median: quantile(direct, 0.5), p90: quantile(direct, 0.9), p99: quantile(direct, 0.99) },
+      gateway: { median: quantile(viaGw, 0.5), p90: quantile(viaGw, 0.9), p99: quantile(viaGw, 0.99) },
+      added: { median: quantile(added, 0.5), p90: quantile(added, 0.9), p99: quantile(added, 0.99), medianOfMedians: quantile(viaGw, 0.5) - quantile(direct, 0.5) },
     };
     console.log([
       `gateway latency: ${N} sequential non-streamed chat completions per path, interleaved (upstream: ${up.kind}, node ${process.version})`,
-      `  direct         median ${f3(r.direct.median)} ms   p99 ${f3(r.direct.p99)} ms`,
-      `  via gateway    median ${f3(r.gateway.median)} ms   p99 ${f3(r.gateway.p99)} ms`,
-      `  added (paired) median ${f3(r.added.median)} ms   p99 ${f3(r.added.p99)} ms   (difference of medians ${f3(r.added.medianOfMedians)} ms)`,
+      `  direct         median ${f3(r.direct.median)} ms   p90 ${f3(r.direct.p90)} ms   p99 ${f3(r.direct.p99)} ms`,
+      `  via gateway    median ${f3(r.gateway.median)} ms   p90 ${f3(r.gateway.p90)} ms   p99 ${f3(r.gateway.p99)} ms`,
+      `  added (paired) median ${f3(r.added.median)} ms   p90 ${f3(r.added.p90)} ms   p99 ${f3(r.added.p99)} ms   (difference of medians ${f3(r.added.medianOfMedians)} ms)`,
     ].join('\n'));
-    const round = (o: { median: number; p99: number }): { median: number; p99: number } => ({ median: +f3(o.median), p99: +f3(o.p99) });
+    const round = (o: { median: number; p90: number; p99: number }): { median: number; p90: number; p99: number } => ({ median: +f3(o.median), p90: +f3(o.p90), p99: +f3(o.p99) });
     console.log(JSON.stringify({ ...r, direct: round(r.direct), gateway: round(r.gateway), added: { ...round(r.added), medianOfMedians: +f3(r.added.medianOfMedians) } }));
   } finally {
     directAgent.destroy();
