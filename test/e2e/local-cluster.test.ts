@@ -11,6 +11,7 @@ import { promisify } from 'node:util';
 import { Connection, WorkflowClient } from '@temporalio/client';
 import OpenAI from 'openai';
 import { workflowIds } from '../../lib/names';
+import { pidAlive } from '../../lib/process';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
 import { freePort } from '../helpers/ports';
 import { waitFor } from '../helpers/wait';
@@ -58,14 +59,7 @@ async function descendants(root: number): Promise<number[]> {
   walk(root);
   return out;
 }
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
+const alive = pidAlive;
 /** The engine and Temporal processes are children of children; Ctrl-C goes to the whole group. */
 const ctrlC = (r: Running): boolean => process.kill(-(r.child.pid as number), 'SIGINT');
 

@@ -11,6 +11,7 @@ import { createNodeActivities } from '../../activities/node';
 import { TEMPORAL_BIN, type DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { nodeQueue, QUEUES, workflowIds } from '../../lib/names';
+import { pidAlive } from '../../lib/process';
 import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory, ReplicaRecord } from '../../lib/types';
 import { NODE_WORKER_OPTIONS } from '../../workers/agent';
@@ -27,14 +28,7 @@ const inventory = (host: string): NodeInventory => ({
   adapters: [], fabrics: { 'ib-a': ['mlx5_0', 'mlx5_1'] }, cpuFlags: ['avx2'], engines: ['sim'], host,
 });
 
-const alive = (pid: number): boolean => {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
-};
+const alive = pidAlive;
 
 describe('a replica over two nodes of one fabric', () => {
   let temporal: DevServer;
