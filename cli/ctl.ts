@@ -6,6 +6,7 @@ import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import type { NodeRecord, ReplicaRecord } from '../lib/types';
 import { scaleUpdate, type ModelDeploymentInput } from '../workflows/contracts/model';
 import { intOption, parse, UsageError } from './args';
+import { drain, setCordon } from './drain';
 import { table, ago } from './table';
 
 const COMMON = `  --config FILE   server.yaml (default: built-in local-cluster defaults)
@@ -21,6 +22,11 @@ llmgw ctl COMMAND [options]
   deploy MODEL [--replicas N] [--no-wait] [--timeout S]
                               start (or join) the model's deployment workflow; waits until its replicas serve
   scale MODEL N               set the model's desired replicas
+  drain NODE [--timeout S] [--no-wait]
+                              cordon NODE and move its replicas elsewhere, one at a time, each replacement
+                              serving before its original stops (workflow drain/NODE; running it again joins it)
+  cordon NODE                 NODE takes no new replicas (those on it keep running)
+  uncordon NODE               NODE takes replicas again
 
 ${COMMON}
 `;
@@ -109,6 +115,21 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
       if (verb === 'scale' && positionals[1] === undefined) throw new UsageError(`ctl scale needs MODEL N, e.g. llmgw ctl scale ${model} 3`);
       const replicas = verb === 'scale' ? intOption(positionals[1], 'N', 0) : values.replicas === undefined ? undefined : intOption(values.replicas, '--replicas', 0);
       await deploy(config, server, { model, replicas, wait: !values['no-wait'], timeoutS: intOption(values.timeout, '--timeout', 300), out });
+      return;
+    }
+    case 'drain':
+    case 'cordon':
+    case 'uncordon': {
+      const nodeId = positionals[0];
+      if (!nodeId) throw new UsageError(`ctl ${verb} needs a NODE, e.g. llmgw ctl ${verb} sim-a`);
+      if (verb !== 'drain') return setCordon(server, nodeId, verb, out);
+      const timeoutS = values.timeout === undefined ? null : intOption(values.timeout, '--timeout', 1);
+      const { client, close } = await temporalClient(config);
+      try {
+        await drain(client, { nodeId, timeoutS, wait: !values['no-wait'], uiLink: uiLink(config, workflowIds.drain(nodeId)), out });
+      } finally {
+        await close();
+      }
       return;
     }
     default:

@@ -5,7 +5,7 @@ const USAGE = `
 llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gateway
 
   llmgw cluster          bring up the local cluster (Temporal, control plane, gateway, 3 sim nodes)
-  llmgw ctl COMMAND      nodes | replicas | models | deploy | scale   (llmgw ctl --help)
+  llmgw ctl COMMAND      nodes | replicas | deploy | scale | drain | uncordon …  (llmgw ctl --help)
   llmgw control-plane    run the control plane API and the control worker
   llmgw gateway          run the inference gateway
   llmgw agent            run the node agent (llmgw agent --help)

@@ -81,6 +81,23 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
       })),
     };
   });
+  // Operator actions on a node. Cordon state lives in MySQL, so it survives restarts and re-registration.
+  for (const [verb, state] of [['cordon', 'cordoned'], ['uncordon', 'ready']] as const) {
+    app.post<{ Params: { id: string } }>(`/v1/nodes/:id/${verb}`, {
+      schema: { params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } }, response: { 404: errorSchema, 409: errorSchema } },
+    }, async (req, reply) => {
+      const id = req.params.id;
+      const before = await store.nodeState(id as NodeId);
+      if (before === null) return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`));
+      if (before === 'down') return reply.code(409).send(openAiError('LLMGW_BAD_REQUEST', `node ${id} is down: its agent is not heartbeating; it comes back ready (or cordoned) when it does`));
+      if (before !== state) {
+        await store.setNodeState(id, state);
+        await store.event({ kind: `node.${state}`, nodeId: id, message: `${verb} by operator` });
+        if (state === 'ready') opts.onNodesChanged?.(id);
+      }
+      return { nodeId: id, state, changed: before !== state };
+    });
+  }
   app.get<{ Querystring: { model?: string } }>('/v1/replicas', async (req) => ({ replicas: await store.listReplicas(req.query.model) }));
   app.get('/v1/models', async () => ({ models: await store.listModels() }));
   app.get('/v1/events', async () => ({ events: await store.recentEvents(100) }));

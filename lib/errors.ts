@@ -11,6 +11,15 @@ export const ERRORS = {
   LLMGW_NVIDIA_SMI_FAILED: { status: 500, type: 'server_error' },
   LLMGW_ENGINE_EXITED: { status: 500, type: 'server_error' },
   LLMGW_ENGINE_MISSING: { status: 500, type: 'server_error' },
+  LLMGW_CA_EXISTS: { status: 409, type: 'invalid_request_error' },
+  LLMGW_CA_MISSING: { status: 500, type: 'server_error' },
+  LLMGW_CA_INVALID: { status: 500, type: 'server_error' },
+  LLMGW_BAD_PEM: { status: 400, type: 'invalid_request_error' },
+  LLMGW_BAD_CSR: { status: 400, type: 'invalid_request_error' },
+  LLMGW_BAD_NODE_ID: { status: 400, type: 'invalid_request_error' },
+  LLMGW_CERT_REFUSED: { status: 403, type: 'invalid_request_error' },
+  LLMGW_DRAIN_TIMEOUT: { status: 504, type: 'server_error' },
+  LLMGW_NO_DEPLOYMENT: { status: 409, type: 'invalid_request_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

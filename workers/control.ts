@@ -41,7 +41,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     namespace: config.temporal.namespace,
     taskQueue: QUEUES.control,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: require.resolve('../workflows') }),
-    activities: createControlActivities({ store, enginePorts: config.enginePorts }),
+    activities: createControlActivities({ store, client, enginePorts: config.enginePorts }),
   });
   const running = worker.run();
 

@@ -1,3 +1,4 @@
 /** Every workflow the control worker runs (this is its workflowsPath). */
 export { replica } from './replica';
 export { modelDeployment } from './model';
+export { drainNode } from './drain';

@@ -6,7 +6,9 @@ import {
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { ControlActivities } from '../activities/control';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
-import { deploymentQuery, scaleUpdate, type ModelDeploymentInput, type ModelDeploymentState } from './contracts/model';
+import {
+  deploymentQuery, replaceSignal, replicaReadySignal, scaleUpdate, type ModelDeploymentInput, type ModelDeploymentState,
+} from './contracts/model';
 import { stopSignal } from './contracts/replica';
 import { replica } from './replica';
 
@@ -15,14 +17,34 @@ const control = proxyActivities<ControlActivities>({
   retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
 });
 
+/** Signals a replica to stop; one already gone (stopped, or terminated by hand) needs nothing. */
+async function stopReplica(replicaId: string): Promise<void> {
+  try {
+    await getExternalWorkflowHandle(workflowIds.replica(replicaId)).signal(stopSignal);
+  } catch {
+    // already gone
+  }
+}
+
 /** Most replicas one model may ask for: a typo of 1000 should not try to place 1000 replicas. */
 export const MAX_REPLICAS = 64;
 
 /** Keeps `desired` replica workflows (`replica/<model>-<n>`) running; `scale` changes the count. */
 export async function modelDeployment(input: ModelDeploymentInput): Promise<void> {
   const state: ModelDeploymentState = input.state ?? { desired: null, replicas: [], nextIndex: 0 };
+  const replacing = (state.replacing ??= []);
+  const requested: { replicaId: string; why: string }[] = [];
+  const readyNow: string[] = [];
   let dirty = true;
   setHandler(deploymentQuery, () => state);
+  setHandler(replaceSignal, (req) => {
+    requested.push(req);
+    dirty = true;
+  });
+  setHandler(replicaReadySignal, (id) => {
+    readyNow.push(id);
+    dirty = true;
+  });
   setHandler(
     scaleUpdate,
     async (n: number) => {
@@ -47,8 +69,7 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     const profile = spec.profiles[0];
     if (!profile) throw ApplicationFailure.nonRetryable(`model ${input.model} has no profile`, 'NoProfile');
     state.desired ??= spec.replicas;
-    while (state.replicas.length < state.desired) {
-      const replicaId = `${input.model}-${state.nextIndex++}`;
+    const start = async (replicaId: string): Promise<void> => {
       try {
         await startChild(replica, {
           workflowId: workflowIds.replica(replicaId),
@@ -60,18 +81,44 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
         // Already running (a replay after continue-as-new, or a replica left from before): adopt it.
         if (!(err instanceof WorkflowExecutionAlreadyStartedError)) throw err;
       }
+    };
+    // Make before break: the replacement takes the old one's place in the list at once (so scaling counts it),
+    // and the old one keeps serving until the replacement reports ready.
+    for (const req of requested.splice(0)) {
+      const at = state.replicas.indexOf(req.replicaId);
+      const pending = replacing.find((r) => r.old === req.replicaId);
+      if (pending) {
+        // Asked again (the drain re-asks while it waits): if its ready signal was missed, finish it now.
+        if ((await control.replicaState(pending.new)) === 'ready') readyNow.push(pending.new);
+        continue;
+      }
+      if (at < 0) continue;
+      const replicaId = `${input.model}-${state.nextIndex++}`;
+      await start(replicaId);
+      state.replicas[at] = replicaId;
+      replacing.push({ old: req.replicaId, new: replicaId, why: req.why });
+    }
+    for (const id of readyNow.splice(0)) {
+      const done = replacing.findIndex((r) => r.new === id);
+      if (done < 0) continue;
+      const [r] = replacing.splice(done, 1);
+      if (r) await stopReplica(r.old);
+    }
+    while (state.replicas.length < state.desired) {
+      const replicaId = `${input.model}-${state.nextIndex++}`;
+      await start(replicaId);
       state.replicas.push(replicaId);
     }
     while (state.replicas.length > state.desired) {
       const replicaId = state.replicas.pop() as string;
-      try {
-        await getExternalWorkflowHandle(workflowIds.replica(replicaId)).signal(stopSignal);
-      } catch {
-        // Already gone (stopped or terminated by hand): nothing left to stop.
-      }
+      await stopReplica(replicaId);
+      // A replacement scaled away takes its original with it (it was kept only until the replacement served).
+      const r = replacing.findIndex((x) => x.new === replicaId);
+      if (r >= 0) await stopReplica(replacing.splice(r, 1)[0]?.old as string);
     }
-    setCurrentDetails(`**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}`);
-    if (workflowInfo().continueAsNewSuggested) {
+    setCurrentDetails(`**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}${
+      replacing.length ? `\n\nreplacing: ${replacing.map((r) => `${r.old} → ${r.new} (${r.why})`).join(', ')}` : ''}`);
+    if (workflowInfo().continueAsNewSuggested && requested.length === 0 && readyNow.length === 0) {
       await continueAsNew<typeof modelDeployment>({ model: input.model, state });
     }
   }

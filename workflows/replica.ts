@@ -1,13 +1,14 @@
 /** The replica workflow: place, start shards (rank 0 first), wait until it serves, route; rebuild on failure; drain and stop on request. */
 import {
-  ActivityCancellationType, ActivityFailure, CancellationScope, TimeoutFailure, condition, continueAsNew, isCancellation,
-  proxyActivities, setCurrentDetails, setHandler, sleep, upsertSearchAttributes, workflowInfo,
+  ActivityCancellationType, ActivityFailure, ApplicationFailure, CancellationScope, TimeoutFailure, condition, continueAsNew,
+  getExternalWorkflowHandle, isCancellation, proxyActivities, setCurrentDetails, setHandler, sleep, upsertSearchAttributes, workflowInfo,
 } from '@temporalio/workflow';
 import { TimeoutType } from '@temporalio/common';
-import type { ControlActivities, PlaceResult } from '../activities/control';
+import type { ControlActivities, PlaceResult, ShardPlan } from '../activities/control';
 import type { NodeActivities } from '../activities/node';
 import { nodeQueue, searchAttributes } from '../lib/names';
 import type { ReplicaState } from '../lib/types';
+import { replicaReadySignal } from './contracts/model';
 import { nodesChangedSignal, statusQuery, stopSignal, type ReplicaInput, type ReplicaStatus } from './contracts/replica';
 
 const control = proxyActivities<ControlActivities>({
@@ -80,7 +81,9 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     upsertSearchAttributes([{ key: searchAttributes.node, value: placement.shards.map((s) => s.nodeId) }]);
     await record('starting', null, `placed on ${placement.shards.map((s) => `${s.nodeId}:${s.port}`).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`, null);
 
-    const scope = new CancellationScope();
+    // One scope per shard, so a stop can take rank 0 (the one serving) down first and let it finish its requests
+    // before the worker ranks leave (a worker leaving first would break rank 0's group mid-request).
+    const scopes = placement.shards.map(() => new CancellationScope());
     const shards: Promise<void>[] = [];
     let failure: Outcome | null = null;
     const startedAt = Date.now();
@@ -91,24 +94,43 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       const message = timedOut ? `${nodeId}: ${timeoutText(cause.timeoutType)}` : (cause?.message ?? (err as Error).message ?? String(err));
       failure = { kind: 'failed', message, timedOutNode: timedOut ? nodeId : null };
     };
-    void scope.run(async () => {
-      // Rank 0 first: it binds the dist-init port the other ranks join.
-      for (const s of placement.shards) {
-        const p = shardActivities(s.nodeId).runShard({
-          replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile,
-          rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
-        });
-        p.catch(onShardError(s.nodeId));
-        shards.push(p);
+    const launch = (s: ShardPlan) => async (): Promise<void> => {
+      for (;;) {
+        const since = new Date().toISOString();
+        try {
+          await shardActivities(s.nodeId).runShard({
+            replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile,
+            rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
+          });
+          return;
+        } catch (err) {
+          // The agent went away but its engine did not: schedule the shard again and let the next agent adopt it,
+          // so the replica keeps serving through an agent restart or upgrade.
+          if (!isCancellation(err) && (await agentWillAdopt(err, s.nodeId, since))) continue;
+          throw err;
+        }
       }
-      const health = serving.waitServing({ endpoint: placement.endpoint });
-      shards.push(health.then(() => void (failure ??= { kind: 'served' }), onShardError('health check')));
+    };
+    // Rank 0 first: it binds the dist-init port the other ranks join.
+    placement.shards.forEach((s, i) => {
+      const p = (scopes[i] as CancellationScope).run(launch(s));
+      p.catch(onShardError(s.nodeId));
+      shards.push(p);
     });
+    const healthScope = new CancellationScope();
+    const health = healthScope.run(() => serving.waitServing({ endpoint: placement.endpoint }));
+    shards.push(health.then(() => void (failure ??= { kind: 'served' }), onShardError('health check')));
+    const stopAll = async (): Promise<void> => {
+      healthScope.cancel();
+      scopes.forEach((sc) => sc.cancel());
+      await Promise.allSettled(shards);
+    };
 
     await condition(() => stopRequested || failure !== null);
     let outcome: Outcome = stopRequested ? { kind: 'stop' } : (failure as Outcome | null) ?? { kind: 'stop' };
     if (outcome.kind === 'served') {
       await record('ready', null, `serving at ${placement.endpoint}`, placement.endpoint);
+      await tellParentReady(input.replicaId);
       failure = null;
       await condition(() => stopRequested || failure !== null);
       outcome = stopRequested ? { kind: 'stop' } : (failure as Outcome | null) ?? { kind: 'stop' };
@@ -116,15 +138,17 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     if (outcome.kind === 'stop') {
       await record('stopping', null, 'stop requested: left the routing table, draining');
       await sleep(DRAIN_MS);
-      scope.cancel();
-      await Promise.allSettled(shards);
+      healthScope.cancel();
+      // Rank 0 drains its in-flight requests and exits; then the worker ranks.
+      scopes[0]?.cancel();
+      await Promise.allSettled(shards.slice(0, 1));
+      await stopAll();
       break;
     }
     if (outcome.kind === 'failed') {
       // Unroutable at once, then stop what is left and build it again.
       await record('rebuilding', outcome.message, `shard failed: ${outcome.message}`, null);
-      scope.cancel();
-      await Promise.allSettled(shards);
+      await stopAll();
       await control.releaseReplica(input.replicaId);
       if (outcome.timedOutNode) exclude.add(outcome.timedOutNode);
       status.rebuilds++;
@@ -144,6 +168,23 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
   return status;
 }
 
+/** Lets the deployment that started this replica know it serves (a replacement's original may now stop). */
+async function tellParentReady(replicaId: string): Promise<void> {
+  const parent = workflowInfo().parent;
+  if (!parent) return;
+  await getExternalWorkflowHandle(parent.workflowId).signal(replicaReadySignal, replicaId).catch(() => undefined);
+}
+
+/**
+ * True when a shard's failure means "the agent is gone, the engine is not": the agent said so as it stopped
+ * (LLMGW_AGENT_STOPPED), or its heartbeat timed out and the node's agent has registered again since the shard began.
+ */
+async function agentWillAdopt(err: unknown, nodeId: string, since: string): Promise<boolean> {
+  const cause = err instanceof ActivityFailure ? err.cause : undefined;
+  if (cause instanceof ApplicationFailure && cause.type === 'LLMGW_AGENT_STOPPED') return true;
+  if (cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.HEARTBEAT) return control.agentRestarted({ nodeId, since });
+  return false;
+}
 
 function timeoutText(t: TimeoutType | null | undefined): string {
   switch (t) {

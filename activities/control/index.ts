@@ -1,12 +1,17 @@
 /** Activities on the llmgw-control queue: the only workflow code that touches MySQL. All idempotent. */
 import { heartbeat, sleep } from '@temporalio/activity';
+import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Store } from '../../lib/store/store';
+import { workflowIds } from '../../lib/names';
+import { deploymentQuery } from '../../workflows/contracts/model';
 import { place } from '../../lib/placement';
 import type { ModelSpec, NodeId, Profile, ReplicaState } from '../../lib/types';
 
 export interface ControlDeps {
   store: Store;
+  /** For reading workflow state (the deployment's replacements) while a drain waits. */
+  client?: Client;
   enginePorts: { base: number; count: number };
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
@@ -114,11 +119,70 @@ export function createControlActivities(deps: ControlDeps) {
       }
     },
 
+    /** A replica's recorded state, or null when it has no row. */
+    async replicaState(replicaId: string): Promise<ReplicaState | null> {
+      return (await store.listReplicas()).find((r) => r.id === replicaId)?.state ?? null;
+    },
+
+    /** Cordons a node: it takes no new shards (the state survives restarts: registration keeps it). */
+    async cordonNode(input: { nodeId: string; why: string }): Promise<void> {
+      if ((await store.nodeState(input.nodeId as NodeId)) === null) {
+        throw ApplicationFailure.nonRetryable(`node ${input.nodeId} is not registered: check the id with llmgw ctl nodes`, 'LLMGW_UNKNOWN_NODE');
+      }
+      if ((await store.nodeState(input.nodeId as NodeId)) !== 'cordoned') {
+        await store.setNodeState(input.nodeId, 'cordoned');
+        await store.event({ kind: 'node.cordoned', nodeId: input.nodeId, message: input.why });
+      }
+    },
+
+    /** Replicas (not stopped) with a shard on the node, by id: what a drain must move. */
+    async replicasOnNode(nodeId: string): Promise<{ replicaId: string; model: string }[]> {
+      return (await store.listReplicas())
+        .filter((r) => r.state !== 'stopped' && r.shards.some((s) => s.nodeId === nodeId))
+        .map((r) => ({ replicaId: r.id, model: r.model }));
+    },
+
+    /**
+     * Waits (up to `waitMs`) for a replica to leave the node or for what its replacement reports to change,
+     * so the drain's progress is fresh without a workflow timer per second.
+     */
+    async moveStatus(input: { model: string; replicaId: string; nodeId: string; seen: string | null; waitMs?: number }): Promise<MoveStatus> {
+      const deadline = Date.now() + (input.waitMs ?? 20_000);
+      for (;;) {
+        const replicas = await store.listReplicas(input.model);
+        const old = replicas.find((r) => r.id === input.replicaId);
+        if (!old || old.state === 'stopped' || !old.shards.some((s) => s.nodeId === input.nodeId)) return { kind: 'moved' };
+        let replacement: string | null = null;
+        if (deps.client) {
+          const dep = await deps.client.workflow.getHandle(workflowIds.model(input.model)).query(deploymentQuery).catch(() => null);
+          replacement = dep?.replacing?.find((r) => r.old === input.replicaId)?.new ?? null;
+        }
+        const row = replacement ? replicas.find((r) => r.id === replacement) : undefined;
+        const status: MoveStatus = { kind: 'moving', replacement, state: row?.state ?? null, reason: row?.reason ?? null };
+        const key = JSON.stringify(status);
+        if (key !== input.seen || Date.now() > deadline) return status;
+        heartbeat(status);
+        await sleep(500);
+      }
+    },
+
+    /** True when the node's agent registered again after `since` and is heartbeating: a restart, not a dead node. */
+    async agentRestarted(input: { nodeId: string; since: string }): Promise<boolean> {
+      const node = (await store.listNodes()).find((n) => n.id === input.nodeId);
+      if (!node || node.state === 'down' || !node.lastSeen) return false;
+      return node.registeredAt.getTime() > Date.parse(input.since) && Date.now() - node.lastSeen.getTime() < 10_000;
+    },
+
     /** Forgets a replica's shards and ports. */
     async releaseReplica(replicaId: string): Promise<void> {
       await store.releaseReplica(replicaId);
     },
   };
 }
+
+/** What a drain learns about one replica it is moving off a node. */
+export type MoveStatus =
+  | { kind: 'moved' }
+  | { kind: 'moving'; replacement: string | null; state: string | null; reason: string | null };
 
 export type ControlActivities = ReturnType<typeof createControlActivities>;

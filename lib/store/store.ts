@@ -26,11 +26,11 @@ const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T)
 export class Store {
   constructor(readonly pool: Pool) {}
 
-  /** Registers a node or refreshes its inventory; a cordoned node stays cordoned. */
+  /** Registers a node or refreshes its inventory; a cordoned node stays cordoned; registered_at is the latest (agent start). */
   async upsertNode(id: NodeId, inventory: NodeInventory): Promise<void> {
     await this.pool.query(
       `INSERT INTO nodes (id, state, inventory, last_seen, registered_at) VALUES (?, 'ready', ?, NOW(3), NOW(3))
-       ON DUPLICATE KEY UPDATE inventory = VALUES(inventory), last_seen = NOW(3),
+       ON DUPLICATE KEY UPDATE inventory = VALUES(inventory), last_seen = NOW(3), registered_at = NOW(3),
          state = IF(state = 'cordoned', 'cordoned', 'ready')`,
       [id, JSON.stringify(inventory)],
     );
@@ -229,4 +229,81 @@ export class Store {
     const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM events ORDER BY id DESC LIMIT ?', [limit]);
     return rows.map((r) => ({ at: new Date(r.at), kind: r.kind, message: r.message, nodeId: r.node_id ?? undefined, model: r.model ?? undefined, replicaId: r.replica_id ?? undefined }));
   }
+
+  /** Records an issued certificate; a serial already recorded is an error (serials are random and never reused). */
+  async recordCertificate(c: NewCertificate): Promise<void> {
+    await this.pool.query(
+      `INSERT INTO certificates (serial, cn, role, not_before, not_after, issued_at, pem) VALUES (?, ?, ?, ?, ?, NOW(3), ?)`,
+      [c.serial, c.cn, c.role, c.notBefore, c.notAfter, c.pem],
+    );
+  }
+
+  /** Issued certificates (optionally of one CN), newest first. */
+  async listCertificates(filter: { cn?: string } = {}): Promise<CertificateRecord[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>(
+      `SELECT * FROM certificates ${filter.cn === undefined ? '' : 'WHERE cn = ?'} ORDER BY issued_at DESC, serial`,
+      filter.cn === undefined ? [] : [filter.cn],
+    );
+    return rows.map(certificateRow);
+  }
+
+  /** Marks every unrevoked certificate of `cn` revoked; returns how many were. */
+  async revokeCertificates(cn: string, reason: string): Promise<number> {
+    const [r] = await this.pool.query<ResultSetHeader>(
+      'UPDATE certificates SET revoked_at = NOW(3), revoked_reason = ? WHERE cn = ? AND revoked_at IS NULL',
+      [reason, cn],
+    );
+    return r.affectedRows;
+  }
+
+  /** One certificate by its serial (lowercase hex), or null. */
+  async certificateBySerial(serial: string): Promise<CertificateRecord | null> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM certificates WHERE serial = ?', [serial.toLowerCase()]);
+    return rows[0] ? certificateRow(rows[0]) : null;
+  }
+
+  /** Every revoked certificate: what the CRL lists. */
+  async revokedSerials(): Promise<RevokedSerial[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>(
+      'SELECT serial, cn, revoked_at, not_after FROM certificates WHERE revoked_at IS NOT NULL ORDER BY revoked_at, serial',
+    );
+    return rows.map((r) => ({ serial: String(r.serial), cn: String(r.cn), revokedAt: new Date(r.revoked_at), notAfter: new Date(r.not_after) }));
+  }
+}
+
+/** What the CA issued a certificate for. */
+export type CertificateRole = 'node' | 'server' | 'operator';
+
+/** A certificate as recorded when it is issued. */
+export interface NewCertificate {
+  /** lowercase hex */
+  serial: string;
+  cn: string;
+  role: CertificateRole;
+  notBefore: Date;
+  notAfter: Date;
+  pem: string;
+}
+
+/** A recorded certificate with its revocation state. */
+export interface CertificateRecord extends NewCertificate {
+  issuedAt: Date;
+  revokedAt: Date | null;
+  revokedReason: string | null;
+}
+
+/** A revoked certificate's entry in the CRL. */
+export interface RevokedSerial {
+  serial: string;
+  cn: string;
+  revokedAt: Date;
+  notAfter: Date;
+}
+
+function certificateRow(r: RowDataPacket): CertificateRecord {
+  return {
+    serial: String(r.serial), cn: String(r.cn), role: r.role as CertificateRole,
+    notBefore: new Date(r.not_before), notAfter: new Date(r.not_after), issuedAt: new Date(r.issued_at),
+    revokedAt: r.revoked_at ? new Date(r.revoked_at) : null, revokedReason: r.revoked_reason ?? null, pem: String(r.pem),
+  };
 }

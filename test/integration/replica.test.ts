@@ -6,50 +6,29 @@
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { NativeConnection, Worker } from '@temporalio/worker';
-import { createNodeActivities } from '../../activities/node';
 import { TEMPORAL_BIN, type DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
-import { nodeQueue, QUEUES, workflowIds } from '../../lib/names';
+import { QUEUES, workflowIds } from '../../lib/names';
 import { pidAlive } from '../../lib/process';
-import { simEngineArgv } from '../../lib/sim/argv';
-import type { NodeInventory, ReplicaRecord } from '../../lib/types';
-import { NODE_WORKER_OPTIONS } from '../../workers/agent';
+import type { ReplicaRecord } from '../../lib/types';
 import { startControlPlane, type ControlPlane } from '../../workers/control';
 import { scaleUpdate } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { registerNode, simInventory, startNodeWorker, type NodeWorker } from '../helpers/node-workers';
 import { waitFor } from '../helpers/wait';
 
 const HISTORIES = join(__dirname, '../fixtures/histories');
-
-const inventory = (host: string): NodeInventory => ({
-  gpus: [{ index: 0, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: `GPU-${Math.random()}` }],
-  adapters: [], fabrics: { 'ib-a': ['mlx5_0', 'mlx5_1'] }, cpuFlags: ['avx2'], engines: ['sim'], host,
-});
-
-const alive = pidAlive;
 
 describe('a replica over two nodes of one fabric', () => {
   let temporal: DevServer;
   let config: ServerConfig;
   let cp: ControlPlane;
-  const workers: { worker: Worker; running: Promise<void>; conn: NativeConnection }[] = [];
+  const workers: NodeWorker[] = [];
   const pids = new Map<string, number>();
 
-  const register = async (nodeId: string): Promise<void> => {
-    const res = await fetch(`${cp.url}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId, inventory: inventory('127.0.0.1') }) });
-    expect(res.status).toBe(200);
-  };
-  const startNodeWorker = async (nodeId: string): Promise<void> => {
-    const conn = await NativeConnection.connect({ address: temporal.address });
-    const worker = await Worker.create({
-      ...NODE_WORKER_OPTIONS, connection: conn, taskQueue: nodeQueue(nodeId),
-      activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stopGraceMs: 3000,
-        log: (msg, f) => { if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid)); } }),
-    });
-    workers.push({ worker, conn, running: worker.run() });
-  };
+  const register = (nodeId: string): Promise<void> => registerNode(cp.url, nodeId, simInventory());
+  const startWorker = async (nodeId: string): Promise<void> => void workers.push(await startNodeWorker(temporal.address, nodeId, pids));
   const replicaRow = async (): Promise<ReplicaRecord | undefined> => (await cp.store.listReplicas('pair')).find((r) => r.id === 'pair-0');
   const health = async (port: number): Promise<number> => {
     try {
@@ -71,11 +50,7 @@ describe('a replica over two nodes of one fabric', () => {
   afterAll(async () => {
     await cp?.client.workflow.getHandle(workflowIds.replica('pair-0')).terminate().catch(() => undefined);
     await cp?.client.workflow.getHandle(workflowIds.model('pair')).terminate().catch(() => undefined);
-    for (const w of workers) {
-      w.worker.shutdown();
-      await w.running.catch(() => undefined);
-      await w.conn.close();
-    }
+    for (const w of workers) await w.stop();
     for (const pid of pids.values()) try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
     await cp?.close();
     await temporal?.stop();
@@ -85,7 +60,7 @@ describe('a replica over two nodes of one fabric', () => {
   test('serves only after the worker rank joined; a dead worker rank stops rank 0 and the replica rebuilds', async () => {
     await register('pair-n1');
     await register('pair-n2');
-    await startNodeWorker('pair-n1'); // pair-n2's worker comes later: rank 1 cannot start yet
+    await startWorker('pair-n1'); // pair-n2's worker comes later: rank 1 cannot start yet
     await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model('pair'), args: [{ model: 'pair' }] });
 
     const starting = await waitFor(async () => {
@@ -102,7 +77,7 @@ describe('a replica over two nodes of one fabric', () => {
     expect(await health(port)).toBe(503);
 
     const workerStartedAt = Date.now();
-    await startNodeWorker('pair-n2');
+    await startWorker('pair-n2');
     const ready = await waitFor(async () => {
       const r = await replicaRow();
       return r?.state === 'ready' ? r : undefined;
@@ -132,14 +107,14 @@ describe('a replica over two nodes of one fabric', () => {
 
     // Scale to 0: the replica leaves the routing table, stops its engines and its workflow ends — engines first.
     const enginePids = [pids.get('pair-0#0'), pids.get('pair-0#1')].map(Number);
-    expect(enginePids.every((p) => p > 0 && alive(p))).toBe(true);
+    expect(enginePids.every((p) => p > 0 && pidAlive(p))).toBe(true);
     const deployment = cp.client.workflow.getHandle(workflowIds.model('pair'));
     expect(await deployment.executeUpdate(scaleUpdate, { args: [0] })).toBe(0);
     await expect(deployment.executeUpdate(scaleUpdate, { args: [-1] })).rejects.toMatchObject({ cause: { message: expect.stringMatching(/whole number from 0 to 64, got -1/) } });
     await cp.client.workflow.getHandle(workflowIds.replica('pair-0')).result();
     expect((await replicaRow())?.state).toBe('stopped');
     // 'stopped' means the engines are gone: no process left, nothing answering on the port.
-    expect(enginePids.filter(alive)).toEqual([]);
+    expect(enginePids.filter(pidAlive)).toEqual([]);
     expect(await health(rebuilt.shards.find((s) => s.rank === 0)?.port ?? 0)).toBe(0);
     expect(await cp.store.listShards()).toEqual([]);
 

@@ -1,5 +1,5 @@
 /** Contract of the modelDeployment workflow. */
-import { defineQuery, defineUpdate } from '@temporalio/workflow';
+import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
 
 export interface ModelDeploymentInput {
   model: string;
@@ -11,7 +11,20 @@ export interface ModelDeploymentState {
   desired: number | null;
   replicas: string[];
   nextIndex: number;
+  /** Replacements in progress: the new replica serves first, then the old one stops. */
+  replacing?: Replacement[];
 }
+
+export interface Replacement {
+  old: string;
+  new: string;
+  why: string;
+}
+
+/** Replace one replica (make before break): start a new one, and stop the old one once the new one serves. */
+export const replaceSignal = defineSignal<[{ replicaId: string; why: string }]>('replace');
+/** Sent by a child replica each time it becomes ready. */
+export const replicaReadySignal = defineSignal<[string]>('replicaReady');
 
 /** Set the desired number of replicas; returns the new count. */
 export const scaleUpdate = defineUpdate<number, [number]>('scale');

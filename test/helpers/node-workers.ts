@@ -1,0 +1,45 @@
+/** Sim nodes inside a test process: registration with the control plane and a real node worker on `node-<id>`. */
+import { NativeConnection, Worker } from '@temporalio/worker';
+import { createNodeActivities } from '../../activities/node';
+import { nodeQueue } from '../../lib/names';
+import { simEngineArgv } from '../../lib/sim/argv';
+import type { NodeInventory } from '../../lib/types';
+import { NODE_WORKER_OPTIONS } from '../../workers/agent';
+
+/** A node's inventory for tests: `gpus` fake A100s, optionally on fabric ib-a, offering the sim engine. */
+export const simInventory = (o: { gpus?: number; fabric?: boolean } = {}): NodeInventory => ({
+  gpus: Array.from({ length: o.gpus ?? 1 }, (_, index) => ({ index, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: `GPU-${Math.random()}` })),
+  adapters: [], fabrics: o.fabric === false ? {} : { 'ib-a': ['mlx5_0', 'mlx5_1'] }, cpuFlags: ['avx2'], engines: ['sim'], host: '127.0.0.1',
+});
+
+/** Registers a node with the control plane at `cpUrl`; fails the test on anything but 200. */
+export async function registerNode(cpUrl: string, nodeId: string, inventory: NodeInventory): Promise<void> {
+  const res = await fetch(`${cpUrl}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId, inventory }) });
+  if (res.status !== 200) throw new Error(`registering ${nodeId}: HTTP ${res.status} ${await res.text()}`);
+}
+
+export interface NodeWorker {
+  nodeId: string;
+  /** Engine pids by `<replica>#<rank>`, latest launch wins. */
+  pids: Map<string, number>;
+  stop(): Promise<void>;
+}
+
+/** Runs a node worker for `nodeId` against Temporal at `address`, with sim engines as real processes. */
+export async function startNodeWorker(address: string, nodeId: string, pids = new Map<string, number>()): Promise<NodeWorker> {
+  const conn = await NativeConnection.connect({ address });
+  const worker = await Worker.create({
+    ...NODE_WORKER_OPTIONS, connection: conn, taskQueue: nodeQueue(nodeId),
+    activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stopGraceMs: 3000,
+      log: (msg, f) => { if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid)); } }),
+  });
+  const running = worker.run();
+  return {
+    nodeId, pids,
+    async stop() {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await running.catch(() => undefined);
+      await conn.close();
+    },
+  };
+}

@@ -1,0 +1,81 @@
+/** The drainNode workflow: cordon a node, then move its replicas off one at a time, each replacement serving first. */
+import {
+  ApplicationFailure, getExternalWorkflowHandle, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes,
+} from '@temporalio/workflow';
+import type { ControlActivities, MoveStatus } from '../activities/control';
+import { searchAttributes, workflowIds } from '../lib/names';
+import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from './contracts/drain';
+import { replaceSignal } from './contracts/model';
+
+const control = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '30s',
+  retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
+});
+/** Long-polls a move's progress; heartbeats while it waits. */
+const watch = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '60s',
+  heartbeatTimeout: '10s',
+  retry: { initialInterval: '1s', maximumInterval: '10s' },
+});
+
+/** Moves every replica off `nodeId` (make before break), then ends; the node stays cordoned. */
+export async function drainNode(input: DrainInput): Promise<DrainResult> {
+  const progress: DrainProgress = { nodeId: input.nodeId, phase: 'cordoning', moved: 0, total: 0, current: null };
+  const moved: string[] = [];
+  setHandler(drainProgressQuery, () => progress);
+  upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
+  const startedAt = Date.now();
+  const show = (): void => {
+    const c = progress.current;
+    setCurrentDetails(`**${progress.phase}** ${input.nodeId}: moved ${progress.moved} of ${progress.total}${
+      c ? `\n\nnow moving **${c.replicaId}** → ${c.replacement ?? '(starting a replacement)'}${c.state ? `: ${c.state}` : ''}${c.reason ? ` — ${c.reason}` : ''}` : ''}`);
+  };
+
+  show();
+  await control.cordonNode({ nodeId: input.nodeId, why: `draining (${workflowIds.drain(input.nodeId)})` });
+  progress.phase = 'moving';
+  for (;;) {
+    const left = await control.replicasOnNode(input.nodeId);
+    progress.total = progress.moved + left.length;
+    const next = left[0];
+    if (!next) break;
+    progress.current = { replicaId: next.replicaId, replacement: null, state: null, reason: null };
+    show();
+    let seen: string | null = null;
+    let asked = 0;
+    for (;;) {
+      // Asked again on every poll: the deployment ignores a repeat, and finishes a move whose ready signal it missed.
+      if (Date.now() - asked > 15_000) {
+        await getExternalWorkflowHandle(workflowIds.model(next.model)).signal(replaceSignal, { replicaId: next.replicaId, why: `drain ${input.nodeId}` }).catch(() => {
+          throw ApplicationFailure.nonRetryable(
+            `replica ${next.replicaId} on ${input.nodeId} belongs to no running deployment (${workflowIds.model(next.model)}): ` +
+              `run llmgw ctl deploy ${next.model}, then drain again`,
+            'LLMGW_NO_DEPLOYMENT',
+          );
+        });
+        asked = Date.now();
+      }
+      const status: MoveStatus = await watch.moveStatus({ model: next.model, replicaId: next.replicaId, nodeId: input.nodeId, seen });
+      if (status.kind === 'moved') break;
+      seen = JSON.stringify(status);
+      progress.current = { replicaId: next.replicaId, replacement: status.replacement, state: status.state, reason: status.reason };
+      show();
+      if (input.timeoutS !== null && Date.now() - startedAt > input.timeoutS * 1000) {
+        progress.phase = 'timed-out';
+        show();
+        throw ApplicationFailure.nonRetryable(
+          `drain of ${input.nodeId} timed out after ${input.timeoutS}s moving ${next.replicaId}` +
+            `${status.replacement ? `: its replacement ${status.replacement} is ${status.state ?? 'not started'}${status.reason ? ` — ${status.reason}` : ''}` : ''}` +
+            `; the node stays cordoned (llmgw ctl uncordon ${input.nodeId} to undo), run the drain again to go on`,
+          'LLMGW_DRAIN_TIMEOUT',
+        );
+      }
+    }
+    moved.push(next.replicaId);
+    progress.moved++;
+    progress.current = null;
+  }
+  progress.phase = 'done';
+  show();
+  return { nodeId: input.nodeId, moved };
+}
