@@ -6,6 +6,7 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
 
   llmgw cluster          bring up the local cluster (Temporal, control plane, gateway, 3 sim nodes)
   llmgw ctl COMMAND      nodes | replicas | deploy | scale | drain | uncordon …  (llmgw ctl --help)
+  llmgw ca COMMAND       the cluster CA: init | issue | issue-server | crl   (llmgw ca --help)
   llmgw control-plane    run the control plane API and the control worker
   llmgw gateway          run the inference gateway
   llmgw agent            run the node agent (llmgw agent --help)
@@ -19,6 +20,7 @@ Every command takes --help.
 const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>> = {
   cluster: async () => (require('./cluster/command') as typeof import('./cluster/command')).clusterCommand,
   ctl: async () => (argv) => (require('./ctl') as typeof import('./ctl')).ctlCommand(argv),
+  ca: async () => (argv) => (require('./ca') as typeof import('./ca')).caCommand(argv),
   'control-plane': async () => (require('./roles') as typeof import('./roles')).controlPlaneCommand,
   gateway: async () => (require('./roles') as typeof import('./roles')).gatewayCommand,
   agent: async () => (require('./roles') as typeof import('./roles')).agentCommand,

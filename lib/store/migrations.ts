@@ -64,4 +64,23 @@ export const MIGRATIONS: Migration[] = [
       )`,
     ],
   },
+  {
+    version: 2,
+    name: 'certificates',
+    statements: [
+      // Every certificate the CA issued; the CRL is built from the revoked rows.
+      `CREATE TABLE certificates (
+        serial VARCHAR(40) PRIMARY KEY,
+        cn VARCHAR(255) NOT NULL,
+        role VARCHAR(16) NOT NULL,
+        not_before DATETIME(3) NOT NULL,
+        not_after DATETIME(3) NOT NULL,
+        revoked_at DATETIME(3) NULL,
+        revoked_reason VARCHAR(255) NULL,
+        issued_at DATETIME(3) NOT NULL,
+        pem TEXT NOT NULL,
+        KEY certificates_cn (cn)
+      )`,
+    ],
+  },
 ];

@@ -14,6 +14,7 @@ describe('llmgw --help', () => {
     [['cluster', '--help'], /--state-dir DIR/],
     [['ctl', '--help'], /scale MODEL N/],
     [['ctl', 'nodes', '--help'], /scale MODEL N/],
+    [['ca', '--help'], /issue --node ID/],
     [['control-plane', '--help'], /--config FILE/],
     [['gateway', '--help'], /--config FILE/],
     [['agent', '--help'], /--fabric NAME/],
