@@ -4,7 +4,7 @@ import { join, resolve } from 'node:path';
 import forge from 'node-forge';
 import { LlmgwError } from '../errors';
 import { CA_KEY_BITS, generateRsaKey } from './keys';
-import { parseCertificatePem, parsePrivateKeyPem } from './pem';
+import { lf, parseCertificatePem, parsePrivateKeyPem } from './pem';
 import { randomSerial } from './serial';
 
 /** Where `llmgw ca` looks without `--dir`, relative to the working directory. */
@@ -49,7 +49,7 @@ export function createCa(o: { commonName?: string; days?: number; keyBits?: numb
     { name: 'subjectKeyIdentifier' },
   ]);
   cert.sign(key, forge.md.sha256.create());
-  return { certPem: forge.pki.certificateToPem(cert), keyPem };
+  return { certPem: lf(forge.pki.certificateToPem(cert)), keyPem };
 }
 
 /** Creates the CA in `dir`; refuses (LLMGW_CA_EXISTS) when the directory already holds one. */

@@ -4,6 +4,7 @@
  */
 import forge from 'node-forge';
 import type { Ca } from './ca';
+import { lf } from './pem';
 import { derUnsignedInteger } from './serial';
 
 const { asn1 } = forge;
@@ -67,7 +68,7 @@ export function buildCrl(ca: Ca, revoked: { serial: string; revokedAt: Date }[],
   md.update(der(tbs));
   const signature = ca.key.sign(md);
   const list = seq([tbs, sha256WithRsa, asn1.create(U, T.BITSTRING, false, `\x00${signature}`)]);
-  const pem = forge.pem.encode({ type: 'X509 CRL', body: der(list) }, { maxline: 64 });
+  const pem = lf(forge.pem.encode({ type: 'X509 CRL', body: der(list) }, { maxline: 64 }));
   return { pem, thisUpdate, nextUpdate, number };
 }
 

@@ -6,7 +6,7 @@ import type { CertificateRole } from '../store/store';
 import type { Ca } from './ca';
 import { generateRsaKey, MIN_KEY_BITS, NODE_KEY_BITS } from './keys';
 import { checkNodeId } from './node-id';
-import { parseCsrPem } from './pem';
+import { lf, parseCsrPem } from './pem';
 import { randomSerial } from './serial';
 
 /** How long a node or server certificate is valid unless told otherwise. */
@@ -59,7 +59,7 @@ function signLeaf(ca: Ca, o: { publicKey: forge.pki.PublicKey; cn: string; role:
     { name: 'subjectAltName', altNames: o.altNames },
   ]);
   cert.sign(ca.key, forge.md.sha256.create());
-  return { certPem: forge.pki.certificateToPem(cert), serial: cert.serialNumber, cn: o.cn, role: o.role, notBefore: cert.validity.notBefore, notAfter };
+  return { certPem: lf(forge.pki.certificateToPem(cert)), serial: cert.serialNumber, cn: o.cn, role: o.role, notBefore: cert.validity.notBefore, notAfter };
 }
 
 /**
@@ -85,7 +85,9 @@ export function signNodeCsr(ca: Ca, csrPem: unknown, identity: string, o: IssueO
   try {
     verified = csr.verify();
   } catch (err) {
-    throw new LlmgwError('LLMGW_BAD_CSR', `${from}: its signature cannot be checked (${(err as Error).message}); sign the CSR with SHA-256`, { nodeId: id });
+    // forge throws both for a digest it does not know and for a signature that decrypts to garbage.
+    const msg = (err as Error).message;
+    if (/digest algorithm/i.test(msg)) throw new LlmgwError('LLMGW_BAD_CSR', `${from}: its signature cannot be checked (${msg}); sign the CSR with SHA-256`, { nodeId: id });
   }
   if (!verified) throw new LlmgwError('LLMGW_BAD_CSR', `${from}: its signature does not verify with the key it carries (altered, or not signed by that key); make a new CSR with the node's key`, { nodeId: id });
   const publicKey = csr.publicKey as forge.pki.rsa.PublicKey | null;

@@ -10,29 +10,40 @@ const LABELS = {
 
 type Kind = keyof typeof LABELS;
 
+const NAMES: Record<Kind, string> = { certificate: 'certificate', csr: 'certificate request', key: 'private key' };
+
+/** LLMGW_BAD_PEM: names the source, what was expected and what was wrong. */
+function bad(kind: Kind, from: string, why: string): LlmgwError {
+  const expected = LABELS[kind].map((l) => `-----BEGIN ${l}-----`).join(' or ');
+  return new LlmgwError('LLMGW_BAD_PEM', `${from}: expected a PEM ${NAMES[kind]} (${expected}), but ${why}`, { from, expected });
+}
+
 /** Throws LLMGW_BAD_PEM unless `pem` is exactly one PEM block of the expected kind. */
 function expectBlock(pem: unknown, kind: Kind, from: string): string {
-  const expected = LABELS[kind].map((l) => `-----BEGIN ${l}-----`).join(' or ');
-  const bad = (why: string): LlmgwError =>
-    new LlmgwError('LLMGW_BAD_PEM', `${from}: expected a PEM ${kind === 'csr' ? 'certificate request' : kind === 'key' ? 'private key' : 'certificate'} (${expected}), but ${why}`, { from, expected });
-  if (typeof pem !== 'string' || pem.trim() === '') throw bad('got nothing');
+  if (typeof pem !== 'string' || pem.trim() === '') throw bad(kind, from, 'got nothing');
+  if (!pem.includes('-----BEGIN ')) throw bad(kind, from, `it has no BEGIN/END block (it starts with ${JSON.stringify(pem.trim().slice(0, 30))})`);
   let blocks: forge.pem.ObjectPEM[];
   try {
     blocks = forge.pem.decode(pem);
   } catch (err) {
-    throw bad(`it does not decode (${(err as Error).message})`);
+    throw bad(kind, from, `it does not decode (${(err as Error).message})`);
   }
-  if (blocks.length === 0) throw bad(`it has no BEGIN/END block (starts with ${JSON.stringify(pem.trim().slice(0, 30))})`);
-  if (blocks.length > 1) throw bad(`it holds ${blocks.length} PEM blocks; send one`);
+  if (blocks.length === 0) throw bad(kind, from, 'it has no complete BEGIN/END block');
+  if (blocks.length > 1) throw bad(kind, from, `it holds ${blocks.length} PEM blocks; send one`);
   const type = blocks[0]!.type;
-  if (!(LABELS[kind] as readonly string[]).includes(type)) throw bad(`it is a "${type}" block`);
-  if (blocks[0]!.procType?.type === 'ENCRYPTED') throw bad('it is encrypted; give the key unencrypted (its file mode protects it)');
+  if (!(LABELS[kind] as readonly string[]).includes(type)) throw bad(kind, from, `it is a "${type}" block`);
+  if (blocks[0]!.procType?.type === 'ENCRYPTED') throw bad(kind, from, 'it is encrypted; give the key unencrypted (its file mode protects it)');
   return pem;
 }
 
-/** Wraps forge's parse error of a well-formed block whose DER inside is not what it claims. */
-function derError(kind: string, from: string, err: unknown): LlmgwError {
-  return new LlmgwError('LLMGW_BAD_PEM', `${from}: the ${kind} PEM block does not hold a readable ${kind} (${(err as Error).message})`, { from });
+/** A well-formed block whose DER inside is not what its label claims. */
+function derError(kind: Kind, from: string, err: unknown): LlmgwError {
+  return bad(kind, from, `the block does not hold a readable ${NAMES[kind]} (${(err as Error).message})`);
+}
+
+/** forge writes CRLF line ends; files and JSON read better with LF. */
+export function lf(pem: string): string {
+  return pem.replace(/\r\n/g, '\n');
 }
 
 /** Parses one certificate PEM block. */
@@ -55,7 +66,7 @@ export function parseCsrPem(pem: unknown, from: string): forge.pki.CertificateSi
     return forge.pki.certificationRequestFromPem(text);
   } catch (err) {
     if (/OID is not RSA/i.test((err as Error).message)) throw new LlmgwError('LLMGW_BAD_CSR', `${from}: the CSR's key is not RSA; make the key with RSA of at least 2048 bits`, { from });
-    throw derError('certificate request', from, err);
+    throw derError('csr', from, err);
   }
 }
 
@@ -65,6 +76,6 @@ export function parsePrivateKeyPem(pem: unknown, from: string): forge.pki.rsa.Pr
   try {
     return forge.pki.privateKeyFromPem(text);
   } catch (err) {
-    throw derError('private key', from, err);
+    throw derError('key', from, err);
   }
 }
