@@ -31,12 +31,15 @@ function shardActivities(nodeId: string): NodeActivities {
     taskQueue: nodeQueue(nodeId),
     startToCloseTimeout: '3650 days',
     scheduleToStartTimeout: '60s',
-    heartbeatTimeout: '10s',
+    // Shards heartbeat every second: five missed is a lost node, and the replica is rebuilt elsewhere.
+    heartbeatTimeout: SHARD_HEARTBEAT_TIMEOUT,
     cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     retry: { maximumAttempts: 1 },
   });
 }
 
+/** How long a shard may go without a heartbeat before its node counts as lost. */
+const SHARD_HEARTBEAT_TIMEOUT = '5s';
 /** How long a stopping replica keeps its engines after leaving the routing table (gateway refresh + in-flight). */
 const DRAIN_MS = 2000;
 const WAIT_RETRY = '10s';
@@ -152,7 +155,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       await control.releaseReplica(input.replicaId);
       if (outcome.timedOutNode) exclude.add(outcome.timedOutNode);
       status.rebuilds++;
-      crashes = Date.now() - startedAt > HEALTHY_RUN_MS ? 1 : crashes + 1;
+      // A lost node is not the replica crashing: it is rebuilt elsewhere at once and does not count toward backoff.
+      if (!outcome.timedOutNode) crashes = Date.now() - startedAt > HEALTHY_RUN_MS ? 1 : crashes + 1;
       if (crashes > 1) {
         const backoff = Math.min(1000 * 2 ** (crashes - 1), CRASH_BACKOFF_MAX_MS);
         await record('rebuilding', `crash-looping: failed ${crashes} times in a row, next try in ${Math.round(backoff / 1000)}s; last: ${outcome.message}`);
