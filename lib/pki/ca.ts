@@ -1,4 +1,5 @@
 /** The CA on disk: `ca.crt` (0644) and `ca.key` (0600) in one directory; created once, never overwritten. */
+import { createPrivateKey, sign, type KeyObject } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import forge from 'node-forge';
@@ -20,6 +21,8 @@ export interface Ca {
   certPem: string;
   cert: forge.pki.Certificate;
   key: forge.pki.rsa.PrivateKey;
+  /** the same key for Node's native RSA: signing with it takes ~2 ms where forge's JavaScript RSA-3072 takes ~100 */
+  keyObject: KeyObject;
   /** the CA's subjectKeyIdentifier (raw bytes as a binary string): every issued certificate's authorityKeyIdentifier */
   keyId: string;
   notAfter: Date;
@@ -89,7 +92,8 @@ export function loadCa(dir: string, now = new Date()): Ca {
   if (mode & 0o077) throw invalid(`${paths.key} is readable by group or others (mode 0${mode.toString(8)}); run chmod 600 ${paths.key}`);
   const certPem = readFileSync(paths.cert, 'utf8');
   const cert = parseCertificatePem(certPem, paths.cert);
-  const key = parsePrivateKeyPem(readFileSync(paths.key, 'utf8'), paths.key);
+  const keyPem = readFileSync(paths.key, 'utf8');
+  const key = parsePrivateKeyPem(keyPem, paths.key);
   const pub = cert.publicKey as forge.pki.rsa.PublicKey;
   if (pub.n.compareTo(key.n) !== 0 || pub.e.compareTo(key.e) !== 0) throw invalid(`${paths.key} is not the key of ${paths.cert}; restore the matching pair`);
   const bc = cert.getExtension('basicConstraints') as { cA?: boolean } | null;
@@ -97,7 +101,21 @@ export function loadCa(dir: string, now = new Date()): Ca {
   if (cert.validity.notAfter.getTime() <= now.getTime()) throw invalid(`${paths.cert} expired at ${cert.validity.notAfter.toISOString()}`);
   const ski = cert.getExtension('subjectKeyIdentifier') as { subjectKeyIdentifier?: string } | null;
   const keyId = ski?.subjectKeyIdentifier ? forge.util.hexToBytes(ski.subjectKeyIdentifier) : cert.generateSubjectKeyIdentifier().getBytes();
-  return { dir: resolve(dir), certPem, cert, key, keyId, notAfter: cert.validity.notAfter };
+  return { dir: resolve(dir), certPem, cert, key, keyObject: createPrivateKey(keyPem), keyId, notAfter: cert.validity.notAfter };
+}
+
+/** Signs DER bytes (a binary string) with the CA key: RSA PKCS#1 v1.5 over SHA-256. */
+export function caSign(ca: Ca, tbsDer: string): string {
+  return sign('sha256', Buffer.from(tbsDer, 'binary'), ca.keyObject).toString('binary');
+}
+
+/** What forge's cert.sign(key, sha256) does, with the signature made natively. */
+export function signCertificate(ca: Ca, cert: forge.pki.Certificate): void {
+  cert.md = forge.md.sha256.create();
+  cert.signatureOid = cert.siginfo.algorithmOid = forge.pki.oids.sha256WithRSAEncryption!;
+  // getTBSCertificate is public in forge but missing from @types/node-forge.
+  cert.tbsCertificate = (forge.pki as unknown as { getTBSCertificate(c: forge.pki.Certificate): forge.asn1.Asn1 }).getTBSCertificate(cert);
+  cert.signature = caSign(ca, forge.asn1.toDer(cert.tbsCertificate).getBytes());
 }
 
 function missing(dir: string): LlmgwError {

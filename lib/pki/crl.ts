@@ -3,7 +3,7 @@
  * and writes certificates but has no CRL builder.
  */
 import forge from 'node-forge';
-import type { Ca } from './ca';
+import { caSign, type Ca } from './ca';
 import { lf } from './pem';
 import { derUnsignedInteger } from './serial';
 
@@ -64,9 +64,7 @@ export function buildCrl(ca: Ca, revoked: { serial: string; revokedAt: Date }[],
       ]),
     ]),
   ]);
-  const md = forge.md.sha256.create();
-  md.update(der(tbs));
-  const signature = ca.key.sign(md);
+  const signature = caSign(ca, der(tbs));
   const list = seq([tbs, sha256WithRsa, asn1.create(U, T.BITSTRING, false, `\x00${signature}`)]);
   const pem = lf(forge.pem.encode({ type: 'X509 CRL', body: der(list) }, { maxline: 64 }));
   return { pem, thisUpdate, nextUpdate, number };

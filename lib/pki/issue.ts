@@ -3,7 +3,7 @@ import { isIP } from 'node:net';
 import forge from 'node-forge';
 import { LlmgwError } from '../errors';
 import type { CertificateRole } from '../store/store';
-import type { Ca } from './ca';
+import { signCertificate, type Ca } from './ca';
 import { generateRsaKey, MIN_KEY_BITS, NODE_KEY_BITS } from './keys';
 import { checkNodeId } from './node-id';
 import { lf, parseCsrPem } from './pem';
@@ -58,7 +58,7 @@ function signLeaf(ca: Ca, o: { publicKey: forge.pki.PublicKey; cn: string; role:
     { name: 'authorityKeyIdentifier', keyIdentifier: ca.keyId },
     { name: 'subjectAltName', altNames: o.altNames },
   ]);
-  cert.sign(ca.key, forge.md.sha256.create());
+  signCertificate(ca, cert);
   return { certPem: lf(forge.pki.certificateToPem(cert)), serial: cert.serialNumber, cn: o.cn, role: o.role, notBefore: cert.validity.notBefore, notAfter };
 }
 
