@@ -55,7 +55,9 @@ export async function drainNode(input: DrainInput): Promise<DrainResult> {
         });
         asked = Date.now();
       }
-      const status: MoveStatus = await watch.moveStatus({ model: next.model, replicaId: next.replicaId, nodeId: input.nodeId, seen });
+      // Long-poll, but never past the drain's deadline, so --timeout ends it on time.
+      const left = input.timeoutS === null ? 20_000 : input.timeoutS * 1000 - (Date.now() - startedAt);
+      const status: MoveStatus = await watch.moveStatus({ model: next.model, replicaId: next.replicaId, nodeId: input.nodeId, seen, waitMs: Math.max(0, Math.min(20_000, left)) });
       if (status.kind === 'moved') break;
       seen = JSON.stringify(status);
       progress.current = { replicaId: next.replicaId, replacement: status.replacement, state: status.state, reason: status.reason };

@@ -114,6 +114,29 @@ describe('the local cluster', () => {
     await expect(client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] })).rejects.toMatchObject({ status: 404 });
   });
 
+  test('ctl drain of a node whose replica fits nowhere else waits, says why, and times out naming it', async () => {
+    const ctl = (...args: string[]): Promise<{ stdout: string; stderr: string }> => run(process.execPath, [LLMGW, 'ctl', ...args, '--config', configFile]);
+    // A third sim-small replica lands on sim-c, the only node with free GPUs; sim-a and sim-b are then full.
+    await ctl('scale', 'sim-small', '3');
+    await waitFor(async () => {
+      const { stdout } = await ctl('replicas', '--json');
+      return (JSON.parse(stdout) as { state: string; shards: { nodeId: string }[] }[]).some((r) => r.state === 'ready' && r.shards[0]?.nodeId === 'sim-c');
+    }, { timeoutMs: 30_000, what: 'a sim-small replica ready on sim-c' });
+    const err = await ctl('drain', 'sim-c', '--timeout', '4').then(() => null, (e: { code: number; stdout: string; stderr: string }) => e);
+    expect(err).not.toBeNull();
+    expect(err?.code).toBe(1);
+    expect(err?.stdout).toMatch(/workflow drain\/sim-c/);
+    expect(err?.stdout).toMatch(/sim-c: moving, moved 0 of 1; moving sim-small-\d → sim-small-\d waiting — no node can take sim-small\/default/);
+    expect(err?.stderr).toMatch(/drain of sim-c timed out after 4s moving sim-small-\d: its replacement sim-small-\d is waiting — .*0 of 1 GPUs free.*the node stays cordoned \(llmgw ctl uncordon sim-c to undo\)/);
+    expect((await ctl('uncordon', 'sim-c')).stdout).toBe('sim-c: ready\n');
+    await ctl('scale', 'sim-small', '2');
+    await waitFor(async () => {
+      const { stdout } = await ctl('replicas', '--json');
+      const live = (JSON.parse(stdout) as { id: string; model: string; state: string }[]).filter((r) => r.model === 'sim-small' && r.state !== 'stopped');
+      return live.length === 2 && live.every((r) => r.state === 'ready');
+    }, { timeoutMs: 30_000, what: 'sim-small back to 2 ready replicas' });
+  }, 90_000);
+
   test('the CLI lists the nodes with their fabric, GPUs and replicas', async () => {
     const { stdout } = await run(process.execPath, [LLMGW, 'ctl', 'nodes', '--config', configFile]);
     expect(stdout).toMatch(/^NODE\s+STATE\s+GPUS\s+FABRIC/m);
