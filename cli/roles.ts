@@ -1,4 +1,5 @@
 /** The role entrypoints: control plane (+ control worker), gateway, agent and sim engine. */
+import { resolve } from 'node:path';
 import { Runtime } from '@temporalio/worker';
 import { loadServerConfig } from '../config/load';
 import { parseNodeId, ENGINES, type EngineName } from '../lib/types';
@@ -98,6 +99,10 @@ that supervises this node's engine processes.
   --advertise-host HOST  address engines on this node are reached at (default 127.0.0.1)
   --engines LIST         engines on offer, comma-separated (default sim)
   --cpuinfo PATH         (default /proc/cpuinfo)
+  --state-dir DIR        where engines are recorded (pid, start time, exit status, log), so a restarted or
+                         upgraded agent adopts the engines the last one left running (default /var/lib/llmgw/engines)
+  --stop-engines-on-exit stop this node's engines when the agent stops (default: leave them running for the next
+                         agent; engines no shard wants any more are stopped when it starts)
 `;
 
 /** `llmgw agent`: the node agent. */
@@ -107,7 +112,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     options: {
       node: { type: 'string' }, server: { type: 'string' }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
       'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, 'advertise-host': { type: 'string' },
-      engines: { type: 'string' }, cpuinfo: { type: 'string' },
+      engines: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
     },
   });
   if (!values.node) throw new UsageError(`--node ID is required\n${AGENT_USAGE}`);
@@ -126,6 +131,8 @@ export async function agentCommand(argv: string[]): Promise<void> {
     fabrics: values.fabric ?? [],
     advertiseHost: values['advertise-host'] ?? '127.0.0.1',
     engines: engines as EngineName[],
+    stateDir: resolve(values['state-dir'] ?? '/var/lib/llmgw/engines'),
+    stopEnginesOnExit: values['stop-engines-on-exit'] ?? false,
     log,
   });
   log('agent running', { gpus: agent.inventory.gpus.length, fabrics: agent.inventory.fabrics });

@@ -71,6 +71,25 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
     return { ok: true };
   });
 
+  // What an agent asks at start: the shards placed on it, so it stops the engines no shard wants any more.
+  app.get<{ Querystring: { node: string } }>('/v1/agent/shards', {
+    schema: {
+      querystring: { type: 'object', required: ['node'], properties: { node: { type: 'string' } } },
+      response: {
+        200: {
+          type: 'object', required: ['shards'],
+          properties: { shards: { type: 'array', items: { type: 'object', required: ['replicaId', 'rank', 'port'], properties: { replicaId: { type: 'string' }, rank: { type: 'integer' }, port: { type: 'integer' } } } } },
+        },
+        400: errorSchema,
+      },
+    },
+  }, async (req, reply) => {
+    const id = who(req, reply, req.query.node);
+    if (!id) return reply;
+    const shards = (await store.listShards()).filter((s) => s.nodeId === id);
+    return { shards: shards.map(({ replicaId, rank, port }) => ({ replicaId, rank, port })) };
+  });
+
   app.get('/v1/nodes', async () => {
     const [nodes, shards] = await Promise.all([store.listNodes(), store.listShards()]);
     return {

@@ -1,6 +1,11 @@
-/** The node agent: discovers the node, registers and heartbeats with the control plane, runs the node worker on `node-<id>`. */
+/**
+ * The node agent: discovers the node, registers and heartbeats with the control plane, runs the node worker on
+ * `node-<id>`, and at start collects engines a previous agent left that no shard wants.
+ */
+import { accessSync, constants, mkdirSync } from 'node:fs';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../activities/node';
+import { collectOrphans, type AssignedShard, type Collection } from '../activities/node/gc';
 import { resolveFabrics, parseFabricFlag } from '../lib/fabrics';
 import { readCpuFlags } from '../lib/hardware/cpu';
 import { runCommand } from '../lib/hardware/exec';
@@ -26,6 +31,10 @@ export interface AgentOptions {
   engines: EngineName[];
   /** A node declared to have no GPU: skip nvidia-smi */
   noGpu: boolean;
+  /** Where engines are recorded, so the next agent adopts them (`--state-dir`) */
+  stateDir: string;
+  /** Stop the engines when the agent stops, instead of leaving them for the next agent (the local cluster) */
+  stopEnginesOnExit: boolean;
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -46,6 +55,23 @@ export async function discover(opts: AgentOptions): Promise<NodeInventory> {
   const fabrics = resolveFabrics(opts.fabrics.map(parseFabricFlag), adapters);
   const cpuFlags = await readCpuFlags(opts.cpuinfo);
   return { gpus, adapters, fabrics, cpuFlags, engines: opts.engines, host: opts.advertiseHost };
+}
+
+/** The shards the control plane has placed on this node. */
+async function assignedShards(opts: AgentOptions): Promise<AssignedShard[]> {
+  const res = await fetch(`${opts.server}/v1/agent/shards?node=${encodeURIComponent(opts.nodeId)}`, { signal: AbortSignal.timeout(5000) });
+  if (res.status !== 200) throw new Error(`GET /v1/agent/shards answered ${res.status}: ${await res.text()}`);
+  return ((await res.json()) as { shards: AssignedShard[] }).shards;
+}
+
+/** Creates the state dir; fails at start, naming the flag, rather than at the first shard. */
+function ensureStateDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true });
+    accessSync(dir, constants.W_OK);
+  } catch (err) {
+    throw new LlmgwError('LLMGW_BAD_REQUEST', `--state-dir ${dir} is not a writable directory (${(err as Error).message}); pass --state-dir DIR the agent may write to`);
+  }
 }
 
 async function post<T>(url: string, body: unknown): Promise<{ status: number; body: T }> {
@@ -74,8 +100,8 @@ async function register(opts: AgentOptions, inventory: NodeInventory, stopped: (
 
 /** Worker options every node worker uses (the agent's and the tests'). */
 export const NODE_WORKER_OPTIONS = {
-  // A stopping agent cancels its shards at once; each engine then gets its own SIGTERM grace (runShard) for
-  // in-flight requests. (A grace here would only delay that cancel: the SDK cancels activities after it.)
+  // A stopping agent cancels its shards at once: each leaves its engine for the next agent (LLMGW_AGENT_STOPPED)
+  // or, with --stop-engines-on-exit, gives it its SIGTERM grace. (A grace here would only delay that cancel.)
   shutdownGraceTime: 0,
   // A cancel reaches a shard only in a heartbeat's answer; the default throttle (80% of the 10 s timeout)
   // left a stopped replica's engine running for 4-5 s after its workflow ended.
@@ -84,12 +110,14 @@ export const NODE_WORKER_OPTIONS = {
 
 /** Starts the agent: discovery, registration, heartbeat loop and node worker. */
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
+  ensureStateDir(opts.stateDir);
   const inventory = await discover(opts);
   let closing = false;
   const reg = await register(opts, inventory, () => closing);
   opts.log('registered', { node: opts.nodeId, gpus: inventory.gpus.length, fabrics: inventory.fabrics, temporal: reg.temporal.address });
 
   const connection = await NativeConnection.connect({ address: reg.temporal.address });
+  const supervised = new Set<string>();
   const worker = await Worker.create({
     connection,
     namespace: reg.temporal.namespace,
@@ -97,11 +125,22 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     activities: createNodeActivities({
       nodeId: opts.nodeId,
       engineArgv: (engine) => (engine === 'sim' ? simEngineArgv() : []),
+      stateDir: opts.stateDir,
+      stopEnginesOnExit: opts.stopEnginesOnExit,
+      supervised,
       log: opts.log,
     }),
     ...NODE_WORKER_OPTIONS,
   });
   const running = worker.run();
+  // After the worker polls, so a shard rescheduled for this node is adopted rather than collected.
+  let gc: Collection | undefined;
+  void collectOrphans({ stateDir: opts.stateDir, assigned: () => assignedShards(opts), supervised, log: opts.log })
+    .then((c) => {
+      gc = c;
+      if (closing) c.cancel();
+      if (c.stopped.length || c.pending.length || c.removed.length) opts.log('engine records collected', { stopped: c.stopped, pending: c.pending, removed: c.removed });
+    }, (err: Error) => opts.log('engine collection failed', { error: err.message }));
 
   const beat = setInterval(() => {
     void post(`${opts.server}/v1/agent/heartbeat`, { nodeId: opts.nodeId }).then(async (r) => {
@@ -114,6 +153,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     async close(): Promise<void> {
       closing = true;
       clearInterval(beat);
+      gc?.cancel();
       // The SDK may already be draining it (its own signal handling in other embeddings).
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await running.catch(() => undefined);

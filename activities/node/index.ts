@@ -1,11 +1,14 @@
 /** Activities on a node's own queue (`node-<id>`): supervising the engine processes of its shards. */
-import { spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
-import { hasExited, stopProcess } from '../../lib/process';
+import { engineShimArgv, logTail, removeEngineFiles, shardKey, type EngineExit, type EngineState } from '../../lib/engine-state';
 import type { EngineName } from '../../lib/types';
 import type { ErrorCode } from '../../lib/errors';
+import { findEngine, launchEngine, stopEngine, watchEngine } from './engines';
 
 export interface NodeDeps {
   nodeId: string;
@@ -13,75 +16,142 @@ export interface NodeDeps {
   engineArgv: (engine: EngineName) => string[];
   /** Grace between SIGTERM and SIGKILL when a shard is stopped, ms. */
   stopGraceMs?: number;
+  /**
+   * Where engines are recorded so the next agent finds them again (the agent's `--state-dir`). Without it,
+   * a fresh temp dir no later agent knows of — so engines then stop with the worker (see stopEnginesOnExit).
+   */
+  stateDir?: string;
+  /** Stop engines when the worker shuts down, instead of leaving them for the next agent (default: no, or yes without a stateDir). */
+  stopEnginesOnExit?: boolean;
+  /** The argv prefix of the engine shim (default engineShimArgv()). */
+  shimArgv?: string[];
+  /** Filled with the key of every engine a runShard supervises right now (the agent's orphan collection reads it). */
+  supervised?: Set<string>;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
 export interface RunShardInput extends ShardLaunch {
   replicaId: string;
+  /** The replica's rebuild count: a rebuilt shard is a new engine, never the old one adopted (default 0). */
+  generation?: number;
 }
 
-/** What each heartbeat of a running shard carries (shown in the Temporal UI). */
+/** What each heartbeat of a running shard carries (shown in the Temporal UI): what identifies the process. */
 export interface ShardHeartbeat {
+  /** The engine's pid (undefined until it runs). */
   pid: number | undefined;
-  state: 'running';
+  shimPid: number | undefined;
+  /** `${replicaId}.g${generation}.r${rank}`: its files in the agent's state dir. */
+  key: string;
+  state: 'starting' | 'running';
+  /** True when this agent found the engine running and took it over. */
+  adopted: boolean;
   since: string;
   command: string;
 }
 
-const TAIL_BYTES = 4000;
+const TAIL_LINES = 15;
+
+/** True when a cancellation comes from this worker shutting down, not from the workflow. */
+function isWorkerShutdown(err: unknown): boolean {
+  return Context.current().cancellationDetails?.workerShutdown === true || (err instanceof Error && err.message === 'WORKER_SHUTDOWN');
+}
+
+function describeExit(e: EngineExit): string {
+  if (e.error) return `could not run (${e.error})`;
+  if (e.signal) return `was killed by ${e.signal}`;
+  return e.code === null ? 'exited' : `exited with code ${e.code}`;
+}
 
 /** Builds the node activities for one node. */
 export function createNodeActivities(deps: NodeDeps) {
   const log = deps.log ?? ((): void => undefined);
   const stopGraceMs = deps.stopGraceMs ?? 15_000;
+  const stateDir = deps.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-engines-${deps.nodeId}-`));
+  const stopOnExit = deps.stopEnginesOnExit ?? deps.stateDir === undefined;
+  const shimArgv = deps.shimArgv ?? engineShimArgv();
+  const supervised = deps.supervised ?? new Set<string>();
 
   return {
     /**
-     * Runs one shard's engine process for as long as the replica wants it: heartbeats every second,
-     * fails with `LLMGW_ENGINE_EXITED` (exit code and stderr tail; no retry, the replica rebuilds) if the
-     * process dies, and stops it (SIGTERM, then SIGKILL after a grace) when cancelled.
+     * Runs one shard's engine for as long as the replica wants it, adopting the one a previous agent left
+     * running under the same key. Heartbeats every second; fails with `LLMGW_ENGINE_EXITED` (exit code, output
+     * tail; no retry, the replica rebuilds) when the engine dies, also while no agent watched it. Cancelled by
+     * the workflow: stops the engine, then throws the CancelledFailure. Cancelled because this worker shuts
+     * down: leaves the engine running and fails with `LLMGW_AGENT_STOPPED` (unless stopEnginesOnExit).
      */
     async runShard(input: RunShardInput): Promise<void> {
       const ctx = Context.current();
       const cmd = buildEngineCommand(input);
       const [bin, ...prefix] = deps.engineArgv(cmd.engine);
       if (!bin) throw ApplicationFailure.nonRetryable(`engine ${cmd.engine} is not installed on node ${deps.nodeId}`, 'LLMGW_ENGINE_MISSING' satisfies ErrorCode);
-      const child = spawn(bin, [...prefix, ...cmd.args], { stdio: ['ignore', 'pipe', 'pipe'] });
-      let tail = '';
-      const keep = (b: Buffer): void => {
-        tail = (tail + b.toString('utf8')).slice(-TAIL_BYTES);
-      };
-      child.stdout?.on('data', keep);
-      child.stderr?.on('data', keep);
-      const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: Error }>((resolve) => {
-        child.once('error', (error) => resolve({ code: null, signal: null, error }));
-        child.once('exit', (code, signal) => resolve({ code, signal }));
-      });
-      const beat: ShardHeartbeat = { pid: child.pid, state: 'running', since: new Date().toISOString(), command: `${cmd.engine} ${cmd.args.join(' ')}` };
-      log('shard started', { replica: input.replicaId, rank: input.rank, pid: child.pid, port: input.port });
+      const generation = input.generation ?? 0;
+      const key = shardKey(input.replicaId, generation, input.rank);
+      const where = `engine ${cmd.engine} for ${input.replicaId} rank ${input.rank} on ${deps.nodeId}`;
+      const fields = { replica: input.replicaId, rank: input.rank, key, port: input.port };
+      const beat: ShardHeartbeat = { pid: undefined, shimPid: undefined, key, state: 'starting', adopted: false, since: new Date().toISOString(), command: `${cmd.engine} ${cmd.args.join(' ')}` };
+      supervised.add(key);
       ctx.heartbeat(beat);
       const timer = setInterval(() => ctx.heartbeat(beat), 1000);
+      const exitedFailure = (e: EngineExit, pid: number | undefined, unwatched: boolean): ApplicationFailure => {
+        const tail = logTail(stateDir, key, TAIL_LINES);
+        removeEngineFiles(stateDir, key, { keepLog: true });
+        log('shard exited', { ...fields, pid, code: e.code, signal: e.signal, unwatched });
+        return ApplicationFailure.create({
+          message: `${where} ${describeExit(e)}${unwatched ? ` while no agent watched it (at ${e.at})` : ''}; last output:\n${tail}`,
+          type: 'LLMGW_ENGINE_EXITED' satisfies ErrorCode, nonRetryable: true, details: [{ code: e.code, signal: e.signal, stderrTail: tail, key, pid }],
+        });
+      };
+      let st: EngineState | undefined;
       try {
+        const found = findEngine(stateDir, key);
+        if (found.kind === 'exited') throw exitedFailure(found.exit, found.state?.enginePid, true);
+        if (found.kind === 'live' && found.state.port === input.port && found.state.command.endsWith(cmd.args.join(' '))) {
+          st = found.state;
+          beat.adopted = true;
+          log('shard adopted', { ...fields, pid: st.enginePid, shimPid: st.shimPid, since: st.startedAt });
+        } else {
+          if (found.kind === 'live') {
+            log('stopping a recorded engine that is not this shard\'s', { ...fields, pid: found.state.enginePid, recordedPort: found.state.port });
+            await stopEngine(found.state, stopGraceMs);
+          } else if (found.kind === 'vanished') {
+            log('recorded engine is gone without an exit record; starting a new one', { ...fields, pid: found.state.enginePid });
+          }
+          const launched = await launchEngine({ stateDir, key, replicaId: input.replicaId, rank: input.rank, generation, port: input.port, shimArgv, command: [bin, ...prefix, ...cmd.args] });
+          if (launched.kind === 'exited') throw exitedFailure(launched.exit, undefined, false);
+          st = launched.state;
+          log('shard started', { ...fields, pid: st.enginePid, shimPid: st.shimPid });
+        }
+        Object.assign(beat, { pid: st.enginePid, shimPid: st.shimPid, state: 'running', since: st.startedAt });
+        ctx.heartbeat(beat);
+
+        const stopWatching = new AbortController();
         const outcome = await Promise.race([
-          exited.then((o) => ({ kind: 'exited' as const, ...o })),
+          watchEngine(stateDir, st, stopWatching.signal).then((exit) => ({ kind: 'exited' as const, exit })),
           ctx.cancelled.then(
             () => ({ kind: 'cancelled' as const, err: undefined as unknown }),
             (err: unknown) => ({ kind: 'cancelled' as const, err }),
           ),
         ]);
-        if (outcome.kind === 'exited') {
-          const how = outcome.error ? `could not start (${outcome.error.message})` : outcome.signal ? `was killed by ${outcome.signal}` : `exited with code ${outcome.code}`;
-          const msg = `engine ${cmd.engine} for ${input.replicaId} rank ${input.rank} on ${deps.nodeId} ${how}; last output:\n${tail.trim().split('\n').slice(-15).join('\n')}`;
-          log('shard exited', { replica: input.replicaId, rank: input.rank, code: outcome.code, signal: outcome.signal });
-          throw ApplicationFailure.create({ message: msg, type: 'LLMGW_ENGINE_EXITED' satisfies ErrorCode, nonRetryable: true, details: [{ code: outcome.code, signal: outcome.signal, stderrTail: tail }] });
+        stopWatching.abort();
+        if (outcome.kind === 'exited' && outcome.exit) throw exitedFailure(outcome.exit, st.enginePid, false);
+        const err = outcome.kind === 'cancelled' ? outcome.err : undefined;
+        if (isWorkerShutdown(err) && !stopOnExit) {
+          log('shard left running for the next agent', { ...fields, pid: st.enginePid, shimPid: st.shimPid });
+          throw ApplicationFailure.create({
+            type: 'LLMGW_AGENT_STOPPED' satisfies ErrorCode, nonRetryable: true,
+            message: `agent on ${deps.nodeId} stopped; engine pid ${st.enginePid} left running for the next agent to adopt`,
+            details: [{ key, pid: st.enginePid, shimPid: st.shimPid }],
+          });
         }
-        // Cancelled: stop the engine, then report the cancellation.
-        await stopProcess(child, stopGraceMs);
-        log('shard stopped', { replica: input.replicaId, rank: input.rank });
-        throw outcome.err instanceof Error ? outcome.err : new CancelledFailure('shard stopped');
+        // Cancelled by the workflow (or the agent stops its engines on exit): the engine goes, then the activity ends.
+        await stopEngine(st, stopGraceMs);
+        removeEngineFiles(stateDir, key, { keepLog: true });
+        log('shard stopped', fields);
+        throw err instanceof Error ? err : new CancelledFailure('shard stopped');
       } finally {
         clearInterval(timer);
-        if (!hasExited(child)) await stopProcess(child, stopGraceMs);
+        supervised.delete(key);
       }
     },
   };
