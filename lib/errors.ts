@@ -21,6 +21,7 @@ export const ERRORS = {
   LLMGW_CERT_REFUSED: { status: 403, type: 'invalid_request_error' },
   LLMGW_DRAIN_TIMEOUT: { status: 504, type: 'server_error' },
   LLMGW_NO_DEPLOYMENT: { status: 409, type: 'invalid_request_error' },
+  LLMGW_FABRIC_SPLIT: { status: 400, type: 'invalid_request_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -1,6 +1,41 @@
 /** Placement: a pure function from cluster state and a profile to ranks on nodes, or a reason naming what is missing. */
 import type { NodeId, NodeRecord, Profile } from './types';
 
+/**
+ * One fabric as placement sees it. Nodes declaring the same name whose ports see different subnet managers
+ * (`inventory.fabricIdentity[name].smGuid`) are different fabrics: one group per SM GUID, and, when the name is
+ * split, one more for its members whose SM is unknown (placement leaves them out: they may be on either side). A name
+ * whose members agree on one GUID, or report none (older agents), is one group, exactly as before.
+ */
+export interface FabricGroup {
+  /** `name`, or `name@<smGuid>` / `name@unknown` when the name is split */
+  key: string;
+  name: string;
+  smGuid: string | null;
+  /** true when other groups share this name */
+  split: boolean;
+  members: NodeRecord[];
+}
+
+/** The fabrics of `nodes`, in order of name then key. */
+export function fabricGroups(nodes: NodeRecord[]): FabricGroup[] {
+  const byName = new Map<string, NodeRecord[]>();
+  for (const n of nodes) for (const f of Object.keys(n.inventory.fabrics)) byName.set(f, [...(byName.get(f) ?? []), n]);
+  const out: FabricGroup[] = [];
+  for (const [name, members] of [...byName.entries()].sort(([a], [b]) => a.localeCompare(b))) {
+    const guidOf = (n: NodeRecord): string | null => n.inventory.fabricIdentity?.[name]?.smGuid ?? null;
+    const guids = [...new Set(members.map(guidOf).filter((g): g is string => g !== null))].sort();
+    if (guids.length <= 1) {
+      out.push({ key: name, name, smGuid: guids[0] ?? null, split: false, members });
+      continue;
+    }
+    for (const g of guids) out.push({ key: `${name}@${g}`, name, smGuid: g, split: true, members: members.filter((n) => guidOf(n) === g) });
+    const unknown = members.filter((n) => guidOf(n) === null);
+    if (unknown.length) out.push({ key: `${name}@unknown`, name, smGuid: null, split: true, members: unknown });
+  }
+  return out;
+}
+
 export type Placement = { kind: 'placed'; fabric: string | null; nodes: NodeId[] } | { kind: 'unplaceable'; reason: string };
 
 export interface PlaceInput {
@@ -44,18 +79,31 @@ export function place(input: PlaceInput): Placement {
     return { kind: 'unplaceable', reason: `${lead}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}` };
   }
 
-  const fabrics = new Map<string, NodeRecord[]>();
-  for (const n of input.nodes) for (const f of Object.keys(n.inventory.fabrics)) fabrics.set(f, [...(fabrics.get(f) ?? []), n]);
-  const options = [...fabrics.entries()]
-    .map(([name, members]) => ({ name, members, usable: members.filter((n) => why.get(n.id) === null).sort(byCapacity(used)) }))
-    .sort((a, b) => b.usable.length - a.usable.length || a.name.localeCompare(b.name));
+  const groups = fabricGroups(input.nodes);
+  const options = groups
+    // In a split name, a node whose SM is unknown may be on either side (even apart from another unknown one).
+    .map((g) => ({ ...g, usable: g.split && !g.smGuid ? [] : g.members.filter((n) => why.get(n.id) === null).sort(byCapacity(used)) }))
+    .sort((a, b) => b.usable.length - a.usable.length || a.name.localeCompare(b.name) || a.key.localeCompare(b.key));
   const fit = options.find((o) => o.usable.length >= p.nodes);
   if (fit) return { kind: 'placed', fabric: fit.name, nodes: fit.usable.slice(0, p.nodes).map((n) => n.id) };
 
-  const parts = options.map((o) => {
-    const blocked = o.members.filter((n) => why.get(n.id) !== null).map((n) => `${n.id}: ${why.get(n.id)}`);
-    return `fabric ${o.name} has ${o.usable.length} of ${p.nodes} usable nodes${blocked.length ? ` (${blocked.join('; ')})` : ''}`;
-  });
+  const blockedOf = (o: (typeof options)[number]): string[] => o.members.filter((n) => why.get(n.id) !== null).map((n) => `${n.id}: ${why.get(n.id)}`);
+  const parts: string[] = [];
+  for (const name of [...new Set(options.map((o) => o.name))]) {
+    const sides = options.filter((o) => o.name === name);
+    const first = sides[0];
+    if (sides.length === 1 && first) {
+      const blocked = blockedOf(first);
+      parts.push(`fabric ${name} has ${first.usable.length} of ${p.nodes} usable nodes${blocked.length ? ` (${blocked.join('; ')})` : ''}`);
+      continue;
+    }
+    const each = sides.map((o) => {
+      if (!o.smGuid) return `SM unknown: ${o.members.map((n) => n.id).join(', ')} (not used: which side they are on is unknown; run their agents as root with infiniband-diags)`;
+      const blocked = blockedOf(o);
+      return `${o.smGuid ? `SM ${o.smGuid}` : 'SM unknown'}: ${o.members.map((n) => n.id).join(', ')} (${o.usable.length} of ${p.nodes} usable${blocked.length ? `; ${blocked.join('; ')}` : ''})`;
+    });
+    parts.push(`fabric ${name} is ${sides.length} fabrics under one name (its nodes see different subnet managers, and a replica never spans them): ${each.join('; ')}`);
+  }
   const islands = input.nodes.filter((n) => Object.keys(n.inventory.fabrics).length === 0).map((n) => n.id);
   if (islands.length) parts.push(`${islands.join(', ')} ${islands.length === 1 ? 'is an island' : 'are islands'} (no fabric): single-node replicas only`);
   if (options.length === 0) parts.unshift('no node declares a fabric (start agents with --fabric NAME)');

@@ -38,6 +38,33 @@ export interface IbAdapter {
   state: string; // e.g. "4: ACTIVE"
   rate: string; // e.g. "200 Gb/sec (4X HDR)"
   linkLayer: string; // InfiniBand | Ethernet
+  /** e.g. "5: LinkUp", "2: Polling"; absent when sysfs has no phys_state */
+  physState?: string;
+}
+
+/** What a node could learn about the subnet manager behind one declared fabric's ports. */
+export interface FabricIdentity {
+  /** The master SM's port GUID (`0x` + 16 hex digits) as sminfo reported it; null when it could not be read */
+  smGuid: string | null;
+  /** 'sm-guid': every declared port's SM was read and they agree; 'declared-only': the name is trusted as declared (weaker) */
+  strength: 'sm-guid' | 'declared-only';
+  /** sysfs sm_lid shared by the ports (necessary, not sufficient: LID 1 is common to many fabrics) */
+  smLid?: string | null;
+  /** Why the identity is weaker, or what else was seen */
+  note?: string;
+}
+
+export const DOCTOR_STATUSES = ['pass', 'warn', 'fail'] as const;
+export type DoctorStatus = (typeof DOCTOR_STATUSES)[number];
+
+/** One `llmgw doctor` check: what it found and the one-line fix. */
+export interface DoctorResult {
+  /** e.g. `cpu-flags`, `subnet-manager/ib-a` */
+  id: string;
+  status: DoctorStatus;
+  summary: string;
+  /** What to do; empty when the check passed */
+  fix: string;
 }
 
 /** What a node reports when it registers. */
@@ -50,6 +77,10 @@ export interface NodeInventory {
   engines: EngineName[];
   /** The address engines on this node listen on, as seen by the gateway. */
   host: string;
+  /** fabric name -> the subnet manager its ports see (absent from agents older than fabric identity) */
+  fabricIdentity?: Record<string, FabricIdentity>;
+  /** The agent's `llmgw doctor` results at start */
+  doctor?: DoctorResult[];
 }
 
 export const NODE_STATES = ['ready', 'cordoned', 'down'] as const;

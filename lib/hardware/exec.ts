@@ -9,6 +9,9 @@ export interface CommandResult {
   error?: string;
 }
 
+/** Runs a command; injected so tests can hand in fakes. */
+export type Exec = (cmd: string, args: string[]) => Promise<CommandResult>;
+
 /** Runs `cmd args` with a timeout. */
 export function runCommand(cmd: string, args: string[], opts: { timeoutMs?: number } = {}): Promise<CommandResult> {
   return new Promise((resolve) => {

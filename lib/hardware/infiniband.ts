@@ -19,8 +19,17 @@ export async function readIbAdapters(root: string): Promise<IbAdapter[]> {
     const ports = await readdir(join(base, device, 'ports')).catch(() => [] as string[]);
     for (const port of ports.sort(naturalCompare)) {
       const dir = join(base, device, 'ports', port);
-      out.push({ device, port: Number(port), state: await read(join(dir, 'state')), rate: await read(join(dir, 'rate')), linkLayer: await read(join(dir, 'link_layer')) });
+      const physState = await read(join(dir, 'phys_state'));
+      out.push({
+        device, port: Number(port), state: await read(join(dir, 'state')), rate: await read(join(dir, 'rate')), linkLayer: await read(join(dir, 'link_layer')),
+        ...(physState ? { physState } : {}),
+      });
     }
   }
   return out;
+}
+
+/** The subnet-manager LID a port reports in sysfs (`0x1`), or null when unreadable. The same on every port of a subnet. */
+export async function readSmLid(root: string, device: string, port: number): Promise<string | null> {
+  return (await read(join(root, 'class/infiniband', device, 'ports', String(port), 'sm_lid'))) || null;
 }

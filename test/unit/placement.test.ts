@@ -1,13 +1,16 @@
-import { place } from '../../lib/placement';
+import { fabricGroups, place } from '../../lib/placement';
 import { parseNodeId, type EngineName, type NodeRecord, type NodeState, type Profile } from '../../lib/types';
 
-function node(id: string, o: { gpus?: number; fabric?: string | null; state?: NodeState; engines?: EngineName[] } = {}): NodeRecord {
+function node(id: string, o: { gpus?: number; fabric?: string | null; state?: NodeState; engines?: EngineName[]; smGuid?: string | null } = {}): NodeRecord {
   const gpus = Array.from({ length: o.gpus ?? 1 }, (_, index) => ({ index, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: `GPU-${id}-${index}` }));
   const fabric = o.fabric === undefined ? 'ib-a' : o.fabric;
   return {
     id: parseNodeId(id),
     state: o.state ?? 'ready',
-    inventory: { gpus, adapters: [], fabrics: fabric ? { [fabric]: ['mlx5_0', 'mlx5_1'] } : {}, cpuFlags: ['avx', 'avx2'], engines: o.engines ?? ['sim'], host: '127.0.0.1' },
+    inventory: {
+      gpus, adapters: [], fabrics: fabric ? { [fabric]: ['mlx5_0', 'mlx5_1'] } : {}, cpuFlags: ['avx', 'avx2'], engines: o.engines ?? ['sim'], host: '127.0.0.1',
+      ...(fabric && o.smGuid !== undefined ? { fabricIdentity: { [fabric]: { smGuid: o.smGuid, strength: o.smGuid ? 'sm-guid' : 'declared-only' } } } : {}),
+    },
     lastSeen: new Date(0),
     registeredAt: new Date(0),
   };
@@ -107,5 +110,37 @@ describe('place: multi node', () => {
   it('says when no node declares a fabric', () => {
     const r = place({ nodes: [node('sim-c', { fabric: null }), node('sim-d', { fabric: null })], profile: large, usedGpus: {} });
     expect(r.kind === 'unplaceable' && r.reason).toMatch(/no node declares a fabric.*sim-c, sim-d are islands/);
+  });
+});
+
+describe('place: one fabric name, two subnet managers', () => {
+  const A = '0x98039b03009fa1c0';
+  const B = '0xb83fd20300c1d2e0';
+  it('never puts one replica across nodes that declare ib-a but see different SMs, and says why naming each side', () => {
+    const nodes = [node('sim-a', { smGuid: A }), node('sim-b', { smGuid: B })];
+    expect(place({ nodes, profile: large, usedGpus: {}, model: 'sim-large' })).toEqual({
+      kind: 'unplaceable',
+      reason: `no placement for sim-large/tp2 (sim, 2 nodes × 1 GPU on one fabric): fabric ib-a is 2 fabrics under one name (its nodes see different subnet managers, and a replica never spans them): SM ${A}: sim-a (1 of 2 usable); SM ${B}: sim-b (1 of 2 usable)`,
+    });
+  });
+  it('places inside the side that has enough nodes', () => {
+    const nodes = [node('sim-a', { smGuid: A }), node('sim-b', { smGuid: B, gpus: 8 }), node('sim-c', { smGuid: A }), node('sim-d', { smGuid: B, state: 'cordoned' })];
+    expect(place({ nodes, profile: large, usedGpus: {} })).toEqual({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-c'] });
+    const r = place({ nodes, profile: large, usedGpus: { 'sim-c': 1 } });
+    expect(r.kind === 'unplaceable' && r.reason).toContain(`SM ${B}: sim-b, sim-d (1 of 2 usable; sim-d: cordoned)`);
+  });
+  it('leaves nodes whose SM is unknown out of a split name: they may be on either side', () => {
+    const nodes = [node('sim-a', { smGuid: A }), node('sim-b', { smGuid: B }), node('sim-c', { smGuid: null }), node('sim-d')];
+    const r = place({ nodes, profile: large, usedGpus: {} });
+    expect(r.kind === 'unplaceable' && r.reason).toContain('SM unknown: sim-c, sim-d (not used: which side they are on is unknown;');
+    expect(place({ nodes: [...nodes, node('sim-e', { smGuid: A })], profile: large, usedGpus: {} })).toEqual({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-e'] });
+  });
+  it('one GUID plus nodes without identity is one fabric, as before', () => {
+    const nodes = [node('sim-a', { smGuid: A }), node('sim-b'), node('sim-c', { smGuid: null })];
+    expect(place({ nodes, profile: { ...large, nodes: 3 }, usedGpus: {} })).toEqual({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-b', 'sim-c'] });
+  });
+  it('fabricGroups names each side', () => {
+    const groups = fabricGroups([node('sim-a', { smGuid: B }), node('sim-b', { smGuid: A }), node('sim-c', { fabric: 'ib-b' })]);
+    expect(groups.map((g) => [g.key, g.split, g.members.map((n) => n.id)])).toEqual([[`ib-a@${A}`, true, ['sim-b']], [`ib-a@${B}`, true, ['sim-a']], ['ib-b', false, ['sim-c']]]);
   });
 });
