@@ -10,6 +10,7 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
   llmgw control-plane    run the control plane API and the control worker
   llmgw gateway          run the inference gateway
   llmgw agent            run the node agent (llmgw agent --help)
+  llmgw doctor           check what this node lacks before it joins (llmgw doctor --help)
   llmgw sim-engine       run the simulated inference engine
   llmgw version
 
@@ -24,6 +25,7 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   'control-plane': async () => (require('./roles') as typeof import('./roles')).controlPlaneCommand,
   gateway: async () => (require('./roles') as typeof import('./roles')).gatewayCommand,
   agent: async () => (require('./roles') as typeof import('./roles')).agentCommand,
+  doctor: async () => (argv) => (require('./doctor') as typeof import('./doctor')).doctorCommand(argv),
   'sim-engine': async () => (require('./roles') as typeof import('./roles')).simEngineCommand,
   version: async () => async () => {
     const pkg = require('../package.json') as { version: string; dependencies: Record<string, string> };

@@ -22,7 +22,11 @@ function smiFix(reason: string, containerDriver: boolean): string {
 export async function checkNvidiaSmi(path: string | null, gpus: GpuQuery | null, root: string): Promise<DoctorResult> {
   const id = 'nvidia-smi';
   if (path === null || gpus === null) return pass(id, 'not run: --no-gpu (this node registers without GPUs)');
-  if (gpus.kind === 'failed') return fail(id, gpus.reason, smiFix(gpus.reason, await exists(root, 'run/nvidia/driver/usr/bin/nvidia-smi')));
+  if (gpus.kind === 'failed') {
+    // queryGpus's reason for a missing binary carries its own fix; the fix goes in `fix` here.
+    const summary = /not found at/.test(gpus.reason) ? `nvidia-smi not found at ${path}: the agent will not register this node as one without GPUs` : gpus.reason;
+    return fail(id, summary, smiFix(gpus.reason, await exists(root, 'run/nvidia/driver/usr/bin/nvidia-smi')));
+  }
   if (gpus.gpus.length === 0) return warn(id, `nvidia-smi at ${path} lists no GPUs`, 'check the VM\'s PCI passthrough, or pass --no-gpu');
   const names = [...new Set(gpus.gpus.map((g) => g.name))].join(', ');
   return pass(id, `${gpus.gpus.length} GPU${gpus.gpus.length === 1 ? '' : 's'} (${names}) via ${path}`);

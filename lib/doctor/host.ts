@@ -2,12 +2,13 @@
 import { CPU_FLAGS } from '../hardware/cpu';
 import type { Exec } from '../hardware/exec';
 import type { DoctorResult } from '../types';
+import { resolve } from 'node:path';
 import { exists, fail, pass, readText, warn } from './read';
 
 /** Checks the `flags` line of cpuinfo for avx, avx2, fma and sse4_2. */
 export async function checkCpuFlags(cpuinfoPath: string): Promise<DoctorResult> {
   const id = 'cpu-flags';
-  const text = await readText('/', cpuinfoPath);
+  const text = await readText(resolve(cpuinfoPath), '');
   if (text === null) return warn(id, `cannot read ${cpuinfoPath}`, 'pass --cpuinfo PATH, or run on the node itself');
   const line = text.split('\n').find((l) => /^flags\s*:/.test(l));
   if (!line) {

@@ -18,6 +18,7 @@ describe('llmgw --help', () => {
     [['control-plane', '--help'], /--config FILE/],
     [['gateway', '--help'], /--config FILE/],
     [['agent', '--help'], /--fabric NAME/],
+    [['doctor', '--help'], /--sminfo PATH[\s\S]*--json/],
     [['sim-engine', '--help'], /--dist-port DP[\s\S]*--help/],
   ])('llmgw %j prints its usage and exits 0', (args, usage) => {
     const r = run(...args);

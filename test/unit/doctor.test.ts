@@ -1,4 +1,5 @@
 /** `llmgw doctor` checks against fixture roots (sysfs, /proc, /dev, /etc) with fake nvidia-smi, sminfo, systemctl and ldconfig. */
+import { spawnSync } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -180,5 +181,18 @@ describe('doctor output', () => {
     expect(doctorColumn(rs)).toBe('fail: cpu-flags warn: gpudirect-rdma');
     expect(doctorColumn([rs[0] as DoctorResult])).toBe('ok');
     expect(doctorColumn(undefined)).toBe('-');
+  });
+});
+
+describe('llmgw doctor', () => {
+  it('prints JSON and exits 1 when a check fails (kvm64 CPU, nvidia-smi missing)', () => {
+    const r = spawnSync(process.execPath, [join(__dirname, '../../bin/llmgw.js'), 'doctor', '--json', '--root', join(ROOTS, 'kvm64'), '--ib-root', join(SYSFS, 'ndr-a'),
+      '--nvidia-smi', '/opt/none/nvidia-smi', '--sminfo', FAKE_SMINFO, '--fabric', 'ib-a'], { encoding: 'utf8', timeout: 30_000 });
+    expect(r.stderr).toBe('');
+    const results = JSON.parse(r.stdout) as DoctorResult[];
+    expect(byId(results, 'nvidia-smi')).toMatchObject({ status: 'fail', summary: 'nvidia-smi not found at /opt/none/nvidia-smi: the agent will not register this node as one without GPUs' });
+    expect(byId(results, 'cpu-flags').status).toBe('fail');
+    expect(byId(results, 'subnet-manager/ib-a').status).toBe('pass');
+    expect(r.status).toBe(1);
   });
 });
