@@ -3,10 +3,9 @@
  * only ever signalled after its start time proved it is still the process the state file names.
  */
 import { spawn } from 'node:child_process';
-import { mkdirSync, watch, type FSWatcher } from 'node:fs';
-import { basename } from 'node:path';
+import { mkdirSync } from 'node:fs';
 import {
-  enginePaths, readEngineExit, readEngineState, removeEngineFiles, sameProcess, type EngineExit, type EngineState,
+  readEngineExit, readEngineState, removeEngineFiles, sameProcess, type EngineExit, type EngineState,
 } from '../../lib/engine-state';
 
 /** What the state directory says about one key. */
@@ -82,47 +81,31 @@ const SHIM_LINGER_MS = 5000;
 
 /**
  * Resolves with the engine's exit once it is gone (its exit record; or, when its shim died too, an exit with
- * code and signal null), or with null when `signal` aborts first. An adopted engine is not our child, so this
- * polls its pid; the exit record's arrival wakes it at once (inotify), so a death costs no poll interval.
+ * code and signal null), or with null when `signal` aborts first. Polls: an adopted engine is not our child.
  */
 export async function watchEngine(dir: string, st: EngineState, signal: AbortSignal, pollMs = 200): Promise<EngineExit | null> {
-  let wake = (): void => undefined;
-  const exitFile = basename(enginePaths(dir, st.key).exit);
-  let watcher: FSWatcher | undefined;
-  try {
-    watcher = watch(dir, (_event, name) => {
-      if (name === exitFile) wake();
-    });
-    watcher.on('error', () => undefined);
-  } catch { /* no inotify: polling alone */ }
-  const onAbort = (): void => wake();
-  signal.addEventListener('abort', onAbort);
-  try {
-    let engineGoneAt = 0;
-    while (!signal.aborted) {
-      const exit = readEngineExit(dir, st.key);
-      if (exit) return exit;
-      const live = liveness(st);
-      if (!live.engine) {
-        engineGoneAt ||= Date.now();
-        if (!live.shim || Date.now() - engineGoneAt > SHIM_LINGER_MS) {
-          return readEngineExit(dir, st.key) ?? { code: null, signal: null, error: 'gone without an exit record (its shim was gone too)', at: new Date().toISOString() };
-        }
+  let engineGoneAt = 0;
+  while (!signal.aborted) {
+    const exit = readEngineExit(dir, st.key);
+    if (exit) return exit;
+    const live = liveness(st);
+    if (!live.engine) {
+      engineGoneAt ||= Date.now();
+      if (!live.shim || Date.now() - engineGoneAt > SHIM_LINGER_MS) {
+        return readEngineExit(dir, st.key) ?? { code: null, signal: null, error: 'gone without an exit record (its shim was gone too)', at: new Date().toISOString() };
       }
-      await new Promise<void>((r) => {
-        const t = setTimeout(() => wake(), live.engine ? pollMs : 20);
-        wake = (): void => {
-          clearTimeout(t);
-          wake = (): void => undefined;
-          r();
-        };
-      });
     }
-    return null;
-  } finally {
-    signal.removeEventListener('abort', onAbort);
-    watcher?.close();
+    await new Promise<void>((r) => {
+      const done = (): void => {
+        clearTimeout(t);
+        signal.removeEventListener('abort', done);
+        r();
+      };
+      const t = setTimeout(done, live.engine ? pollMs : 20);
+      signal.addEventListener('abort', done);
+    });
   }
+  return null;
 }
 
 /** Sends `sig` to `pid` only if it is still the process that started at `startTime`. */

@@ -108,13 +108,11 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     const again = await second.running();
     expect(again).toMatchObject({ pid: beat.pid, shimPid: beat.shimPid, key: 'keep-0.g2.r0', adopted: true, since: beat.since });
     expect(await health(port)).toBe(200);
-    // No longer our child: its death is seen through the exit record its shim writes (inotify wakes the watch).
+    // No longer our child: its death is seen by polling, within a few hundred ms.
     const killedAt = Date.now();
     process.kill(beat.pid ?? 0, 'SIGKILL');
     const died = await second.outcome;
-    const detectMs = Date.now() - killedAt;
-    console.log(`adopted engine SIGKILL -> LLMGW_ENGINE_EXITED in ${detectMs} ms`);
-    expect(detectMs).toBeLessThan(1000);
+    expect(Date.now() - killedAt).toBeLessThan(1500);
     expect(died).toMatchObject({ type: 'LLMGW_ENGINE_EXITED', nonRetryable: true });
     expect(died?.message).toMatch(/engine sim for keep-0 rank 0 on adopt-n1 was killed by SIGKILL; last output:\n.*serving/s);
   });
