@@ -126,10 +126,11 @@ export function createControlActivities(deps: ControlDeps) {
 
     /** Cordons a node: it takes no new shards (the state survives restarts: registration keeps it). */
     async cordonNode(input: { nodeId: string; why: string }): Promise<void> {
-      if ((await store.nodeState(input.nodeId as NodeId)) === null) {
+      const state = await store.nodeState(input.nodeId as NodeId);
+      if (state === null) {
         throw ApplicationFailure.nonRetryable(`node ${input.nodeId} is not registered: check the id with llmgw ctl nodes`, 'LLMGW_UNKNOWN_NODE');
       }
-      if ((await store.nodeState(input.nodeId as NodeId)) !== 'cordoned') {
+      if (state !== 'cordoned') {
         await store.setNodeState(input.nodeId, 'cordoned');
         await store.event({ kind: 'node.cordoned', nodeId: input.nodeId, message: input.why });
       }

@@ -1,7 +1,8 @@
 /** Sim nodes inside a test process: registration with the control plane and a real node worker on `node-<id>`. */
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../../activities/node';
-import { nodeQueue } from '../../lib/names';
+import type { Client } from '@temporalio/client';
+import { nodeQueue, workflowIds } from '../../lib/names';
 import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory } from '../../lib/types';
 import { NODE_WORKER_OPTIONS } from '../../workers/agent';
@@ -42,4 +43,21 @@ export async function startNodeWorker(address: string, nodeId: string, pids = ne
       await conn.close();
     },
   };
+}
+
+/** Tears down what a drain/rebuild test started: its workflows, node workers, engines, gateway, control plane, Temporal, database. */
+export async function stopSimCluster(o: {
+  cp?: { client: Client; store: { listReplicas(model?: string): Promise<{ id: string }[]> }; close(): Promise<void> };
+  model: string; workflows: string[]; workers: NodeWorker[]; pids: Map<string, number>;
+  gateway?: { close(): Promise<void> }; temporal?: { stop(): Promise<void> }; mysqlUrl: string; dropDatabase: (url: string) => Promise<void>;
+}): Promise<void> {
+  const { cp } = o;
+  const ids = [...o.workflows, ...((await cp?.store.listReplicas(o.model)) ?? []).map((r) => workflowIds.replica(r.id))];
+  for (const id of ids) await cp?.client.workflow.getHandle(id).terminate().catch(() => undefined);
+  for (const w of o.workers) await w.stop();
+  for (const pid of o.pids.values()) try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
+  await o.gateway?.close();
+  await cp?.close();
+  await o.temporal?.stop();
+  await o.dropDatabase(o.mysqlUrl);
 }

@@ -15,7 +15,7 @@ import { drainProgressQuery, type DrainProgress, type DrainResult } from '../../
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
 import { startLoad, waitRoutable } from '../helpers/load';
-import { registerNode, simInventory, startNodeWorker, type NodeWorker } from '../helpers/node-workers';
+import { registerNode, simInventory, startNodeWorker, stopSimCluster, type NodeWorker } from '../helpers/node-workers';
 import { waitFor } from '../helpers/wait';
 
 const MODEL = 'solo';
@@ -56,14 +56,7 @@ describe('drain and rebuild under load', () => {
 
   afterAll(async () => {
     if (process.env.LLMGW_DEBUG) for (const e of ((await cp?.store.recentEvents(100)) ?? []).reverse()) console.log(JSON.stringify(e));
-    for (const id of [workflowIds.model(MODEL), workflowIds.drain('n1')]) await cp?.client.workflow.getHandle(id).terminate().catch(() => undefined);
-    for (const r of (await cp?.store.listReplicas(MODEL)) ?? []) await cp.client.workflow.getHandle(workflowIds.replica(r.id)).terminate().catch(() => undefined);
-    for (const w of workers) await w.stop();
-    for (const pid of pids.values()) try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
-    await gateway?.close();
-    await cp?.close();
-    await temporal?.stop();
-    await dropDatabase(config.mysql.url);
+    await stopSimCluster({ cp, model: MODEL, workflows: [workflowIds.model(MODEL), workflowIds.drain('n1')], workers, pids, gateway, temporal, mysqlUrl: config.mysql.url, dropDatabase });
   });
 
   test('draining a node with two replicas moves both, one at a time, and fails no request', async () => {

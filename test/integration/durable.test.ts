@@ -18,7 +18,7 @@ import { drainProgressQuery, type DrainResult } from '../../workflows/contracts/
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
 import { startLoad, waitRoutable } from '../helpers/load';
-import { registerNode, simInventory, startNodeWorker, type NodeWorker } from '../helpers/node-workers';
+import { registerNode, simInventory, startNodeWorker, stopSimCluster, type NodeWorker } from '../helpers/node-workers';
 import { freePort } from '../helpers/ports';
 import { waitFor } from '../helpers/wait';
 
@@ -70,14 +70,7 @@ describe('a drain survives a killed control worker and a Temporal restart', () =
 
   afterAll(async () => {
     second?.kill('SIGKILL');
-    for (const id of [workflowIds.model(MODEL), workflowIds.drain('n1')]) await cp?.client.workflow.getHandle(id).terminate().catch(() => undefined);
-    for (const r of (await cp?.store.listReplicas(MODEL)) ?? []) await cp.client.workflow.getHandle(workflowIds.replica(r.id)).terminate().catch(() => undefined);
-    for (const w of workers) await w.stop();
-    for (const pid of pids.values()) try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
-    await gateway?.close();
-    await cp?.close();
-    await temporal?.stop();
-    await dropDatabase(config.mysql.url);
+    await stopSimCluster({ cp, model: MODEL, workflows: [workflowIds.model(MODEL), workflowIds.drain('n1')], workers, pids, gateway, temporal, mysqlUrl: config.mysql.url, dropDatabase });
     rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 
