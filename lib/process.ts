@@ -20,14 +20,31 @@ export async function stopProcess(child: ChildProcess, graceMs: number): Promise
   clearTimeout(timer);
 }
 
-/** True while a process with this pid exists. */
+/**
+ * True while a process with this pid runs. A zombie counts as gone: it has exited, and only its parent (or
+ * init, for an orphan) can reap it. That matters where pid 1 never reaps orphans — this machine's does not,
+ * so an engine shim that outlived its agent stays `<defunct>` forever, and `kill(pid, 0)` alone still finds it.
+ */
 export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0);
-    return true;
   } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
+    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false;
   }
+  return !isZombie(pid);
+}
+
+/** True when /proc says the process has exited and awaits reaping (state Z or X). */
+export function isZombie(pid: number): boolean {
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return false;
+  }
+  // Field 2 (the command) is in parentheses and may hold spaces; the state follows the last ')'.
+  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  return state === 'Z' || state === 'X';
 }
 
 /** The command line of a running process (Linux /proc), or null when it is gone. */

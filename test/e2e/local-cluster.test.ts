@@ -11,7 +11,7 @@ import { promisify } from 'node:util';
 import { Connection, WorkflowClient } from '@temporalio/client';
 import OpenAI from 'openai';
 import { workflowIds } from '../../lib/names';
-import { pidAlive } from '../../lib/process';
+import { pidAlive, pidCommandLine } from '../../lib/process';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
 import { freePort } from '../helpers/ports';
 import { waitFor } from '../helpers/wait';
@@ -60,6 +60,8 @@ async function descendants(root: number): Promise<number[]> {
   return out;
 }
 const alive = pidAlive;
+/** The processes of `pids` still running, each with its command line (so a failure names what was left). */
+const leftOver = (pids: number[]): string[] => pids.filter(alive).map((p) => `${p} ${pidCommandLine(p) ?? '?'}`);
 /** The engine and Temporal processes are children of children; Ctrl-C goes to the whole group. */
 const ctrlC = (r: Running): boolean => process.kill(-(r.child.pid as number), 'SIGINT');
 
@@ -162,7 +164,7 @@ describe('the local cluster', () => {
     ctrlC(first);
     expect(await exitCode(first, 'llmgw cluster to exit after Ctrl-C')).toBe(0);
     console.log(`Ctrl-C: llmgw cluster exited ${Date.now() - stoppedAt}ms after the signal`);
-    expect(tree.filter(alive)).toEqual([]);
+    expect(leftOver(tree)).toEqual([]);
 
     again = startClusterProcess(stateDir, basePort, mysqlUrl);
     const restartedAt = Date.now();
@@ -194,6 +196,6 @@ describe('the local cluster', () => {
     const tree3 = await descendants(third.child.pid as number);
     ctrlC(third);
     expect(await exitCode(third, 'the third llmgw cluster to exit after Ctrl-C')).toBe(0);
-    expect(tree3.filter(alive)).toEqual([]);
+    expect(leftOver(tree3)).toEqual([]);
   }, 300_000);
 });
