@@ -57,9 +57,9 @@ export async function discover(opts: AgentOptions): Promise<NodeInventory> {
   return { gpus, adapters, fabrics, cpuFlags, engines: opts.engines, host: opts.advertiseHost };
 }
 
-/** The shards the control plane has placed on this node. */
-async function assignedShards(opts: AgentOptions): Promise<AssignedShard[]> {
-  const res = await fetch(`${opts.server}/v1/agent/shards?node=${encodeURIComponent(opts.nodeId)}`, { signal: AbortSignal.timeout(5000) });
+/** The shards the control plane at `server` has placed on node `nodeId`. */
+export async function assignedShards(server: string, nodeId: string): Promise<AssignedShard[]> {
+  const res = await fetch(`${server}/v1/agent/shards?node=${encodeURIComponent(nodeId)}`, { signal: AbortSignal.timeout(5000) });
   if (res.status !== 200) throw new Error(`GET /v1/agent/shards answered ${res.status}: ${await res.text()}`);
   return ((await res.json()) as { shards: AssignedShard[] }).shards;
 }
@@ -118,6 +118,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
 
   const connection = await NativeConnection.connect({ address: reg.temporal.address });
   const supervised = new Set<string>();
+  const stopping = new AbortController();
   const worker = await Worker.create({
     connection,
     namespace: reg.temporal.namespace,
@@ -128,6 +129,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       stateDir: opts.stateDir,
       stopEnginesOnExit: opts.stopEnginesOnExit,
       supervised,
+      assigned: () => assignedShards(opts.server, opts.nodeId),
+      stopping: stopping.signal,
       log: opts.log,
     }),
     ...NODE_WORKER_OPTIONS,
@@ -135,7 +138,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const running = worker.run();
   // After the worker polls, so a shard rescheduled for this node is adopted rather than collected.
   let gc: Collection | undefined;
-  void collectOrphans({ stateDir: opts.stateDir, assigned: () => assignedShards(opts), supervised, log: opts.log })
+  void collectOrphans({ stateDir: opts.stateDir, assigned: () => assignedShards(opts.server, opts.nodeId), supervised, log: opts.log })
     .then((c) => {
       gc = c;
       if (closing) c.cancel();
@@ -152,6 +155,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     inventory,
     async close(): Promise<void> {
       closing = true;
+      stopping.abort();
       clearInterval(beat);
       gc?.cancel();
       // The SDK may already be draining it (its own signal handling in other embeddings).

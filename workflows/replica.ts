@@ -46,6 +46,8 @@ const WAIT_RETRY = '10s';
 const CRASH_BACKOFF_MAX_MS = 60_000;
 /** A replica that served for this long before failing resets its crash count. */
 const HEALTHY_RUN_MS = 60_000;
+/** Runs of one shard in a row (each shorter than HEALTHY_RUN_MS) that may end in a lost agent or Temporal before the replica is rebuilt. */
+const MAX_RERUNS = 3;
 
 type Outcome = { kind: 'served' } | { kind: 'failed'; message: string; timedOutNode: string | null } | { kind: 'stop' };
 
@@ -98,18 +100,21 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       failure = { kind: 'failed', message, timedOutNode: timedOut ? nodeId : null };
     };
     const launch = (s: ShardPlan) => async (): Promise<void> => {
+      let reruns = 0;
       for (;;) {
-        const since = new Date().toISOString();
+        const since = Date.now();
         try {
           await shardActivities(s.nodeId).runShard({
-            replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile,
+            replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile, generation: status.rebuilds,
             rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
           });
           return;
         } catch (err) {
-          // The agent went away but its engine did not: schedule the shard again and let the next agent adopt it,
-          // so the replica keeps serving through an agent restart or upgrade.
-          if (!isCancellation(err) && (await agentWillAdopt(err, s.nodeId, since))) continue;
+          // The agent or Temporal went away but the engine did not: schedule the shard again and let the
+          // agent adopt its engine, so the replica keeps serving through an agent restart or upgrade and
+          // through a Temporal restart. Bounded, so a shard that keeps losing Temporal is rebuilt instead.
+          reruns = Date.now() - since > HEALTHY_RUN_MS ? 1 : reruns + 1;
+          if (!isCancellation(err) && reruns <= MAX_RERUNS && (await agentWillAdopt(err, s.nodeId))) continue;
           throw err;
         }
       }
@@ -180,13 +185,14 @@ async function tellParentReady(replicaId: string): Promise<void> {
 }
 
 /**
- * True when a shard's failure means "the agent is gone, the engine is not": the agent said so as it stopped
- * (LLMGW_AGENT_STOPPED), or its heartbeat timed out and the node's agent has registered again since the shard began.
+ * True when a shard's failure means "the agent or Temporal went away, the engine did not": the agent said so
+ * as it stopped (LLMGW_AGENT_STOPPED), or the shard's heartbeat timed out while its agent kept checking in
+ * with the control plane (Temporal restarted or was unreachable; or the agent restarted in the meantime).
  */
-async function agentWillAdopt(err: unknown, nodeId: string, since: string): Promise<boolean> {
+async function agentWillAdopt(err: unknown, nodeId: string): Promise<boolean> {
   const cause = err instanceof ActivityFailure ? err.cause : undefined;
   if (cause instanceof ApplicationFailure && cause.type === 'LLMGW_AGENT_STOPPED') return true;
-  if (cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.HEARTBEAT) return control.agentRestarted({ nodeId, since });
+  if (cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.HEARTBEAT) return control.agentAlive({ nodeId });
   return false;
 }
 

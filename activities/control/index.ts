@@ -8,6 +8,9 @@ import { deploymentQuery } from '../../workflows/contracts/model';
 import { place } from '../../lib/placement';
 import type { ModelSpec, NodeId, Profile, ReplicaState } from '../../lib/types';
 
+/** An agent seen by the control plane this recently is alive (it heartbeats every 2 s; one beat may be late). */
+const AGENT_SEEN_MS = 4500;
+
 export interface ControlDeps {
   store: Store;
   /** For reading workflow state (the deployment's replacements) while a drain waits. */
@@ -167,11 +170,14 @@ export function createControlActivities(deps: ControlDeps) {
       }
     },
 
-    /** True when the node's agent registered again after `since` and is heartbeating: a restart, not a dead node. */
-    async agentRestarted(input: { nodeId: string; since: string }): Promise<boolean> {
+    /**
+     * True when the node's agent still checks in with the control plane (it heartbeats every 2 s): a shard of
+     * it that stopped heartbeating to Temporal lost Temporal (a restart, an agent restart), not its node.
+     */
+    async agentAlive(input: { nodeId: string }): Promise<boolean> {
       const node = (await store.listNodes()).find((n) => n.id === input.nodeId);
       if (!node || node.state === 'down' || !node.lastSeen) return false;
-      return node.registeredAt.getTime() > Date.parse(input.since) && Date.now() - node.lastSeen.getTime() < 10_000;
+      return Date.now() - node.lastSeen.getTime() < AGENT_SEEN_MS;
     },
 
     /** Forgets a replica's shards and ports. */

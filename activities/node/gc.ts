@@ -12,6 +12,11 @@ export interface AssignedShard {
   port: number;
 }
 
+/** True when the control plane still places the shard this engine runs for on this node. */
+export function isAssigned(assigned: AssignedShard[], st: Pick<EngineState, 'replicaId' | 'rank' | 'port'>): boolean {
+  return assigned.some((a) => a.replicaId === st.replicaId && a.rank === st.rank && a.port === st.port);
+}
+
 export interface CollectOptions {
   stateDir: string;
   /** The shards placed on this node; a rejection means "unknown": nothing is stopped as unwanted. */
@@ -54,7 +59,7 @@ export async function collectOrphans(o: CollectOptions): Promise<Collection> {
     assigned = null;
   }
   const wanted = (st: EngineState): boolean | null =>
-    assigned === null ? null : assigned.some((a) => a.replicaId === st.replicaId && a.rank === st.rank && a.port === st.port);
+    assigned === null ? null : isAssigned(assigned, st);
 
   const out: Collection = { stopped: [], pending: [], removed: [], settled: Promise.resolve(), cancel: () => undefined };
   const waits: Promise<void>[] = [];

@@ -8,7 +8,8 @@ import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command'
 import { engineShimArgv, logTail, removeEngineFiles, shardKey, type EngineExit, type EngineState } from '../../lib/engine-state';
 import type { EngineName } from '../../lib/types';
 import type { ErrorCode } from '../../lib/errors';
-import { findEngine, launchEngine, stopEngine, watchEngine } from './engines';
+import { findEngine, launchEngine, liveness, stopEngine, watchEngine } from './engines';
+import { isAssigned, type AssignedShard } from './gc';
 
 export interface NodeDeps {
   nodeId: string;
@@ -27,6 +28,14 @@ export interface NodeDeps {
   shimArgv?: string[];
   /** Filled with the key of every engine a runShard supervises right now (the agent's orphan collection reads it). */
   supervised?: Set<string>;
+  /**
+   * The shards the control plane places on this node (the agent asks it over HTTP). With it, a shard whose
+   * activity Temporal timed out (heartbeats lost while Temporal was unreachable) keeps its engine serving
+   * until the replica runs the shard again (and adopts it) or lets it go; without it, the engine stops at once.
+   */
+  assigned?: () => Promise<AssignedShard[]>;
+  /** Aborted when the agent stops: ends the wait above. */
+  stopping?: AbortSignal;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -71,6 +80,26 @@ export function createNodeActivities(deps: NodeDeps) {
   const stopOnExit = deps.stopEnginesOnExit ?? deps.stateDir === undefined;
   const shimArgv = deps.shimArgv ?? engineShimArgv();
   const supervised = deps.supervised ?? new Set<string>();
+  // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
+  // that is still winding down, and the earlier one must then leave the engine (and the key) alone.
+  const claims = new Map<string, object>();
+  const sleep = (ms: number): Promise<void> => new Promise((r) => {
+    const t = setTimeout(r, ms);
+    deps.stopping?.addEventListener('abort', () => { clearTimeout(t); r(); }, { once: true });
+  });
+
+  /** After a server-side timeout: waits until the engine is adopted, let go, gone, or the agent stops. */
+  async function outliveTimeout(key: string, token: object, st: EngineState): Promise<'adopted' | 'released' | 'exited' | 'stopping'> {
+    for (;;) {
+      if (claims.get(key) !== token) return 'adopted';
+      if (!liveness(st).engine) return 'exited';
+      if (deps.stopping?.aborted) return 'stopping';
+      try {
+        if (!isAssigned(await (deps.assigned as () => Promise<AssignedShard[]>)(), st)) return 'released';
+      } catch { /* the control plane is unreachable too: keep serving, ask again */ }
+      await sleep(1000);
+    }
+  }
 
   return {
     /**
@@ -90,6 +119,8 @@ export function createNodeActivities(deps: NodeDeps) {
       const where = `engine ${cmd.engine} for ${input.replicaId} rank ${input.rank} on ${deps.nodeId}`;
       const fields = { replica: input.replicaId, rank: input.rank, key, port: input.port };
       const beat: ShardHeartbeat = { pid: undefined, shimPid: undefined, key, state: 'starting', adopted: false, since: new Date().toISOString(), command: `${cmd.engine} ${cmd.args.join(' ')}` };
+      const token = {};
+      claims.set(key, token);
       supervised.add(key);
       ctx.heartbeat(beat);
       const timer = setInterval(() => ctx.heartbeat(beat), 1000);
@@ -144,6 +175,22 @@ export function createNodeActivities(deps: NodeDeps) {
             details: [{ key, pid: st.enginePid, shimPid: st.shimPid }],
           });
         }
+        const why = ctx.cancellationDetails;
+        if (outcome.kind === 'cancelled' && deps.assigned && (why?.timedOut || why?.notFound) && !why.cancelRequested) {
+          // Temporal gave up on this activity (its heartbeats did not arrive: Temporal restarting or unreachable),
+          // but the engine is healthy and may still be routed. Stopping it now would fail requests the replica
+          // still sends it; it serves on until the shard runs again here (and adopts it) or is placed elsewhere.
+          log('shard timed out on the Temporal server; engine keeps serving until the replica adopts it again or lets it go', { ...fields, pid: st.enginePid, reason: why.timedOut ? 'timed out' : 'not found' });
+          const end = await outliveTimeout(key, token, st);
+          if (end === 'released' || (end === 'stopping' && stopOnExit)) {
+            await stopEngine(st, stopGraceMs);
+            removeEngineFiles(stateDir, key, { keepLog: true });
+          }
+          log(`timed-out shard's engine ${end}`, { ...fields, pid: st.enginePid });
+          throw err instanceof Error ? err : new CancelledFailure('shard timed out');
+        }
+        // A later run of this shard adopted the engine: it is that run's now.
+        if (claims.get(key) !== token) throw err instanceof Error ? err : new CancelledFailure('shard handed over');
         // Cancelled by the workflow (or the agent stops its engines on exit): the engine goes, then the activity ends.
         await stopEngine(st, stopGraceMs);
         removeEngineFiles(stateDir, key, { keepLog: true });
@@ -151,7 +198,10 @@ export function createNodeActivities(deps: NodeDeps) {
         throw err instanceof Error ? err : new CancelledFailure('shard stopped');
       } finally {
         clearInterval(timer);
-        supervised.delete(key);
+        if (claims.get(key) === token) {
+          claims.delete(key);
+          supervised.delete(key);
+        }
       }
     },
   };

@@ -5,7 +5,7 @@ import type { Client } from '@temporalio/client';
 import { nodeQueue, workflowIds } from '../../lib/names';
 import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory } from '../../lib/types';
-import { NODE_WORKER_OPTIONS } from '../../workers/agent';
+import { assignedShards, NODE_WORKER_OPTIONS } from '../../workers/agent';
 
 /** A node's inventory for tests: `gpus` fake A100s, optionally on fabric ib-a, offering the sim engine. */
 export const simInventory = (o: { gpus?: number; fabric?: boolean } = {}): NodeInventory => ({
@@ -26,18 +26,30 @@ export interface NodeWorker {
   stop(): Promise<void>;
 }
 
-/** Runs a node worker for `nodeId` against Temporal at `address`, with sim engines as real processes. */
-export async function startNodeWorker(address: string, nodeId: string, pids = new Map<string, number>()): Promise<NodeWorker> {
+/**
+ * Runs a node worker for `nodeId` against Temporal at `address`, with sim engines as real processes. With
+ * `cpUrl` it also does what the agent does beside its worker: heartbeats to that control plane every 2 s, and
+ * asks it which shards stay placed here (so an engine outlives a Temporal restart, as under a real agent).
+ */
+export async function startNodeWorker(address: string, nodeId: string, pids = new Map<string, number>(), o: { cpUrl?: string } = {}): Promise<NodeWorker> {
   const conn = await NativeConnection.connect({ address });
+  const stopping = new AbortController();
+  const cpUrl = o.cpUrl;
   const worker = await Worker.create({
     ...NODE_WORKER_OPTIONS, connection: conn, taskQueue: nodeQueue(nodeId),
     activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stopGraceMs: 3000,
+      ...(cpUrl ? { assigned: () => assignedShards(cpUrl, nodeId), stopping: stopping.signal } : {}),
       log: (msg, f) => { if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid)); } }),
   });
+  const beat = cpUrl
+    ? setInterval(() => void fetch(`${cpUrl}/v1/agent/heartbeat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId }) }).catch(() => undefined), 2000)
+    : undefined;
   const running = worker.run();
   return {
     nodeId, pids,
     async stop() {
+      clearInterval(beat);
+      stopping.abort();
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await running.catch(() => undefined);
       await conn.close();

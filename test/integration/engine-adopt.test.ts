@@ -57,19 +57,21 @@ const killAll = (): void => {
 afterAll(killAll);
 
 /** One runShard in a mock activity context: its heartbeats, its outcome (never an unhandled rejection). */
-function runInMock(deps: NodeDeps, input: RunShardInput) {
+function runInMock(deps: NodeDeps | ReturnType<typeof createNodeActivities>, input: RunShardInput) {
   // Quiet: the failures are what these tests expect.
   const env = new MockActivityEnvironment({ heartbeatTimeoutMs: 10_000 }, { logger: new DefaultLogger('ERROR') });
   const beats: ShardHeartbeat[] = [];
   env.on('heartbeat', (d: ShardHeartbeat) => beats.push({ ...d }));
-  const outcome = env.run(createNodeActivities(deps).runShard, input).then(() => null, (err: unknown) => err as Error & Partial<ApplicationFailure>);
+  const acts = 'runShard' in deps ? deps : createNodeActivities(deps);
+  const outcome = env.run(acts.runShard, input).then(() => null, (err: unknown) => err as Error & Partial<ApplicationFailure>);
   const running = (): Promise<ShardHeartbeat> =>
     waitFor(() => beats.find((b) => b.state === 'running'), { timeoutMs: 15_000, what: `runShard ${input.replicaId} to report its engine running` }).then((b) => {
       started.add(b.pid ?? 0).add(b.shimPid ?? 0);
       return b;
     });
   const shutDown = (): void => env.cancel('WORKER_SHUTDOWN', new ActivityCancellationDetails({ workerShutdown: true }));
-  return { env, beats, outcome, running, shutDown, cancel: (): void => env.cancel() };
+  const timedOut = (): void => env.cancel('TIMED_OUT', new ActivityCancellationDetails({ timedOut: true }));
+  return { env, beats, outcome, running, shutDown, timedOut, cancel: (): void => env.cancel() };
 }
 
 describe('runShard in one process (mock activity context, real engines)', () => {
@@ -115,6 +117,44 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     expect(Date.now() - killedAt).toBeLessThan(1500);
     expect(died).toMatchObject({ type: 'LLMGW_ENGINE_EXITED', nonRetryable: true });
     expect(died?.message).toMatch(/engine sim for keep-0 rank 0 on adopt-n1 was killed by SIGKILL; last output:\n.*serving/s);
+  });
+
+  test('a shard Temporal timed out keeps its engine serving while it stays placed: a re-run adopts it; unplaced, it stops', async () => {
+    const port = await freePort();
+    let placed = true;
+    let asked = 0;
+    // One agent's activities (shared claims), asking "its control plane" which shards stay placed here.
+    const acts = createNodeActivities({ ...deps, assigned: async () => (asked++, placed ? [{ replicaId: 'lost-0', rank: 0, port }] : []) });
+    const first = runInMock(acts, shardInput('lost-0', port));
+    const beat = await first.running();
+    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 10_000, what: 'the engine to serve' });
+    first.timedOut(); // heartbeats lost while Temporal restarted: the server gave up on the activity
+    await waitFor(() => asked >= 2, { timeoutMs: 5000, what: 'the timed-out shard to ask twice whether it is still placed' });
+    expect(await health(port)).toBe(200);
+
+    const second = runInMock(acts, shardInput('lost-0', port));
+    const again = await second.running();
+    expect(again).toMatchObject({ pid: beat.pid, adopted: true });
+    expect((await first.outcome)?.name).toBe('CancelledFailure');
+    expect(await health(port)).toBe(200);
+
+    second.timedOut();
+    const askedBefore = asked;
+    await waitFor(() => asked >= askedBefore + 2, { timeoutMs: 5000, what: 'the second timed-out run to ask again' });
+    expect(await health(port)).toBe(200);
+    placed = false; // the replica was rebuilt elsewhere: the engine goes
+    expect((await second.outcome)?.name).toBe('CancelledFailure');
+    expect(pidAlive(beat.pid ?? 0)).toBe(false);
+    expect(await health(port)).toBe(0);
+    expect(readEngineState(stateDir, 'lost-0.g0.r0')).toBeNull();
+  });
+
+  test('without a control plane to ask, a shard Temporal timed out stops its engine', async () => {
+    const run = runInMock(deps, shardInput('lost-1', await freePort()));
+    const beat = await run.running();
+    run.timedOut();
+    expect((await run.outcome)?.name).toBe('CancelledFailure');
+    expect(pidAlive(beat.pid ?? 0)).toBe(false);
   });
 
   test('with stopEnginesOnExit a worker shutdown stops the engine', async () => {
