@@ -87,7 +87,15 @@ describe('a drain survives a killed control worker and a Temporal restart', () =
     temporal = await startTemporal();
     console.log(`Temporal down for ${Date.now() - downAt}ms mid-drain; one control worker killed`);
 
-    const r = (await handle.result()) as DrainResult;
+    // A drain that does not finish fails naming where it stood (not only jest's bare timeout).
+    let timer: NodeJS.Timeout | undefined;
+    const stuck = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => void Promise.all([
+        handle.query(drainProgressQuery).catch((e: Error) => `query failed: ${e.message}`),
+        cp.store.listReplicas(MODEL).then((rs) => rs.map((x) => ({ id: x.id, state: x.state, reason: x.reason, on: x.shards.map((sh) => sh.nodeId) }))),
+      ]).then(([p, rs]) => reject(new Error(`the drain did not complete within 150s of the restart; progress ${JSON.stringify(p)}; replicas ${JSON.stringify(rs)}`))), 150_000);
+    });
+    const r = (await Promise.race([handle.result(), stuck]).finally(() => clearTimeout(timer))) as DrainResult;
     const s = await load.stop();
     console.log(`drain completed after the restart: moved ${r.moved.join(', ')}; requests ${s.ok} ok, ${s.failed} failed`);
     // A replica whose shard heartbeat timed out during Temporal's restart may leave n1 by a rebuild (n1 is
