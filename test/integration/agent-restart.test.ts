@@ -1,0 +1,144 @@
+/**
+ * An agent restart restarts no engine, through the whole path: real agent processes (`llmgw agent`), the
+ * replica workflow, the gateway under load. A stopped agent (SIGTERM) and a killed one (SIGKILL) that comes
+ * back within seconds both leave the engine serving and adopted by the next agent, with no failed request and
+ * no rebuild; a node that does not come back (agent and engines killed) is rebuilt on another node.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import type { ServerConfig } from '../../config/types';
+import { RoutingTable } from '../../gateway/routing';
+import { startGateway, type RunningGateway } from '../../gateway/server';
+import { listEngineKeys, readEngineState, type EngineState } from '../../lib/engine-state';
+import { pidAlive } from '../../lib/process';
+import { QUEUES, workflowIds } from '../../lib/names';
+import { startControlPlane, type ControlPlane } from '../../workers/control';
+import type { DevServer } from '../../cli/cluster/temporal-dev';
+import { workflowBundlePath } from '../helpers/bundle';
+import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { startLoad, waitRoutable } from '../helpers/load';
+import { stopSimCluster } from '../helpers/node-workers';
+import { waitFor } from '../helpers/wait';
+
+const MODEL = 'keep';
+const ROOT = resolve(__dirname, '../..');
+const LLMGW = join(ROOT, 'bin/llmgw.js');
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+interface AgentProc { child: ChildProcess; lines: string[] }
+
+describe('an agent restart restarts no engine (real agents, the replica workflow, the gateway)', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-agent-restart-'));
+  let temporal: DevServer;
+  let config: ServerConfig;
+  let cp: ControlPlane;
+  let gateway: RunningGateway;
+  const agents: AgentProc[] = [];
+  const engines = new Set<number>();
+  const stateDir = (node: string): string => join(dir, node);
+
+  const startAgentProc = async (node: string): Promise<AgentProc> => {
+    const child = spawn(process.execPath, [LLMGW, 'agent', '--node', node, '--server', cp.url, '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi'),
+      '--engines', 'sim', '--state-dir', stateDir(node)], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FAKE_NVIDIA_GPUS: '1', FAKE_NVIDIA_SEED: node } });
+    const a: AgentProc = { child, lines: [] };
+    const take = (b: Buffer): void => void a.lines.push(...b.toString().split('\n').filter(Boolean));
+    child.stdout?.on('data', take);
+    child.stderr?.on('data', take);
+    agents.push(a);
+    await waitFor(() => {
+      if (child.exitCode !== null) throw new Error(`agent ${node} exited ${child.exitCode}:\n${a.lines.join('\n')}`);
+      return a.lines.some((l) => l.includes('agent running'));
+    }, { timeoutMs: 30_000, what: `agent ${node} to run` });
+    return a;
+  };
+  const exited = (a: AgentProc): Promise<unknown> =>
+    waitFor(() => a.child.exitCode !== null || a.child.signalCode !== null, { timeoutMs: 20_000, what: 'the agent process to exit' });
+  /** The engine the node's state dir records for the replica (there is one). */
+  const engineOn = (node: string): EngineState => {
+    const states = listEngineKeys(stateDir(node)).map((k) => readEngineState(stateDir(node), k)).filter((s): s is EngineState => s !== null);
+    expect(states).toHaveLength(1);
+    const st = states[0] as EngineState;
+    engines.add(st.enginePid).add(st.shimPid);
+    return st;
+  };
+  const rebuildsSince = async (t: number): Promise<string[]> =>
+    (await cp.store.recentEvents(200)).filter((e) => e.kind === 'replica.rebuilding' && e.at.getTime() >= t).map((e) => e.message);
+  const readyOn = async (): Promise<string[]> =>
+    (await cp.store.listReplicas(MODEL)).filter((r) => r.state === 'ready').flatMap((r) => r.shards.map((s) => s.nodeId));
+
+  beforeAll(async () => {
+    temporal = await startTestTemporal();
+    config = await testConfig({
+      temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(),
+      catalog: [{ name: MODEL, source: 'sim://keep', replicas: 1, profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '200'] }] }],
+    });
+    cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
+    gateway = await startGateway({ host: '127.0.0.1', port: 0, routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }), apiKeys: [] });
+    await startAgentProc('a1');
+    await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
+    await waitFor(async () => (await readyOn()).includes('a1'), { timeoutMs: 60_000, what: 'the replica ready on a1' });
+    await waitRoutable(gateway.url, MODEL);
+  }, 120_000);
+
+  afterAll(async () => {
+    for (const a of agents) if (a.child.exitCode === null) a.child.kill('SIGKILL');
+    await stopSimCluster({ cp, model: MODEL, workflows: [workflowIds.model(MODEL)], workers: [], pids: new Map([...engines].map((p) => [String(p), p])), gateway, temporal, mysqlUrl: config.mysql.url, dropDatabase });
+    rmSync(dir, { recursive: true, force: true });
+  }, 60_000);
+
+  test('SIGTERM the agent, start it again: the same engine serves on, adopted; no request fails, no rebuild', async () => {
+    const before = engineOn('a1');
+    const t0 = Date.now();
+    const load = startLoad(gateway.url, MODEL, { clients: 2 });
+    const old = agents[agents.length - 1] as AgentProc;
+    old.child.kill('SIGTERM');
+    await exited(old);
+    expect(old.lines.join('\n')).toContain('shard left running for the next agent');
+    const next = await startAgentProc('a1');
+    await waitFor(() => next.lines.some((l) => l.includes('shard adopted') && l.includes(`"pid":${before.enginePid}`)), { timeoutMs: 70_000, what: 'the new agent to adopt the engine' });
+    await sleep(1000);
+    const s = await load.stop();
+    console.log(`agent SIGTERM + restart: ${s.ok} requests ok, ${s.failed} failed; engine pid ${before.enginePid} adopted after ${Date.now() - t0} ms`);
+    expect({ failed: s.failed, failures: s.failures }).toEqual({ failed: 0, failures: [] });
+    expect(s.ok).toBeGreaterThan(20);
+    expect(engineOn('a1').enginePid).toBe(before.enginePid);
+    expect(await rebuildsSince(t0)).toEqual([]);
+    expect(await readyOn()).toEqual(['a1']);
+  }, 120_000);
+
+  test('SIGKILL the agent, start it again within seconds: the shard times out, runs again on a1 and adopts the engine', async () => {
+    const before = engineOn('a1');
+    const t0 = Date.now();
+    const load = startLoad(gateway.url, MODEL, { clients: 2 });
+    const old = agents[agents.length - 1] as AgentProc;
+    old.child.kill('SIGKILL');
+    await exited(old);
+    const next = await startAgentProc('a1');
+    await waitFor(() => next.lines.some((l) => l.includes('shard adopted') && l.includes(`"pid":${before.enginePid}`)), { timeoutMs: 30_000, what: 'the new agent to adopt the engine after the heartbeat timeout' });
+    await sleep(1000);
+    const s = await load.stop();
+    console.log(`agent SIGKILL + restart: ${s.ok} requests ok, ${s.failed} failed; engine pid ${before.enginePid} adopted after ${Date.now() - t0} ms`);
+    expect({ failed: s.failed, failures: s.failures }).toEqual({ failed: 0, failures: [] });
+    expect(engineOn('a1').enginePid).toBe(before.enginePid);
+    expect(await rebuildsSince(t0)).toEqual([]);
+  }, 90_000);
+
+  test('a node that does not come back (agent and engine killed) has its replica rebuilt on another node', async () => {
+    await startAgentProc('a2');
+    const before = engineOn('a1');
+    const t0 = Date.now();
+    const old = agents.filter((a) => a.child.exitCode === null && a.child.signalCode === null)[0] as AgentProc;
+    old.child.kill('SIGKILL');
+    for (const p of [before.shimPid, before.enginePid]) try { process.kill(p, 'SIGKILL'); } catch { /* gone */ }
+    await exited(old);
+    await waitFor(async () => (await readyOn()).includes('a2'), { timeoutMs: 40_000, what: 'the replica rebuilt and ready on a2' });
+    console.log(`node loss (agent + engine SIGKILL): serving on a2 after ${Date.now() - t0} ms`);
+    expect(pidAlive(before.enginePid)).toBe(false);
+    const why = await rebuildsSince(t0);
+    expect(why.length).toBeGreaterThanOrEqual(1);
+    expect(why[0]).toMatch(/a1: the shard stopped heartbeating/);
+    engineOn('a2');
+  }, 90_000);
+});
