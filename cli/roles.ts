@@ -96,6 +96,8 @@ that supervises this node's engine processes.
   --ib-root PATH         sysfs root holding class/infiniband (default /sys)
   --fabric NAME[:dev,dev]  InfiniBand fabric this node is on; NAME alone takes the first two active IB ports.
                          Repeatable. No --fabric: the node is an island (single-node replicas only)
+  --sminfo PATH          sminfo (infiniband-diags) that reads the subnet manager each declared port sees
+                         (default: sminfo on PATH; needs root). Unreadable: the fabric name is trusted as declared
   --advertise-host HOST  address engines on this node are reached at (default 127.0.0.1)
   --engines LIST         engines on offer, comma-separated (default sim)
   --cpuinfo PATH         (default /proc/cpuinfo)
@@ -111,7 +113,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     usage: AGENT_USAGE,
     options: {
       node: { type: 'string' }, server: { type: 'string' }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
-      'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, 'advertise-host': { type: 'string' },
+      'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, sminfo: { type: 'string' }, 'advertise-host': { type: 'string' },
       engines: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
     },
   });
@@ -127,6 +129,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     nvidiaSmi: values['nvidia-smi'] ?? 'nvidia-smi',
     noGpu: values['no-gpu'] ?? false,
     ibRoot: values['ib-root'] ?? '/sys',
+    sminfo: values.sminfo ?? 'sminfo',
     cpuinfo: values.cpuinfo ?? '/proc/cpuinfo',
     fabrics: values.fabric ?? [],
     advertiseHost: values['advertise-host'] ?? '127.0.0.1',

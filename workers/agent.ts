@@ -6,7 +6,8 @@ import { accessSync, constants, mkdirSync } from 'node:fs';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../activities/node';
 import { collectOrphans, type AssignedShard, type Collection } from '../activities/node/gc';
-import { resolveFabrics, parseFabricFlag } from '../lib/fabrics';
+import { doctorColumn, runDoctor } from '../lib/doctor';
+import { discoverFabricIdentity } from '../lib/fabrics';
 import { readCpuFlags } from '../lib/hardware/cpu';
 import { runCommand } from '../lib/hardware/exec';
 import { readIbAdapters } from '../lib/hardware/infiniband';
@@ -23,6 +24,8 @@ export interface AgentOptions {
   nvidiaSmi: string;
   /** sysfs root holding class/infiniband */
   ibRoot: string;
+  /** sminfo (infiniband-diags) to read each declared port's subnet manager with (`--sminfo`; default `sminfo` on PATH) */
+  sminfo?: string;
   cpuinfo: string;
   /** `--fabric` values as given */
   fabrics: string[];
@@ -43,18 +46,29 @@ export interface Agent {
   close(): Promise<void>;
 }
 
-/** Everything the node reports about itself. Fails loudly when nvidia-smi is missing or fails. */
+/**
+ * Everything the node reports about itself, with its fabrics' subnet-manager identity and its `llmgw doctor`
+ * results. Fails loudly when nvidia-smi is missing or fails, and refuses (LLMGW_BAD_REQUEST, LLMGW_FABRIC_SPLIT)
+ * a --fabric naming a missing, down or RoCE adapter, one adapter under two fabrics, or one fabric whose ports see
+ * different subnet managers. Failed doctor checks are reported, not refused.
+ */
 export async function discover(opts: AgentOptions): Promise<NodeInventory> {
-  let gpus: NodeInventory['gpus'] = [];
-  if (!opts.noGpu) {
-    const r = await queryGpus(opts.nvidiaSmi, runCommand);
-    if (r.kind === 'failed') throw new LlmgwError('LLMGW_NVIDIA_SMI_FAILED', `${r.reason} (or pass --no-gpu for a node that has none)`);
-    gpus = r.gpus;
-  }
+  const gpuQuery = opts.noGpu ? null : await queryGpus(opts.nvidiaSmi, runCommand);
+  if (gpuQuery?.kind === 'failed') throw new LlmgwError('LLMGW_NVIDIA_SMI_FAILED', `${gpuQuery.reason} (or pass --no-gpu for a node that has none)`);
+  const gpus = gpuQuery?.gpus ?? [];
   const adapters = await readIbAdapters(opts.ibRoot);
-  const fabrics = resolveFabrics(opts.fabrics.map(parseFabricFlag), adapters);
+  const sminfo = opts.sminfo ?? 'sminfo';
+  const found = await discoverFabricIdentity({ flags: opts.fabrics, adapters, ibRoot: opts.ibRoot, sminfo, run: runCommand });
+  if (found.kind === 'refused') throw new LlmgwError(found.error.code, `agent not started: ${found.error.message}`, found.error.context);
+  for (const w of found.warnings) opts.log('fabric identity warning', { warning: w });
   const cpuFlags = await readCpuFlags(opts.cpuinfo);
-  return { gpus, adapters, fabrics, cpuFlags, engines: opts.engines, host: opts.advertiseHost };
+  const doctor = await runDoctor({
+    nvidiaSmi: opts.noGpu ? null : opts.nvidiaSmi, fabrics: opts.fabrics, sysRoot: opts.ibRoot, cpuinfo: opts.cpuinfo, sminfo, engines: opts.engines,
+    known: { adapters, fabrics: found, ...(gpuQuery ? { gpus: gpuQuery } : {}) },
+  });
+  for (const r of doctor.filter((d) => d.status !== 'pass')) opts.log(`doctor: ${r.status} ${r.id}`, { summary: r.summary, fix: r.fix });
+  opts.log('doctor', { checks: doctorColumn(doctor) });
+  return { gpus, adapters, fabrics: found.fabrics, fabricIdentity: found.fabricIdentity, doctor, cpuFlags, engines: opts.engines, host: opts.advertiseHost };
 }
 
 /** The shards the control plane at `server` has placed on node `nodeId`. */

@@ -17,7 +17,7 @@ describe('llmgw --help', () => {
     [['ca', '--help'], /issue --node ID/],
     [['control-plane', '--help'], /--config FILE/],
     [['gateway', '--help'], /--config FILE/],
-    [['agent', '--help'], /--fabric NAME/],
+    [['agent', '--help'], /--fabric NAME[\s\S]*--sminfo PATH/],
     [['doctor', '--help'], /--sminfo PATH[\s\S]*--json/],
     [['sim-engine', '--help'], /--dist-port DP[\s\S]*--help/],
   ])('llmgw %j prints its usage and exits 0', (args, usage) => {
