@@ -83,4 +83,14 @@ export const MIGRATIONS: Migration[] = [
       )`,
     ],
   },
+  {
+    version: 3,
+    name: 'port lease history',
+    statements: [
+      // A released lease stays as a row with released_at set, so the next lease on that host takes the port
+      // released longest ago (or never leased): a port is not handed to a new engine seconds after its last
+      // one left, while a stale route or a lingering engine may still point at it.
+      `ALTER TABLE port_leases MODIFY replica_id VARCHAR(160) NULL, ADD COLUMN released_at DATETIME(3) NULL`,
+    ],
+  },
 ];

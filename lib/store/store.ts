@@ -152,17 +152,33 @@ export class Store {
     return used;
   }
 
-  /** Leases `count` free ports on `host` within [base, base+count) for a replica. */
+  /**
+   * Leases `n` free ports on `host` within [base, base+count) for a replica: ports never leased first, then
+   * those released longest ago (never the one just given up, which a stale route may still name).
+   */
   async leasePorts(host: string, replicaId: string, n: number, range: { base: number; count: number }): Promise<number[]> {
     for (let attempt = 0; attempt < 5; attempt++) {
-      const [rows] = await this.pool.query<RowDataPacket[]>('SELECT port FROM port_leases WHERE host = ?', [host]);
-      const taken = new Set(rows.map((r) => Number(r.port)));
-      const ports: number[] = [];
-      for (let p = range.base; p < range.base + range.count && ports.length < n; p++) if (!taken.has(p)) ports.push(p);
-      if (ports.length < n) throw new Error(`no free engine ports left on ${host} in ${range.base}-${range.base + range.count - 1}: widen enginePorts in server.yaml`);
+      const [rows] = await this.pool.query<RowDataPacket[]>('SELECT port, released_at FROM port_leases WHERE host = ?', [host]);
+      const taken = new Set<number>();
+      const releasedAt = new Map<number, number>();
+      for (const r of rows) {
+        if (r.released_at === null) taken.add(Number(r.port));
+        else releasedAt.set(Number(r.port), new Date(r.released_at).getTime());
+      }
+      const free: number[] = [];
+      for (let p = range.base; p < range.base + range.count; p++) if (!taken.has(p)) free.push(p);
+      if (free.length < n) throw new Error(`no free engine ports left on ${host} in ${range.base}-${range.base + range.count - 1}: widen enginePorts in server.yaml`);
+      const ports = free.sort((a, b) => (releasedAt.get(a) ?? -1) - (releasedAt.get(b) ?? -1) || a - b).slice(0, n);
+      const fresh = ports.filter((p) => !releasedAt.has(p));
+      const reused = ports.filter((p) => releasedAt.has(p));
       try {
-        await this.pool.query('INSERT INTO port_leases (host, port, replica_id) VALUES ?', [ports.map((p) => [host, p, replicaId])]);
-        return ports;
+        if (fresh.length) await this.pool.query('INSERT INTO port_leases (host, port, replica_id) VALUES ?', [fresh.map((p) => [host, p, replicaId])]);
+        // Take a released row back only while it is still released (a concurrent lease may have taken it).
+        const [res] = reused.length
+          ? await this.pool.query<ResultSetHeader>('UPDATE port_leases SET replica_id = ?, released_at = NULL WHERE host = ? AND port IN (?) AND released_at IS NOT NULL', [replicaId, host, reused])
+          : [{ affectedRows: 0 } as ResultSetHeader];
+        if (res.affectedRows === reused.length) return ports;
+        await this.pool.query('UPDATE port_leases SET replica_id = NULL, released_at = NOW(3) WHERE replica_id = ? AND host = ? AND port IN (?)', [replicaId, host, ports]);
       } catch (err) {
         if ((err as { code?: string }).code !== 'ER_DUP_ENTRY') throw err;
       }
@@ -182,7 +198,7 @@ export class Store {
   /** Forgets a replica's shards and port leases. */
   async releaseReplica(replicaId: string): Promise<void> {
     await this.pool.query('DELETE FROM shards WHERE replica_id = ?', [replicaId]);
-    await this.pool.query('DELETE FROM port_leases WHERE replica_id = ?', [replicaId]);
+    await this.pool.query('UPDATE port_leases SET replica_id = NULL, released_at = NOW(3) WHERE replica_id = ?', [replicaId]);
   }
 
   /** What the gateway routes by: catalog models and every replica's state. */

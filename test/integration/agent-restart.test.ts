@@ -2,7 +2,8 @@
  * An agent restart restarts no engine, through the whole path: real agent processes (`llmgw agent`), the
  * replica workflow, the gateway under load. A stopped agent (SIGTERM) and a killed one (SIGKILL) that comes
  * back within seconds both leave the engine serving and adopted by the next agent, with no failed request and
- * no rebuild; a node that does not come back (agent and engines killed) is rebuilt on another node.
+ * no rebuild; an agent killed for good has its replica rebuilt on another node, and the engine it left is stopped
+ * by the node's next agent.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -125,20 +126,23 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
     expect(await rebuildsSince(t0)).toEqual([]);
   }, 90_000);
 
-  test('a node that does not come back (agent and engine killed) has its replica rebuilt on another node', async () => {
+  test('kill -9 an agent that does not come back: its replica is rebuilt on another node; its next agent stops the orphaned engine', async () => {
     await startAgentProc('a2');
     const before = engineOn('a1');
     const t0 = Date.now();
     const old = agents.filter((a) => a.child.exitCode === null && a.child.signalCode === null)[0] as AgentProc;
     old.child.kill('SIGKILL');
-    for (const p of [before.shimPid, before.enginePid]) try { process.kill(p, 'SIGKILL'); } catch { /* gone */ }
     await exited(old);
     await waitFor(async () => (await readyOn()).includes('a2'), { timeoutMs: 40_000, what: 'the replica rebuilt and ready on a2' });
-    console.log(`node loss (agent + engine SIGKILL): serving on a2 after ${Date.now() - t0} ms`);
-    expect(pidAlive(before.enginePid)).toBe(false);
+    console.log(`agent kill -9, not restarted: serving on a2 after ${Date.now() - t0} ms`);
     const why = await rebuildsSince(t0);
     expect(why.length).toBeGreaterThanOrEqual(1);
     expect(why[0]).toMatch(/a1: the shard stopped heartbeating/);
     engineOn('a2');
+    // Nothing supervises a1's engine now; the agent that comes back finds no shard wants it and stops it.
+    expect(pidAlive(before.enginePid)).toBe(true);
+    const back = await startAgentProc('a1');
+    await waitFor(() => !pidAlive(before.enginePid), { timeoutMs: 30_000, what: "a1's next agent to stop the engine no shard wants" });
+    expect(back.lines.join('\n')).toContain('stopping an engine no shard wants');
   }, 90_000);
 });
