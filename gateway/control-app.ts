@@ -2,7 +2,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { openAiError } from '../lib/errors';
 import type { Store } from '../lib/store/store';
-import { parseNodeId, type NodeId, type NodeInventory } from '../lib/types';
+import { DOCTOR_STATUSES, parseNodeId, type NodeId, type NodeInventory } from '../lib/types';
 
 export interface ControlAppOptions {
   store: Store;
@@ -25,6 +25,22 @@ const inventorySchema = {
     gpus: { type: 'array' }, adapters: { type: 'array' }, fabrics: { type: 'object' },
     cpuFlags: { type: 'array', items: { type: 'string' } }, engines: { type: 'array', items: { type: 'string' } },
     host: { type: 'string', minLength: 1 },
+    // fabric name -> the subnet manager its ports see (placement splits one name over two SM GUIDs)
+    fabricIdentity: {
+      type: 'object',
+      additionalProperties: {
+        type: 'object', required: ['smGuid', 'strength'],
+        properties: {
+          smGuid: { type: ['string', 'null'], pattern: '^0x[0-9a-f]{16}$' }, strength: { enum: ['sm-guid', 'declared-only'] },
+          smLid: { type: ['string', 'null'] }, note: { type: 'string' },
+        },
+      },
+    },
+    // the agent's doctor results at start (the node list's CHECKS column)
+    doctor: {
+      type: 'array',
+      items: { type: 'object', required: ['id', 'status', 'summary', 'fix'], properties: { id: { type: 'string', minLength: 1 }, status: { enum: DOCTOR_STATUSES }, summary: { type: 'string' }, fix: { type: 'string' } } },
+    },
   },
 } as const;
 
@@ -33,6 +49,12 @@ const errorSchema = { type: 'object', properties: { error: { type: 'object', add
 /** Registers the control plane routes on `app`. */
 export async function controlRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
   const { store } = opts;
+  // A body the schema refuses gets the error shape every route answers with, naming the field (fastify's own
+  // `error: "Bad Request"` string does not fit errorSchema and would be serialised as an object of characters).
+  app.setErrorHandler((err: Error & { validation?: unknown }, _req, reply) => {
+    if (!err.validation) throw err;
+    return reply.code(400).send(openAiError('LLMGW_BAD_REQUEST', err.message));
+  });
   const identify = opts.nodeIdentity ?? ((_req: FastifyRequest, claimed: string): NodeId => parseNodeId(claimed));
   const who = (req: FastifyRequest, reply: FastifyReply, claimed: string): NodeId | null => {
     try {
