@@ -140,6 +140,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     activities: createNodeActivities({
       nodeId: opts.nodeId,
       engineArgv: (engine) => (engine === 'sim' ? simEngineArgv() : []),
+      inventory,
       stateDir: opts.stateDir,
       stopEnginesOnExit: opts.stopEnginesOnExit,
       supervised,

@@ -107,6 +107,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
           await shardActivities(s.nodeId).runShard({
             replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile, generation: status.rebuilds,
             rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
+            fabric: placement.fabric,
           });
           return;
         } catch (err) {

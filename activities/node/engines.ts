@@ -42,6 +42,8 @@ export interface LaunchInput {
   shimArgv: string[];
   /** argv of the engine */
   command: string[];
+  /** Added to the engine's environment (the shim passes its own on): a rank's NCCL_IB_HCA */
+  env?: Record<string, string>;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -56,7 +58,7 @@ export async function launchEngine(l: LaunchInput, timeoutMs = 30_000): Promise<
   const [bin, ...pre] = l.shimArgv;
   if (!bin) throw new Error('no engine shim command');
   const flags = ['--state-dir', l.stateDir, '--key', l.key, '--replica', l.replicaId, '--rank', String(l.rank), '--generation', String(l.generation), '--port', String(l.port)];
-  const shim = spawn(bin, [...pre, ...flags, '--', ...l.command], { detached: true, stdio: 'ignore' });
+  const shim = spawn(bin, [...pre, ...flags, '--', ...l.command], { detached: true, stdio: 'ignore', env: { ...process.env, ...l.env } });
   shim.unref();
   const early: { exit?: EngineExit } = {};
   shim.once('error', (err) => void (early.exit = { code: null, signal: null, error: `engine shim: ${err.message}`, at: new Date().toISOString() }));

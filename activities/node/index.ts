@@ -6,8 +6,8 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
 import { engineShimArgv, logTail, removeEngineFiles, shardKey, type EngineExit, type EngineState } from '../../lib/engine-state';
-import type { EngineName } from '../../lib/types';
-import type { ErrorCode } from '../../lib/errors';
+import type { EngineName, NodeInventory } from '../../lib/types';
+import { hasCode, type ErrorCode, type LlmgwError } from '../../lib/errors';
 import { findEngine, launchEngine, liveness, stopEngine, watchEngine } from './engines';
 import { isAssigned, type AssignedShard } from './gc';
 
@@ -15,6 +15,11 @@ export interface NodeDeps {
   nodeId: string;
   /** The argv prefix that runs an engine on this node (sim: the sim engine entrypoint). */
   engineArgv: (engine: EngineName) => string[];
+  /**
+   * This node's declared fabrics and adapters (the agent's inventory): a multi-node rank is launched with exactly
+   * its fabric's adapters (NCCL_IB_HCA). Without it (tests), ranks get no NCCL environment.
+   */
+  inventory?: Pick<NodeInventory, 'fabrics' | 'adapters'>;
   /** Grace between SIGTERM and SIGKILL when a shard is stopped, ms. */
   stopGraceMs?: number;
   /**
@@ -88,6 +93,16 @@ export function createNodeActivities(deps: NodeDeps) {
     deps.stopping?.addEventListener('abort', () => { clearTimeout(t); r(); }, { once: true });
   });
 
+  /** The shard's command; a rank placed on a fabric this node does not declare fails for good (no retry fixes it). */
+  const buildCommand = (input: RunShardInput): ReturnType<typeof buildEngineCommand> => {
+    try {
+      return buildEngineCommand(input, deps.inventory ? { nodeId: deps.nodeId, inventory: deps.inventory } : undefined);
+    } catch (err) {
+      if (hasCode(err, 'LLMGW_BAD_REQUEST')) throw ApplicationFailure.nonRetryable((err as LlmgwError).message, 'LLMGW_BAD_REQUEST' satisfies ErrorCode);
+      throw err;
+    }
+  };
+
   /** After a server-side timeout: waits until the engine is adopted, let go, gone, or the agent stops. */
   async function outliveTimeout(key: string, token: object, st: EngineState): Promise<'adopted' | 'released' | 'exited' | 'stopping'> {
     for (;;) {
@@ -111,7 +126,7 @@ export function createNodeActivities(deps: NodeDeps) {
      */
     async runShard(input: RunShardInput): Promise<void> {
       const ctx = Context.current();
-      const cmd = buildEngineCommand(input);
+      const cmd = buildCommand(input);
       const [bin, ...prefix] = deps.engineArgv(cmd.engine);
       if (!bin) throw ApplicationFailure.nonRetryable(`engine ${cmd.engine} is not installed on node ${deps.nodeId}`, 'LLMGW_ENGINE_MISSING' satisfies ErrorCode);
       const generation = input.generation ?? 0;
@@ -148,7 +163,7 @@ export function createNodeActivities(deps: NodeDeps) {
           } else if (found.kind === 'vanished') {
             log('recorded engine is gone without an exit record; starting a new one', { ...fields, pid: found.state.enginePid });
           }
-          const launched = await launchEngine({ stateDir, key, replicaId: input.replicaId, rank: input.rank, generation, port: input.port, shimArgv, command: [bin, ...prefix, ...cmd.args] });
+          const launched = await launchEngine({ stateDir, key, replicaId: input.replicaId, rank: input.rank, generation, port: input.port, shimArgv, command: [bin, ...prefix, ...cmd.args], env: cmd.env });
           if (launched.kind === 'exited') throw exitedFailure(launched.exit, undefined, false);
           st = launched.state;
           log('shard started', { ...fields, pid: st.enginePid, shimPid: st.shimPid });

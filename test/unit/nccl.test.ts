@@ -1,4 +1,5 @@
 /** A multi-node rank gets exactly its fabric's adapters, in NCCL's exact-match form. */
+import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
 import { ncclHcaSelects, ncclIbHca, rankFabricEnv } from '../../lib/hardware/nccl';
 import type { IbAdapter } from '../../lib/types';
 import { thrownWithCode } from '../helpers/errors';
@@ -39,5 +40,28 @@ describe('NCCL_IB_HCA for a rank', () => {
   });
   it('refuses a fabric the node does not declare', () => {
     expect(thrownWithCode(() => rankFabricEnv('gpu-01', HGX, 'ib-b'), 'LLMGW_BAD_REQUEST').message).toContain('node gpu-01 declares no adapters on fabric ib-b (it declares: ib-a, ib-mgmt)');
+  });
+});
+
+describe('a shard launch', () => {
+  const launch = (o: Partial<ShardLaunch>): ShardLaunch => ({
+    model: 'm', source: 'sim://m', profile: { name: 'tp2', engine: 'sim', nodes: 2, gpusPerNode: 8, args: [] },
+    rank: 1, world: 2, host: '10.0.0.2', port: 30001, distHost: '10.0.0.1', distPort: 30002, fabric: 'ib-mgmt', ...o,
+  });
+  const node = { nodeId: 'gpu-01', inventory: HGX };
+  it('gives a multi-node rank exactly its placed fabric\'s adapters, in exact-match form', () => {
+    const { env } = buildEngineCommand(launch({}), node);
+    expect(env).toEqual({ NCCL_IB_HCA: '=mlx5_1:1,mlx5_2:1,mlx5_7:1,mlx5_8:1' });
+    // Not one compute rail: mlx5_10 and mlx5_11 share mlx5_1's prefix and sit on ib-a.
+    for (const d of HGX.fabrics['ib-a']) expect([d, ncclHcaSelects(env.NCCL_IB_HCA ?? '', d, 1)]).toEqual([d, false]);
+    expect(buildEngineCommand(launch({ fabric: 'ib-a', rank: 0 }), node).env.NCCL_IB_HCA).toBe('=mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1');
+  });
+  it('gives a single-node shard, or a launch without the node\'s inventory, no NCCL environment', () => {
+    expect(buildEngineCommand(launch({ world: 1, fabric: null }), node).env).toEqual({});
+    expect(buildEngineCommand(launch({ world: 1, fabric: undefined }), node).env).toEqual({});
+    expect(buildEngineCommand(launch({}), undefined).env).toEqual({});
+  });
+  it('refuses a rank placed on a fabric its node does not declare', () => {
+    expect(thrownWithCode(() => buildEngineCommand(launch({ fabric: 'ib-b' }), node), 'LLMGW_BAD_REQUEST').message).toContain('node gpu-01 declares no adapters on fabric ib-b');
   });
 });
