@@ -3,10 +3,12 @@ import { Client, Connection } from '@temporalio/client';
 import { loadServerConfig } from '../config/load';
 import type { ServerConfig } from '../config/types';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
+import { doctorColumn } from '../lib/doctor';
 import type { NodeRecord, ReplicaRecord } from '../lib/types';
 import { scaleUpdate, type ModelDeploymentInput } from '../workflows/contracts/model';
 import { intOption, parse, UsageError } from './args';
 import { drain, setCordon } from './drain';
+import { fabricColumn, fabricsView, formatFabrics } from './fabrics';
 import { table, ago } from './table';
 
 const COMMON = `  --config FILE   server.yaml (default: built-in local-cluster defaults)
@@ -16,7 +18,9 @@ const COMMON = `  --config FILE   server.yaml (default: built-in local-cluster d
 const USAGE = `
 llmgw ctl COMMAND [options]
 
-  nodes                       nodes: state, GPUs used/total, fabrics, engines, replicas, last seen
+  nodes                       nodes: state, GPUs used/total, fabrics (marked when a name covers two subnet
+                              managers or its SM was not read), engines, replicas, failing doctor checks, last seen
+  fabrics                     each fabric: its nodes, subnet manager (SM GUID), adapters and warnings; islands last
   replicas [--model M]        replicas: state (and why, when waiting), nodes, endpoint
   models                      catalog models and their desired replicas
   deploy MODEL [--replicas N] [--no-wait] [--timeout S]
@@ -61,12 +65,11 @@ async function temporalClient(config: ServerConfig): Promise<{ client: Client; c
   return { client: new Client({ connection, namespace: config.temporal.namespace }), close: () => connection.close() };
 }
 
-/** Renders the node list as a table. */
+/** Renders the node list as a table; CHECKS names the node's failing and warning doctor checks (`llmgw doctor` on it says more). */
 export function formatNodes(nodes: NodeRow[], now = Date.now()): string {
-  return table(['NODE', 'STATE', 'GPUS', 'FABRIC', 'ENGINES', 'REPLICAS', 'LAST SEEN'], nodes.map((n) => [
-    n.id, n.state, `${n.gpusUsed}/${n.inventory.gpus.length}`,
-    Object.entries(n.inventory.fabrics).map(([f, devs]) => `${f}(${devs.join(',')})`).join(' ') || 'island',
-    n.inventory.engines.join(','), n.replicas.join(',') || '-', n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
+  return table(['NODE', 'STATE', 'GPUS', 'FABRIC', 'ENGINES', 'REPLICAS', 'CHECKS', 'LAST SEEN'], nodes.map((n) => [
+    n.id, n.state, `${n.gpusUsed}/${n.inventory.gpus.length}`, fabricColumn(n, nodes),
+    n.inventory.engines.join(','), n.replicas.join(',') || '-', doctorColumn(n.inventory.doctor), n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
   ]));
 }
 
@@ -95,6 +98,12 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
     case 'nodes': {
       const { nodes } = await getJson<{ nodes: NodeRow[] }>(`${server}/v1/nodes`);
       out(values.json ? `${JSON.stringify(nodes, null, 2)}\n` : formatNodes(nodes));
+      return;
+    }
+    case 'fabrics': {
+      const { nodes } = await getJson<{ nodes: NodeRow[] }>(`${server}/v1/nodes`);
+      const view = fabricsView(nodes);
+      out(values.json ? `${JSON.stringify(view, null, 2)}\n` : formatFabrics(view));
       return;
     }
     case 'replicas': {

@@ -12,7 +12,8 @@ describe('llmgw --help', () => {
   test.each([
     [['--help'], /llmgw cluster/],
     [['cluster', '--help'], /--state-dir DIR/],
-    [['ctl', '--help'], /scale MODEL N/],
+    [['ctl', '--help'], /fabrics .*subnet manager[\s\S]*scale MODEL N/],
+    [['ctl', 'fabrics', '--help'], /failing doctor checks/],
     [['ctl', 'nodes', '--help'], /scale MODEL N/],
     [['ca', '--help'], /issue --node ID/],
     [['control-plane', '--help'], /--config FILE/],

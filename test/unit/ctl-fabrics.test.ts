@@ -1,6 +1,8 @@
 /** `llmgw ctl fabrics` and the node list say when one fabric name covers two subnet managers, naming each side. */
+import { createServer, type Server } from 'node:http';
+import { ctlCommand, formatNodes } from '../../cli/ctl';
 import { fabricColumn, fabricsView, formatFabrics, type NodeListEntry } from '../../cli/fabrics';
-import type { FabricIdentity } from '../../lib/types';
+import type { DoctorResult, FabricIdentity } from '../../lib/types';
 
 const A = '0x98039b03009fa1c0';
 const B = '0xb83fd20300c1d2e0';
@@ -44,5 +46,43 @@ describe('ctl fabrics', () => {
     expect(fabricColumn(nodes[3] as NodeListEntry, nodes)).toBe('ib-b(mlx5_2,mlx5_3)[declared only]');
     expect(fabricColumn(nodes[4] as NodeListEntry, nodes)).toBe('ib-b(mlx5_2,mlx5_3)');
     expect(fabricColumn(nodes[5] as NodeListEntry, nodes)).toBe('island');
+  });
+});
+
+describe('ctl nodes and ctl fabrics over the node list', () => {
+  const fail = (id: string): DoctorResult => ({ id, status: 'fail', summary: `${id} failed`, fix: `fix ${id}` });
+  const rows = [
+    { ...node('gpu-a', { 'ib-a': DEVS }, { 'ib-a': sm(A) }), replicas: ['m-0'], gpusUsed: 1, lastSeen: null, registeredAt: new Date() },
+    { ...node('gpu-b', { 'ib-a': DEVS }, { 'ib-a': sm(B) }), replicas: [], gpusUsed: 0, lastSeen: null, registeredAt: new Date() },
+  ];
+  if (rows[0]) rows[0].inventory.doctor = [fail('cpu-flags'), fail('libgomp'), { id: 'gpudirect-rdma', status: 'warn', summary: '', fix: 'modprobe nvidia-peermem' }];
+  if (rows[1]) rows[1].inventory.doctor = [{ id: 'cpu-flags', status: 'pass', summary: 'ok', fix: '' }];
+  let server: Server;
+  let url = '';
+  beforeAll(async () => {
+    server = createServer((req, res) => {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify(req.url === '/v1/nodes' ? { nodes: rows } : {}));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const addr = server.address();
+    url = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}`;
+  });
+  afterAll(() => new Promise<void>((r) => server.close(() => r())));
+
+  it('ctl nodes: the FABRIC cell says a name is split, CHECKS names failing and warning checks', () => {
+    const lines = formatNodes(rows).split('\n');
+    expect(lines[0]).toMatch(/^NODE\s+STATE\s+GPUS\s+FABRIC\s+ENGINES\s+REPLICAS\s+CHECKS\s+LAST SEEN$/);
+    expect(lines[1]).toMatch(new RegExp(`^gpu-a\\s+ready\\s+1/0\\s+ib-a\\(mlx5_0,mlx5_1\\)\\[split: SM ${A}\\]\\s+sim\\s+m-0\\s+fail: cpu-flags,libgomp warn: gpudirect-rdma\\s+never$`));
+    expect(lines[2]).toMatch(/^gpu-b\s.*\s+-\s+ok\s+never$/);
+  });
+  it('ctl fabrics prints the table and --json the view, from GET /v1/nodes', async () => {
+    let text = '';
+    await ctlCommand(['fabrics', '--server', url], (s) => void (text += s));
+    expect(text).toBe(formatFabrics(fabricsView(rows)));
+    expect(text).toContain(`the other side: SM ${B}: gpu-b`);
+    let json = '';
+    await ctlCommand(['fabrics', '--server', url, '--json'], (s) => void (json += s));
+    expect(JSON.parse(json)).toEqual(JSON.parse(JSON.stringify(fabricsView(rows))));
   });
 });
