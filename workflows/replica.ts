@@ -26,11 +26,11 @@ const serving = proxyActivities<ControlActivities>({
  * Cancelling it waits until the agent reports its engine gone, so 'stopped' (and a rebuild's new placement)
  * never overlaps a live engine; the node worker flushes heartbeats every second, which is how fast a cancel arrives.
  */
-function shardActivities(nodeId: string): NodeActivities {
+function shardActivities(nodeId: string, scheduleToStartTimeout: '60s' | '10s' = '60s'): NodeActivities {
   return proxyActivities<NodeActivities>({
     taskQueue: nodeQueue(nodeId),
     startToCloseTimeout: '3650 days',
-    scheduleToStartTimeout: '60s',
+    scheduleToStartTimeout,
     // Shards heartbeat every second: five missed is a lost node, and the replica is rebuilt elsewhere.
     heartbeatTimeout: SHARD_HEARTBEAT_TIMEOUT,
     cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -101,10 +101,14 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     };
     const launch = (s: ShardPlan) => async (): Promise<void> => {
       let reruns = 0;
+      // A shard run again after a heartbeat timeout goes to an agent that is running: one that does not take
+      // it within 10 s was not alive after all, and the replica is rebuilt. After LLMGW_AGENT_STOPPED the next
+      // agent may take a while to start (an upgrade): 60 s.
+      let wait: '60s' | '10s' = '60s';
       for (;;) {
         const since = Date.now();
         try {
-          await shardActivities(s.nodeId).runShard({
+          await shardActivities(s.nodeId, wait).runShard({
             replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile, generation: status.rebuilds,
             rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
             fabric: placement.fabric,
@@ -115,7 +119,10 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
           // agent adopt its engine, so the replica keeps serving through an agent restart or upgrade and
           // through a Temporal restart. Bounded, so a shard that keeps losing Temporal is rebuilt instead.
           reruns = Date.now() - since > HEALTHY_RUN_MS ? 1 : reruns + 1;
-          if (!isCancellation(err) && reruns <= MAX_RERUNS && (await agentWillAdopt(err, s.nodeId))) continue;
+          if (!isCancellation(err) && reruns <= MAX_RERUNS && (await agentWillAdopt(err, s.nodeId))) {
+            wait = isHeartbeatTimeout(err) ? '10s' : '60s';
+            continue;
+          }
           throw err;
         }
       }
@@ -193,14 +200,19 @@ async function tellParentReady(replicaId: string): Promise<void> {
 async function agentWillAdopt(err: unknown, nodeId: string): Promise<boolean> {
   const cause = err instanceof ActivityFailure ? err.cause : undefined;
   if (cause instanceof ApplicationFailure && cause.type === 'LLMGW_AGENT_STOPPED') return true;
-  if (cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.HEARTBEAT) return control.agentAlive({ nodeId });
+  if (isHeartbeatTimeout(err)) return control.agentAlive({ nodeId });
   return false;
+}
+
+function isHeartbeatTimeout(err: unknown): boolean {
+  const cause = err instanceof ActivityFailure ? err.cause : undefined;
+  return cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.HEARTBEAT;
 }
 
 function timeoutText(t: TimeoutType | null | undefined): string {
   switch (t) {
     case TimeoutType.HEARTBEAT: return 'the shard stopped heartbeating (agent or node down)';
-    case TimeoutType.SCHEDULE_TO_START: return 'no agent picked the shard up within 60s (agent down?)';
+    case TimeoutType.SCHEDULE_TO_START: return 'no agent picked the shard up in time (agent down?)';
     default: return 'the shard timed out';
   }
 }

@@ -8,8 +8,12 @@ import { deploymentQuery } from '../../workflows/contracts/model';
 import { place } from '../../lib/placement';
 import type { ModelSpec, NodeId, Profile, ReplicaState } from '../../lib/types';
 
-/** An agent seen by the control plane this recently is alive (it heartbeats every 2 s; one beat may be late). */
-const AGENT_SEEN_MS = 4500;
+/**
+ * An agent seen by the control plane this recently is alive. It heartbeats every 2 s; a shard's heartbeat
+ * times out 5 s after its last beat (sent every 1 s), so a dead agent was last seen at least ~4 s before the
+ * timeout is noticed. 3 s keeps a margin on both sides; a live agent judged dead only costs a rebuild.
+ */
+const AGENT_SEEN_MS = 3000;
 
 export interface ControlDeps {
   store: Store;
