@@ -10,6 +10,7 @@ import { doctorColumn, runDoctor } from '../lib/doctor';
 import { discoverFabricIdentity } from '../lib/fabrics';
 import { readCpuFlags } from '../lib/hardware/cpu';
 import { runCommand } from '../lib/hardware/exec';
+import { ensureSminfo } from '../lib/hardware/ibdiags';
 import { readIbAdapters } from '../lib/hardware/infiniband';
 import { queryGpus } from '../lib/hardware/nvidia';
 import { LlmgwError } from '../lib/errors';
@@ -57,7 +58,7 @@ export async function discover(opts: AgentOptions): Promise<NodeInventory> {
   if (gpuQuery?.kind === 'failed') throw new LlmgwError('LLMGW_NVIDIA_SMI_FAILED', `${gpuQuery.reason} (or pass --no-gpu for a node that has none)`);
   const gpus = gpuQuery?.gpus ?? [];
   const adapters = await readIbAdapters(opts.ibRoot);
-  const sminfo = opts.sminfo ?? 'sminfo';
+  const sminfo = opts.sminfo ?? (await findSminfo(opts));
   const found = await discoverFabricIdentity({ flags: opts.fabrics, adapters, ibRoot: opts.ibRoot, sminfo, run: runCommand });
   if (found.kind === 'refused') throw new LlmgwError(found.error.code, `agent not started: ${found.error.message}`, found.error.context);
   for (const w of found.warnings) opts.log('fabric identity warning', { warning: w });
@@ -69,6 +70,18 @@ export async function discover(opts: AgentOptions): Promise<NodeInventory> {
   for (const r of doctor.filter((d) => d.status !== 'pass')) opts.log(`doctor: ${r.status} ${r.id}`, { summary: r.summary, fix: r.fix });
   opts.log('doctor', { checks: doctorColumn(doctor) });
   return { gpus, adapters, fabrics: found.fabrics, fabricIdentity: found.fabricIdentity, doctor, cpuFlags, engines: opts.engines, host: opts.advertiseHost };
+}
+
+/**
+ * sminfo for a node that declares fabrics: on PATH, or installed now (infiniband-diags) when the agent runs as
+ * root; else a warning, and the fabric identity falls back to "declared only" (sminfo then fails to run).
+ */
+async function findSminfo(opts: Pick<AgentOptions, 'fabrics' | 'log'>): Promise<string> {
+  if (opts.fabrics.length === 0) return 'sminfo';
+  const r = await ensureSminfo({ path: process.env.PATH ?? '', root: process.getuid?.() === 0, run: (c, a) => runCommand(c, a, { timeoutMs: 300_000 }), log: opts.log });
+  if (r.kind === 'found') return r.path;
+  opts.log('fabric identity warning', { warning: r.why });
+  return 'sminfo';
 }
 
 /** The shards the control plane at `server` has placed on node `nodeId`. */
