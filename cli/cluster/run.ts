@@ -13,10 +13,10 @@ const ROOT = resolve(__dirname, '../..');
 const FIXTURES = join(ROOT, 'test/fixtures');
 const LLMGW = join(ROOT, 'bin/llmgw.js');
 
-/** The simulated nodes: two on fabric ib-a (2 fake GPUs each), one island. */
+/** The simulated nodes: two on fabric ib-a (2 fake GPUs each; the fake sminfo shows them one subnet manager), one island. */
 export const SIM_NODES = [
-  { id: 'sim-a', gpus: 2, fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr')] },
-  { id: 'sim-b', gpus: 2, fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr')] },
+  { id: 'sim-a', gpus: 2, fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr'), '--sminfo', join(FIXTURES, 'sminfo')] },
+  { id: 'sim-b', gpus: 2, fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr'), '--sminfo', join(FIXTURES, 'sminfo')] },
   { id: 'sim-c', gpus: 2, fabric: ['--ib-root', join(FIXTURES, 'sysfs/none')] },
 ] as const;
 
