@@ -24,12 +24,15 @@ ${DIR}
   --days N          how long the CA is valid (default ${CA_VALIDITY_DAYS})
 `,
   issue: `
-llmgw ca issue --node ID [--out DIR] [--days N] [--dir DIR] [--config FILE]
+llmgw ca issue --node ID | --operator NAME [--out DIR] [--days N] [--dir DIR] [--config FILE]
 
 Issues a node's client certificate (CN and DNS SAN = the node id, clientAuth) with a new RSA-2048 key,
-records it in MySQL and writes OUT/node.crt, OUT/node.key (mode 0600) and OUT/ca.crt.
+records it in MySQL and writes OUT/node.crt, OUT/node.key (mode 0600) and OUT/ca.crt. With --operator, an
+operator certificate instead (role operator: what llmgw ctl presents; server.yaml tls.clientCert/clientKey),
+written as OUT/operator.crt and OUT/operator.key.
 
   --node ID         the node id: 2-32 of a-z, 0-9 and '-', starting with a letter (also its hostname)
+  --operator NAME   an operator's name, same alphabet (e.g. ops-alice)
   --out DIR         where to write the files (default .llmgw/certs/ID)
   --days N          validity (default ${DEFAULT_VALIDITY_DAYS}); the agent renews at two thirds of it
 ${DIR}
@@ -76,7 +79,7 @@ Each command takes --help, e.g. llmgw ca issue --help. How identity works: docs/
 
 const OPTIONS = {
   dir: { type: 'string' }, cn: { type: 'string' }, days: { type: 'string' }, node: { type: 'string' }, out: { type: 'string' },
-  name: { type: 'string' }, host: { type: 'string' }, pem: { type: 'boolean' }, config: { type: 'string' }, 'mysql-url': { type: 'string' },
+  name: { type: 'string' }, host: { type: 'string' }, pem: { type: 'boolean' }, operator: { type: 'string' }, config: { type: 'string' }, 'mysql-url': { type: 'string' },
 } as const;
 
 /** Refuses (before anything is issued) when a bundle's files are already there. */
@@ -124,7 +127,19 @@ export async function caCommand(argv: string[], out: (s: string) => void = (s) =
       return;
     }
     case 'issue': {
-      if (!values.node) throw usage('ca issue needs --node ID, e.g. llmgw ca issue --node gpu-01');
+      if (values.operator !== undefined) {
+        if (values.node !== undefined) throw usage('ca issue takes --node ID or --operator NAME, not both');
+        const name = values.operator;
+        const outDir = values.out ?? join('.llmgw/certs', name);
+        assertFree(outDir, ['operator.crt', 'operator.key', 'ca.crt']);
+        const c = await withOperations(values, (ops) => ops.issueOperatorCertificate({ name, days: days(DEFAULT_VALIDITY_DAYS) }));
+        const paths = writeBundle(outDir, [
+          { name: 'operator.crt', content: c.certPem, mode: 0o644 }, { name: 'operator.key', content: c.keyPem, mode: 0o600 }, { name: 'ca.crt', content: c.caPem, mode: 0o644 },
+        ]);
+        out(`issued operator ${c.cn} serial ${c.serial}, valid until ${c.notAfter}\n${paths.map((p) => `  ${p}\n`).join('')}`);
+        return;
+      }
+      if (!values.node) throw usage('ca issue needs --node ID (or --operator NAME), e.g. llmgw ca issue --node gpu-01');
       const node = values.node;
       const outDir = values.out ?? join('.llmgw/certs', node);
       assertFree(outDir, ['node.crt', 'node.key', 'ca.crt']);

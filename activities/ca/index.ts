@@ -2,7 +2,7 @@
 import { renameSync, writeFileSync } from 'node:fs';
 import { ApplicationFailure } from '@temporalio/common';
 import { hasCode, type ErrorCode, LlmgwError } from '../../lib/errors';
-import { buildCrl, caPaths, checkNodeId, crlRefreshAt, DEFAULT_VALIDITY_DAYS, issueNodeCertificate, issueServerCertificate, loadCa, renewAt, signNodeCsr, type Ca, type Issued } from '../../lib/pki';
+import { buildCrl, caPaths, checkNodeId, crlRefreshAt, DEFAULT_VALIDITY_DAYS, issueNodeCertificate, issueOperatorCertificate, issueServerCertificate, loadCa, renewAt, signNodeCsr, type Ca, type Issued } from '../../lib/pki';
 import type { Store } from '../../lib/store/store';
 
 export interface CaDeps {
@@ -50,6 +50,8 @@ export interface CaOperations {
    * serial of the certificate the connection presented: it must be this CA's, of this CN, unrevoked.
    */
   signNodeCsr(input: { csrPem: string; identity: string; presentedSerial?: string; days?: number }): Promise<IssuedCertificate>;
+  /** An operator's client certificate (role operator: what llmgw ctl presents) and a new key. */
+  issueOperatorCertificate(input: { name: string; days?: number }): Promise<IssuedCertificate & { keyPem: string }>;
   /** A server certificate (serverAuth) with DNS/IP SANs for `hosts`, and a new key. */
   issueServerCertificate(input: { name: string; hosts: string[]; days?: number }): Promise<IssuedCertificate & { keyPem: string }>;
   /** Revokes every certificate of the node and republishes the CRL; returns how many were revoked (0 when already). */
@@ -108,6 +110,11 @@ export function createCaOperations(deps: CaDeps): CaOperations {
       return record(signNodeCsr(theCa(), input.csrPem, id, opts(input.days)));
     },
 
+    async issueOperatorCertificate(input: { name: string; days?: number }): Promise<IssuedCertificate & { keyPem: string }> {
+      const issued = issueOperatorCertificate(theCa(), input.name, opts(input.days));
+      return { ...(await record(issued)), keyPem: issued.keyPem };
+    },
+
     async issueServerCertificate(input: { name: string; hosts: string[]; days?: number }): Promise<IssuedCertificate & { keyPem: string }> {
       const issued = issueServerCertificate(theCa(), input.name, input.hosts, opts(input.days));
       return { ...(await record(issued)), keyPem: issued.keyPem };
@@ -143,6 +150,7 @@ export function createCaActivities(deps: CaDeps): CaOperations {
   return {
     issueNodeCertificate: (input) => permanent(() => ops.issueNodeCertificate(input)),
     signNodeCsr: (input) => permanent(() => ops.signNodeCsr(input)),
+    issueOperatorCertificate: (input) => permanent(() => ops.issueOperatorCertificate(input)),
     issueServerCertificate: (input) => permanent(() => ops.issueServerCertificate(input)),
     revokeNode: (input) => permanent(() => ops.revokeNode(input)),
     currentCrl: () => permanent(() => ops.currentCrl()),

@@ -34,7 +34,7 @@ export interface IssueOptions {
 
 type AltName = { type: 2; value: string } | { type: 7; ip: string };
 
-function signLeaf(ca: Ca, o: { publicKey: forge.pki.PublicKey; cn: string; role: 'node' | 'server'; altNames: AltName[] } & IssueOptions): Issued {
+function signLeaf(ca: Ca, o: { publicKey: forge.pki.PublicKey; cn: string; role: CertificateRole; altNames: AltName[] } & IssueOptions): Issued {
   const days = o.days ?? DEFAULT_VALIDITY_DAYS;
   if (!Number.isInteger(days) || days < 1) throw new LlmgwError('LLMGW_BAD_REQUEST', `validity must be a whole number of days >= 1, got ${days}`, { days });
   // Whole seconds, as the certificate stores them, so the recorded dates equal the certificate's.
@@ -53,7 +53,7 @@ function signLeaf(ca: Ca, o: { publicKey: forge.pki.PublicKey; cn: string; role:
   cert.setExtensions([
     { name: 'basicConstraints', cA: false, critical: true },
     { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
-    { name: 'extKeyUsage', ...(o.role === 'node' ? { clientAuth: true } : { serverAuth: true }) },
+    { name: 'extKeyUsage', ...(o.role === 'server' ? { serverAuth: true } : { clientAuth: true }) },
     { name: 'subjectKeyIdentifier' },
     { name: 'authorityKeyIdentifier', keyIdentifier: ca.keyId },
     { name: 'subjectAltName', altNames: o.altNames },
@@ -71,6 +71,16 @@ export function issueNodeCertificate(ca: Ca, nodeId: string, o: IssueOptions = {
   const id = checkNodeId(nodeId);
   const { keyPem, publicKey } = generateRsaKey(NODE_KEY_BITS);
   return { ...signLeaf(ca, { ...o, publicKey, cn: id, role: 'node', altNames: [{ type: 2, value: id }] }), keyPem };
+}
+
+/**
+ * An operator's client certificate (role operator, clientAuth; CN and DNS SAN = `name`, same alphabet as node
+ * ids) and a new key: what `llmgw ctl` presents to the control plane's operator routes.
+ */
+export function issueOperatorCertificate(ca: Ca, name: string, o: IssueOptions = {}): Issued & { keyPem: string } {
+  const id = checkNodeId(name);
+  const { keyPem, publicKey } = generateRsaKey(NODE_KEY_BITS);
+  return { ...signLeaf(ca, { ...o, publicKey, cn: id, role: 'operator', altNames: [{ type: 2, value: id }] }), keyPem };
 }
 
 /**

@@ -9,7 +9,8 @@ import { join } from 'node:path';
 import type { Pool } from 'mysql2/promise';
 import forge from 'node-forge';
 import { createCaActivities, type CaOperations } from '../../activities/ca';
-import { generateRsaKey, initCa } from '../../lib/pki';
+import { caCommand } from '../../cli/ca';
+import { certificateInfo, generateRsaKey, initCa } from '../../lib/pki';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
@@ -99,6 +100,17 @@ test('bad input fails the activity at once with its catalogue code', async () =>
   const nowhere = createCaActivities({ caDir: join(tmp, 'nowhere'), store });
   await expect(nowhere.issueNodeCertificate({ nodeId: 'node-a' })).rejects.toMatchObject({ type: 'LLMGW_CA_MISSING', nonRetryable: true });
   expect(await store.listCertificates({ cn: 'Node_A' })).toEqual([]);
+});
+
+test('llmgw ca issue --operator writes and records an operator certificate (clientAuth, role operator)', async () => {
+  const out = join(tmp, 'ops-alice');
+  let printed = '';
+  await caCommand(['issue', '--operator', 'ops-alice', '--dir', caDir, '--mysql-url', url, '--out', out], (s) => void (printed += s));
+  expect(printed).toMatch(/^issued operator ops-alice serial [0-9a-f]{32}, valid until /);
+  const info = certificateInfo(readFileSync(join(out, 'operator.crt'), 'utf8'));
+  expect(await store.certificateBySerial(info.serial)).toMatchObject({ cn: 'ops-alice', role: 'operator' });
+  expect(new (await import('node:crypto')).X509Certificate(readFileSync(join(out, 'operator.crt'))).keyUsage).toEqual(['1.3.6.1.5.5.7.3.2']);
+  await expect(caCommand(['issue', '--operator', 'Bad_Name', '--dir', caDir, '--mysql-url', url, '--out', join(tmp, 'bad')])).rejects.toMatchObject({ code: 'LLMGW_BAD_NODE_ID' });
 });
 
 test('a server certificate is recorded as role server', async () => {
