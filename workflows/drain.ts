@@ -5,7 +5,7 @@ import {
 import type { ControlActivities, MoveStatus } from '../activities/control';
 import { searchAttributes, workflowIds } from '../lib/names';
 import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from './contracts/drain';
-import { replaceSignal } from './contracts/model';
+import { replaceSignal, withdrawReplaceSignal } from './contracts/model';
 
 const control = proxyActivities<ControlActivities>({
   startToCloseTimeout: '30s',
@@ -58,7 +58,13 @@ export async function drainNode(input: DrainInput): Promise<DrainResult> {
       // Long-poll, but never past the drain's deadline, so --timeout ends it on time.
       const left = input.timeoutS === null ? 20_000 : input.timeoutS * 1000 - (Date.now() - startedAt);
       const status: MoveStatus = await watch.moveStatus({ model: next.model, replicaId: next.replicaId, nodeId: input.nodeId, seen, waitMs: Math.max(0, Math.min(20_000, left)) });
-      if (status.kind === 'moved') break;
+      if (status.kind === 'moved') {
+        // It left by a rebuild elsewhere first: its replacement is not needed (if it serves already, it stays).
+        if (status.leftByItself && status.replacement) {
+          await getExternalWorkflowHandle(workflowIds.model(next.model)).signal(withdrawReplaceSignal, { replicaId: next.replicaId, why: `${next.replicaId} left ${input.nodeId} by a rebuild` }).catch(() => undefined);
+        }
+        break;
+      }
       seen = JSON.stringify(status);
       progress.current = { replicaId: next.replicaId, replacement: status.replacement, state: status.state, reason: status.reason };
       show();

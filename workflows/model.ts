@@ -7,7 +7,7 @@ import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import type { ControlActivities } from '../activities/control';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import {
-  deploymentQuery, replaceSignal, replicaReadySignal, scaleUpdate, type ModelDeploymentInput, type ModelDeploymentState,
+  deploymentQuery, replaceSignal, replicaReadySignal, scaleUpdate, withdrawReplaceSignal, type ModelDeploymentInput, type ModelDeploymentState,
 } from './contracts/model';
 import { stopSignal } from './contracts/replica';
 import { replica } from './replica';
@@ -34,11 +34,16 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
   const state: ModelDeploymentState = input.state ?? { desired: null, replicas: [], nextIndex: 0 };
   const replacing = (state.replacing ??= []);
   const requested: { replicaId: string; why: string }[] = [];
+  const withdrawn: string[] = [];
   const readyNow: string[] = [];
   let dirty = true;
   setHandler(deploymentQuery, () => state);
   setHandler(replaceSignal, (req) => {
     requested.push(req);
+    dirty = true;
+  });
+  setHandler(withdrawReplaceSignal, (req) => {
+    withdrawn.push(req.replicaId);
     dirty = true;
   });
   setHandler(replicaReadySignal, (id) => {
@@ -98,6 +103,19 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
       state.replicas[at] = replicaId;
       replacing.push({ old: req.replicaId, new: replicaId, why: req.why });
     }
+    for (const old of withdrawn.splice(0)) {
+      const at = replacing.findIndex((r) => r.old === old);
+      const r = replacing[at];
+      if (!r) continue;
+      if ((await control.replicaState(r.new)) === 'ready') {
+        readyNow.push(r.new);
+        continue;
+      }
+      replacing.splice(at, 1);
+      const slot = state.replicas.indexOf(r.new);
+      if (slot >= 0) state.replicas[slot] = r.old;
+      await stopReplica(r.new);
+    }
     for (const id of readyNow.splice(0)) {
       const done = replacing.findIndex((r) => r.new === id);
       if (done < 0) continue;
@@ -118,7 +136,7 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     }
     setCurrentDetails(`**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}${
       replacing.length ? `\n\nreplacing: ${replacing.map((r) => `${r.old} → ${r.new} (${r.why})`).join(', ')}` : ''}`);
-    if (workflowInfo().continueAsNewSuggested && requested.length === 0 && readyNow.length === 0) {
+    if (workflowInfo().continueAsNewSuggested && requested.length === 0 && readyNow.length === 0 && withdrawn.length === 0) {
       await continueAsNew<typeof modelDeployment>({ model: input.model, state });
     }
   }

@@ -159,12 +159,14 @@ export function createControlActivities(deps: ControlDeps) {
       for (;;) {
         const replicas = await store.listReplicas(input.model);
         const old = replicas.find((r) => r.id === input.replicaId);
-        if (!old || old.state === 'stopped' || !old.shards.some((s) => s.nodeId === input.nodeId)) return { kind: 'moved' };
+        if (!old || old.state === 'stopped') return { kind: 'moved' };
         let replacement: string | null = null;
         if (deps.client) {
           const dep = await deps.client.workflow.getHandle(workflowIds.model(input.model)).query(deploymentQuery).catch(() => null);
           replacement = dep?.replacing?.find((r) => r.old === input.replicaId)?.new ?? null;
         }
+        // Still running, but not here: a failure rebuilt it elsewhere before its replacement served.
+        if (!old.shards.some((s) => s.nodeId === input.nodeId)) return { kind: 'moved', leftByItself: true, replacement };
         const row = replacement ? replicas.find((r) => r.id === replacement) : undefined;
         const status: MoveStatus = { kind: 'moving', replacement, state: row?.state ?? null, reason: row?.reason ?? null };
         const key = JSON.stringify(status);
@@ -193,7 +195,8 @@ export function createControlActivities(deps: ControlDeps) {
 
 /** What a drain learns about one replica it is moving off a node. */
 export type MoveStatus =
-  | { kind: 'moved' }
+  /** Off the node: moved by the drain, or (leftByItself) rebuilt elsewhere first, `replacement` then unneeded */
+  | { kind: 'moved'; leftByItself?: boolean; replacement?: string | null }
   | { kind: 'moving'; replacement: string | null; state: string | null; reason: string | null };
 
 export type ControlActivities = ReturnType<typeof createControlActivities>;

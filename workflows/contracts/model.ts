@@ -23,6 +23,11 @@ export interface Replacement {
 
 /** Replace one replica (make before break): start a new one, and stop the old one once the new one serves. */
 export const replaceSignal = defineSignal<[{ replicaId: string; why: string }]>('replace');
+/**
+ * Withdraw a replacement: its original left the node by itself (rebuilt elsewhere after a failure), so a
+ * replacement that does not serve yet is stopped and the original keeps its place. One that serves completes.
+ */
+export const withdrawReplaceSignal = defineSignal<[{ replicaId: string; why: string }]>('withdrawReplace');
 /** Sent by a child replica each time it becomes ready. */
 export const replicaReadySignal = defineSignal<[string]>('replicaReady');
 
