@@ -7,12 +7,15 @@ import { doctorColumn } from '../lib/doctor';
 import type { NodeRecord, ReplicaRecord } from '../lib/types';
 import { scaleUpdate, type ModelDeploymentInput } from '../workflows/contracts/model';
 import { intOption, parse, UsageError } from './args';
+import { controlApi, type ControlApi } from './control-api';
 import { drain, setCordon } from './drain';
 import { fabricColumn, fabricsView, formatFabrics } from './fabrics';
+import { revokeNode } from './revoke';
 import { table, ago } from './table';
 
 const COMMON = `  --config FILE   server.yaml (default: built-in local-cluster defaults)
-  --server URL    control plane URL (default: from the config's listeners.controlPlane)
+  --server URL    control plane URL (default: https:// and the config's listeners.controlPlane); ctl presents
+                  the operator certificate of the config's tls.clientCert / tls.clientKey
   --json          machine-readable output`;
 
 const USAGE = `
@@ -31,22 +34,20 @@ llmgw ctl COMMAND [options]
                               serving before its original stops (workflow drain/NODE; running it again joins it)
   cordon NODE                 NODE takes no new replicas (those on it keep running)
   uncordon NODE               NODE takes replicas again
+  revoke NODE [--reason TEXT] revoke every certificate of NODE: the control plane refuses it at once, open
+                              connections included, and it cannot register again (docs/identity.md)
 
 ${COMMON}
 `;
 
 type NodeRow = NodeRecord & { replicas: string[]; gpusUsed: number };
 
-function serverUrl(config: ServerConfig, flag: string | undefined): string {
-  const { host, port } = config.listeners.controlPlane;
-  return (flag ?? `http://${host}:${port}`).replace(/\/$/, '');
-}
-
-async function getJson<T>(url: string): Promise<T> {
+async function getJson<T>(api: ControlApi, url: string): Promise<T> {
   let res: Response;
   try {
-    res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+    res = await api.fetch(url, { signal: AbortSignal.timeout(10_000) });
   } catch (err) {
+    if (err instanceof UsageError) throw err; // e.g. the operator certificate is missing
     throw new UsageError(`cannot reach the control plane at ${new URL(url).origin} (${(err as Error).message}): is it running? pass --server URL`);
   }
   if (!res.ok) throw new Error(`${url}: HTTP ${res.status} ${await res.text()}`);
@@ -89,31 +90,31 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
     allowPositionals: true,
     options: {
       config: { type: 'string' }, server: { type: 'string' }, json: { type: 'boolean' }, model: { type: 'string' },
-      replicas: { type: 'string' }, 'no-wait': { type: 'boolean' }, timeout: { type: 'string' },
+      replicas: { type: 'string' }, 'no-wait': { type: 'boolean' }, timeout: { type: 'string' }, reason: { type: 'string' },
     },
   });
   const config = loadServerConfig(values.config);
-  const server = serverUrl(config, values.server);
+  const api = controlApi(config, values.server);
   switch (verb) {
     case 'nodes': {
-      const { nodes } = await getJson<{ nodes: NodeRow[] }>(`${server}/v1/nodes`);
+      const { nodes } = await getJson<{ nodes: NodeRow[] }>(api, `${api.server}/v1/nodes`);
       out(values.json ? `${JSON.stringify(nodes, null, 2)}\n` : formatNodes(nodes));
       return;
     }
     case 'fabrics': {
-      const { nodes } = await getJson<{ nodes: NodeRow[] }>(`${server}/v1/nodes`);
+      const { nodes } = await getJson<{ nodes: NodeRow[] }>(api, `${api.server}/v1/nodes`);
       const view = fabricsView(nodes);
       out(values.json ? `${JSON.stringify(view, null, 2)}\n` : formatFabrics(view));
       return;
     }
     case 'replicas': {
       const q = values.model ? `?model=${encodeURIComponent(values.model)}` : '';
-      const { replicas } = await getJson<{ replicas: ReplicaRecord[] }>(`${server}/v1/replicas${q}`);
+      const { replicas } = await getJson<{ replicas: ReplicaRecord[] }>(api, `${api.server}/v1/replicas${q}`);
       out(values.json ? `${JSON.stringify(replicas, null, 2)}\n` : formatReplicas(replicas));
       return;
     }
     case 'models': {
-      const { models } = await getJson<{ models: { name: string; replicas: number; profiles: { name: string; engine: string; nodes: number }[] }[] }>(`${server}/v1/models`);
+      const { models } = await getJson<{ models: { name: string; replicas: number; profiles: { name: string; engine: string; nodes: number }[] }[] }>(api, `${api.server}/v1/models`);
       out(values.json ? `${JSON.stringify(models, null, 2)}\n` : table(['MODEL', 'DESIRED', 'PROFILE'], models.map((m) => [m.name, String(m.replicas), m.profiles.map((p) => `${p.name} (${p.engine}, ${p.nodes} node${p.nodes > 1 ? 's' : ''})`).join(' ')])));
       return;
     }
@@ -123,7 +124,7 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
       if (!model) throw new UsageError(`ctl ${verb} needs a MODEL\n${USAGE}`);
       if (verb === 'scale' && positionals[1] === undefined) throw new UsageError(`ctl scale needs MODEL N, e.g. llmgw ctl scale ${model} 3`);
       const replicas = verb === 'scale' ? intOption(positionals[1], 'N', 0) : values.replicas === undefined ? undefined : intOption(values.replicas, '--replicas', 0);
-      await deploy(config, server, { model, replicas, wait: !values['no-wait'], timeoutS: intOption(values.timeout, '--timeout', 300), out });
+      await deploy(config, api, { model, replicas, wait: !values['no-wait'], timeoutS: intOption(values.timeout, '--timeout', 300), out });
       return;
     }
     case 'drain':
@@ -131,7 +132,7 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
     case 'uncordon': {
       const nodeId = positionals[0];
       if (!nodeId) throw new UsageError(`ctl ${verb} needs a NODE, e.g. llmgw ctl ${verb} sim-a`);
-      if (verb !== 'drain') return setCordon(server, nodeId, verb, out);
+      if (verb !== 'drain') return setCordon(api, nodeId, verb, out);
       const timeoutS = values.timeout === undefined ? null : intOption(values.timeout, '--timeout', 1);
       const { client, close } = await temporalClient(config);
       try {
@@ -141,14 +142,19 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
       }
       return;
     }
+    case 'revoke': {
+      const nodeId = positionals[0];
+      if (!nodeId) throw new UsageError('ctl revoke needs a NODE, e.g. llmgw ctl revoke sim-a');
+      return revokeNode(api, nodeId, values.reason, out);
+    }
     default:
       throw new UsageError(verb ? `unknown command "ctl ${verb}"\n${USAGE}` : `ctl needs a COMMAND, e.g. llmgw ctl nodes\n${USAGE}`);
   }
 }
 
 /** Starts or joins `model/<m>`, applies a scale, and follows the replicas until they all serve. */
-async function deploy(config: ServerConfig, server: string, o: { model: string; replicas: number | undefined; wait: boolean; timeoutS: number; out: (s: string) => void }): Promise<void> {
-  const { models } = await getJson<{ models: { name: string }[] }>(`${server}/v1/models`);
+async function deploy(config: ServerConfig, api: ControlApi, o: { model: string; replicas: number | undefined; wait: boolean; timeoutS: number; out: (s: string) => void }): Promise<void> {
+  const { models } = await getJson<{ models: { name: string }[] }>(api, `${api.server}/v1/models`);
   if (!models.some((m) => m.name === o.model)) {
     throw new UsageError(`model "${o.model}" is not in the catalog (known: ${models.map((m) => m.name).join(', ') || 'none'}): add it to server.yaml's catalog and restart the control plane`);
   }
@@ -165,20 +171,20 @@ async function deploy(config: ServerConfig, server: string, o: { model: string; 
       o.out(`desired replicas: ${o.replicas}\n`);
     }
     if (!o.wait) return;
-    await followReplicas(server, o.model, o.timeoutS * 1000, o.out);
+    await followReplicas(api, o.model, o.timeoutS * 1000, o.out);
   } finally {
     await close();
   }
 }
 
 /** Prints each replica's state as it changes until all desired replicas are ready; fails on timeout. */
-async function followReplicas(server: string, model: string, timeoutMs: number, out: (s: string) => void): Promise<void> {
+async function followReplicas(api: ControlApi, model: string, timeoutMs: number, out: (s: string) => void): Promise<void> {
   const seen = new Map<string, string>();
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const [{ models }, { replicas }] = await Promise.all([
-      getJson<{ models: { name: string; replicas: number }[] }>(`${server}/v1/models`),
-      getJson<{ replicas: ReplicaRecord[] }>(`${server}/v1/replicas?model=${encodeURIComponent(model)}`),
+      getJson<{ models: { name: string; replicas: number }[] }>(api, `${api.server}/v1/models`),
+      getJson<{ replicas: ReplicaRecord[] }>(api, `${api.server}/v1/replicas?model=${encodeURIComponent(model)}`),
     ]);
     const live = replicas.filter((r) => r.state !== 'stopped');
     for (const r of live) {

@@ -2,18 +2,11 @@
 import { WorkflowFailedError, type Client } from '@temporalio/client';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from '../workflows/contracts/drain';
-import { UsageError } from './args';
+import { postControl, type ControlApi } from './control-api';
 
 /** Cordons or uncordons a node through the control plane. */
-export async function setCordon(server: string, nodeId: string, verb: 'cordon' | 'uncordon', out: (s: string) => void): Promise<void> {
-  let res: Response;
-  try {
-    res = await fetch(`${server}/v1/nodes/${encodeURIComponent(nodeId)}/${verb}`, { method: 'POST', signal: AbortSignal.timeout(10_000) });
-  } catch (err) {
-    throw new UsageError(`cannot reach the control plane at ${server} (${(err as Error).message}): is it running? pass --server URL`);
-  }
-  const body = (await res.json()) as { state?: string; changed?: boolean; error?: { message: string } };
-  if (!res.ok) throw new UsageError(body.error?.message ?? `HTTP ${res.status}`);
+export async function setCordon(api: ControlApi, nodeId: string, verb: 'cordon' | 'uncordon', out: (s: string) => void): Promise<void> {
+  const body = await postControl<{ state?: string; changed?: boolean }>(api, `/v1/nodes/${encodeURIComponent(nodeId)}/${verb}`);
   out(`${nodeId}: ${body.state}${body.changed ? '' : ' (it already was)'}\n`);
 }
 

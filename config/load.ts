@@ -153,13 +153,18 @@ const mysqlUrlRule: Rule = (s) => {
 
 const wordRule: Rule = (s) => (/\s|:\/\//.test(s) ? [`${quote(s)} contains whitespace or a URL scheme`, 'give a bare name or address, e.g. 127.0.0.1'] : undefined);
 
+const TLS_KEYS = ['ca', 'serverCert', 'serverKey', 'clientCert', 'clientKey'] as const;
+
+const pathRule: Rule = (s) => (/^\s|\s$|:\/\//.test(s) ? [`${quote(s)} is not a file path`, 'give the path of a PEM file, e.g. .llmgw/ca/ca.crt (no URL, no surrounding spaces)'] : undefined);
+
 function checkConfig(c: Checker, raw: unknown): ServerConfig {
-  const root = c.obj(raw, [], ['temporal', 'mysql', 'listeners', 'engines', 'enginePorts', 'gateway', 'catalog']);
+  const root = c.obj(raw, [], ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'catalog']);
   const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
   const m = c.sub(root, ['mysql'], ['url']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
   const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs']);
+  const tls = c.sub(root, ['tls'], TLS_KEYS);
   const engines = checkEngines(c, root?.engines);
   const config: ServerConfig = {
     temporal: {
@@ -169,6 +174,13 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
     },
     mysql: { url: c.str(m, ['mysql', 'url'], 'mysql://root@127.0.0.1:3306/llmgw', mysqlUrlRule) },
     listeners: { controlPlane: checkListener(c, l, 'controlPlane', 7443), gateway: checkListener(c, l, 'gateway', 8080) },
+    tls: {
+      ca: c.str(tls, ['tls', 'ca'], '.llmgw/ca/ca.crt', pathRule),
+      serverCert: c.str(tls, ['tls', 'serverCert'], '/etc/llmgw/control-plane/server.crt', pathRule),
+      serverKey: c.str(tls, ['tls', 'serverKey'], '/etc/llmgw/control-plane/server.key', pathRule),
+      clientCert: c.str(tls, ['tls', 'clientCert'], '.llmgw/certs/operator/operator.crt', pathRule),
+      clientKey: c.str(tls, ['tls', 'clientKey'], '.llmgw/certs/operator/operator.key', pathRule),
+    },
     engines: engines ?? {},
     enginePorts: checkEnginePorts(c, p),
     gateway: {

@@ -22,6 +22,17 @@ export interface ServerConfig {
     controlPlane: Listener;
     gateway: Listener;
   };
+  /** Mutual TLS at the control plane: file paths (relative ones from the working directory). */
+  tls: {
+    /** the cluster CA's certificate: client certificates are judged by it, and ctl trusts the control plane by it */
+    ca: string;
+    /** the control plane's server certificate and key (llmgw ca issue-server) */
+    serverCert: string;
+    serverKey: string;
+    /** the operator certificate and key llmgw ctl presents (llmgw ca issue --operator NAME) */
+    clientCert: string;
+    clientKey: string;
+  };
   /** Engine name -> version the nodes should run */
   engines: Partial<Record<EngineName, string>>;
   /** Ports handed to engine shards: [base, base+count) */

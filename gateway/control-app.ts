@@ -1,6 +1,7 @@
 /** The control plane's HTTP API: agent registration and heartbeat, and the read API the CLI uses. */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { openAiError } from '../lib/errors';
+import { LlmgwError, openAiError, type ErrorCode } from '../lib/errors';
+import { checkNodeId } from '../lib/pki/node-id';
 import type { Store } from '../lib/store/store';
 import { DOCTOR_STATUSES, parseNodeId, type NodeId, type NodeInventory } from '../lib/types';
 
@@ -9,11 +10,10 @@ export interface ControlAppOptions {
   /** What the agent gets back: where its worker connects. */
   temporal: { address: string; namespace: string };
   heartbeatMs: number;
-  /**
-   * The node a request comes from. Today the id in the body; with mTLS the certificate's CN,
-   * so routes never read the body's claim directly.
-   */
-  nodeIdentity?: (req: FastifyRequest, claimed: string) => NodeId;
+  /** Where a refused identity claim is logged (one line: the CN, the claimed id and the reason). */
+  log?: (msg: string, fields: Record<string, unknown>) => void;
+  /** Revokes every certificate of a node, and cuts its open connections (`POST /v1/nodes/:id/revoke`). */
+  revoke?: (nodeId: string, reason: string) => Promise<number>;
   /** Called after a node registers or returns from down, so waiting replicas try placement again. */
   onNodesChanged?: (nodeId: string) => void;
 }
@@ -46,6 +46,22 @@ const inventorySchema = {
 
 const errorSchema = { type: 'object', properties: { error: { type: 'object', additionalProperties: true } } } as const;
 
+/**
+ * The node a request comes from: the CN of its connection's verified client certificate (`req.peer`, set by
+ * the mTLS gate), never the body's claim. A claim of another id is refused (LLMGW_CERT_REFUSED, 403).
+ */
+export function nodeIdentity(req: FastifyRequest, claimed: string): NodeId {
+  const peer = req.peer;
+  if (!peer || peer.role !== 'node') {
+    throw new LlmgwError('LLMGW_CERT_REFUSED', 'agent routes need a node client certificate (mutual TLS)', { cn: peer?.cn ?? null, claimed, reason: 'no node certificate on the connection' });
+  }
+  if (claimed !== peer.cn) {
+    const reason = `the certificate is ${peer.cn}'s; a node speaks only for itself`;
+    throw new LlmgwError('LLMGW_CERT_REFUSED', `node id "${claimed}" refused: ${reason}`, { cn: peer.cn, claimed, reason });
+  }
+  return parseNodeId(peer.cn);
+}
+
 /** Registers the control plane routes on `app`. */
 export async function controlRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
   const { store } = opts;
@@ -55,12 +71,15 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
     if (!err.validation) throw err;
     return reply.code(400).send(openAiError('LLMGW_BAD_REQUEST', err.message));
   });
-  const identify = opts.nodeIdentity ?? ((_req: FastifyRequest, claimed: string): NodeId => parseNodeId(claimed));
+  const log = opts.log ?? ((): void => undefined);
   const who = (req: FastifyRequest, reply: FastifyReply, claimed: string): NodeId | null => {
     try {
-      return identify(req, claimed);
+      return nodeIdentity(req, claimed);
     } catch (err) {
-      void reply.code(400).send(openAiError('LLMGW_BAD_REQUEST', (err as Error).message));
+      const e = err as LlmgwError;
+      const code: ErrorCode = e.code ?? 'LLMGW_BAD_REQUEST';
+      if (code === 'LLMGW_CERT_REFUSED') log('node identity refused', { ...e.context, url: req.url.split('?')[0] });
+      void reply.code(e.status ?? 400).send(openAiError(code, e.message));
       return null;
     }
   };
@@ -68,7 +87,7 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
   app.post<{ Body: { nodeId: string; inventory: NodeInventory } }>('/v1/agent/register', {
     schema: {
       body: { type: 'object', required: ['nodeId', 'inventory'], properties: { nodeId: { type: 'string' }, inventory: inventorySchema } },
-      response: { 400: errorSchema },
+      response: { 400: errorSchema, 403: errorSchema },
     },
   }, async (req, reply) => {
     const id = who(req, reply, req.body.nodeId);
@@ -103,6 +122,7 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
           properties: { shards: { type: 'array', items: { type: 'object', required: ['replicaId', 'rank', 'port'], properties: { replicaId: { type: 'string' }, rank: { type: 'integer' }, port: { type: 'integer' } } } } },
         },
         400: errorSchema,
+        403: errorSchema,
       },
     },
   }, async (req, reply) => {
@@ -137,6 +157,25 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
         if (state === 'ready') opts.onNodesChanged?.(id);
       }
       return { nodeId: id, state, changed: before !== state };
+    });
+  }
+  const { revoke } = opts;
+  if (revoke) {
+    app.post<{ Params: { id: string }; Body: { reason?: string } | undefined }>('/v1/nodes/:id/revoke', {
+      schema: { params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } }, response: { 400: errorSchema } },
+    }, async (req, reply) => {
+      const id = req.params.id;
+      const reason = req.body?.reason ?? `revoked by operator ${req.peer?.cn ?? '(unknown)'}`;
+      let revoked: number;
+      try {
+        revoked = await revoke(checkNodeId(id), reason);
+      } catch (err) {
+        const e = err as LlmgwError;
+        if (!e.code || e.status >= 500) throw err;
+        return reply.code(400).send(openAiError(e.code, e.message));
+      }
+      await store.event({ kind: 'node.revoked', nodeId: id, message: `${revoked} certificate${revoked === 1 ? '' : 's'} revoked: ${reason}` });
+      return { nodeId: id, revoked };
     });
   }
   app.get<{ Querystring: { model?: string } }>('/v1/replicas', async (req) => ({ replicas: await store.listReplicas(req.query.model) }));

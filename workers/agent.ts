@@ -14,14 +14,17 @@ import { ensureSminfo } from '../lib/hardware/ibdiags';
 import { readIbAdapters } from '../lib/hardware/infiniband';
 import { queryGpus } from '../lib/hardware/nvidia';
 import { LlmgwError } from '../lib/errors';
+import { TlsClient, type TlsCredentials } from '../lib/tls-client';
 import { nodeQueue } from '../lib/names';
 import { simEngineArgv } from '../lib/sim/argv';
 import type { EngineName, NodeId, NodeInventory } from '../lib/types';
 
 export interface AgentOptions {
   nodeId: NodeId;
-  /** Control plane base URL, e.g. http://127.0.0.1:7443 */
+  /** Control plane base URL, e.g. https://127.0.0.1:7443 */
   server: string;
+  /** This node's client certificate (CN = node id), its key and the cluster CA (`--cert`, `--key`, `--ca`) */
+  tls: TlsCredentials;
   nvidiaSmi: string;
   /** sysfs root holding class/infiniband */
   ibRoot: string;
@@ -53,7 +56,7 @@ export interface Agent {
  * a --fabric naming a missing, down or RoCE adapter, one adapter under two fabrics, or one fabric whose ports see
  * different subnet managers. Failed doctor checks are reported, not refused.
  */
-export async function discover(opts: AgentOptions): Promise<NodeInventory> {
+export async function discover(opts: Omit<AgentOptions, 'tls'>): Promise<NodeInventory> {
   const gpuQuery = opts.noGpu ? null : await queryGpus(opts.nvidiaSmi, runCommand);
   if (gpuQuery?.kind === 'failed') throw new LlmgwError('LLMGW_NVIDIA_SMI_FAILED', `${gpuQuery.reason} (or pass --no-gpu for a node that has none)`);
   const gpus = gpuQuery?.gpus ?? [];
@@ -84,9 +87,9 @@ async function findSminfo(opts: Pick<AgentOptions, 'fabrics' | 'log'>): Promise<
   return 'sminfo';
 }
 
-/** The shards the control plane at `server` has placed on node `nodeId`. */
-export async function assignedShards(server: string, nodeId: string): Promise<AssignedShard[]> {
-  const res = await fetch(`${server}/v1/agent/shards?node=${encodeURIComponent(nodeId)}`, { signal: AbortSignal.timeout(5000) });
+/** The shards the control plane at `server` has placed on node `nodeId` (asked over `client`'s mTLS). */
+export async function assignedShards(client: TlsClient, server: string, nodeId: string): Promise<AssignedShard[]> {
+  const res = await client.fetch(`${server}/v1/agent/shards?node=${encodeURIComponent(nodeId)}`, { signal: AbortSignal.timeout(5000) });
   if (res.status !== 200) throw new Error(`GET /v1/agent/shards answered ${res.status}: ${await res.text()}`);
   return ((await res.json()) as { shards: AssignedShard[] }).shards;
 }
@@ -101,19 +104,19 @@ function ensureStateDir(dir: string): void {
   }
 }
 
-async function post<T>(url: string, body: unknown): Promise<{ status: number; body: T }> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(5000) });
+async function post<T>(client: TlsClient, url: string, body: unknown): Promise<{ status: number; body: T }> {
+  const res = await client.fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(5000) });
   return { status: res.status, body: (await res.json()) as T };
 }
 
 interface Registration { temporal: { address: string; namespace: string }; heartbeatMs: number }
 
 /** Registers, retrying with backoff while the control plane is unreachable. */
-async function register(opts: AgentOptions, inventory: NodeInventory, stopped: () => boolean): Promise<Registration> {
+async function register(client: TlsClient, opts: AgentOptions, inventory: NodeInventory, stopped: () => boolean): Promise<Registration> {
   let delay = 250;
   for (;;) {
     try {
-      const r = await post<Registration & { error?: { message: string } }>(`${opts.server}/v1/agent/register`, { nodeId: opts.nodeId, inventory });
+      const r = await post<Registration & { error?: { message: string } }>(client, `${opts.server}/v1/agent/register`, { nodeId: opts.nodeId, inventory });
       if (r.status === 200) return r.body;
       throw new LlmgwError('LLMGW_BAD_REQUEST', `control plane refused registration (${r.status}): ${r.body.error?.message ?? JSON.stringify(r.body)}`);
     } catch (err) {
@@ -140,7 +143,11 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   ensureStateDir(opts.stateDir);
   const inventory = await discover(opts);
   let closing = false;
-  const reg = await register(opts, inventory, () => closing);
+  const client = new TlsClient(opts.tls);
+  const reg = await register(client, opts, inventory, () => closing).catch(async (err: unknown) => {
+    await client.close();
+    throw err;
+  });
   opts.log('registered', { node: opts.nodeId, gpus: inventory.gpus.length, fabrics: inventory.fabrics, temporal: reg.temporal.address });
 
   const connection = await NativeConnection.connect({ address: reg.temporal.address });
@@ -157,7 +164,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       stateDir: opts.stateDir,
       stopEnginesOnExit: opts.stopEnginesOnExit,
       supervised,
-      assigned: () => assignedShards(opts.server, opts.nodeId),
+      assigned: () => assignedShards(client, opts.server, opts.nodeId),
       stopping: stopping.signal,
       log: opts.log,
     }),
@@ -166,7 +173,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   const running = worker.run();
   // After the worker polls, so a shard rescheduled for this node is adopted rather than collected.
   let gc: Collection | undefined;
-  void collectOrphans({ stateDir: opts.stateDir, assigned: () => assignedShards(opts.server, opts.nodeId), supervised, log: opts.log })
+  void collectOrphans({ stateDir: opts.stateDir, assigned: () => assignedShards(client, opts.server, opts.nodeId), supervised, log: opts.log })
     .then((c) => {
       gc = c;
       if (closing) c.cancel();
@@ -174,8 +181,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     }, (err: Error) => opts.log('engine collection failed', { error: err.message }));
 
   const beat = setInterval(() => {
-    void post(`${opts.server}/v1/agent/heartbeat`, { nodeId: opts.nodeId }).then(async (r) => {
-      if (r.status === 404) await register(opts, inventory, () => closing);
+    void post<{ error?: { message: string } }>(client, `${opts.server}/v1/agent/heartbeat`, { nodeId: opts.nodeId }).then(async (r) => {
+      if (r.status === 404) await register(client, opts, inventory, () => closing);
+      else if (r.status === 401 || r.status === 403) opts.log('control plane refused this node\'s certificate', { status: r.status, error: r.body.error?.message });
     }).catch((err: Error) => opts.log('heartbeat failed', { error: err.message }));
   }, reg.heartbeatMs);
 
@@ -190,6 +198,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await running.catch(() => undefined);
       await connection.close();
+      await client.close();
     },
   };
 }

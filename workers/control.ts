@@ -1,10 +1,13 @@
 /** The control role: MySQL, the control worker (all workflows + control activities) and the control plane API, in one process. */
-import Fastify from 'fastify';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker, type WorkflowBundleOption } from '@temporalio/worker';
+import { createCaOperations } from '../activities/ca';
 import { createControlActivities } from '../activities/control';
 import type { ServerConfig } from '../config/types';
-import { controlRoutes } from '../gateway/control-app';
+import { buildControlServer } from '../gateway/control-server';
+import { LlmgwError } from '../lib/errors';
 import { QUEUES, workflowIds } from '../lib/names';
 import { openDatabase } from '../lib/store/db';
 import { Store } from '../lib/store/store';
@@ -17,10 +20,24 @@ export interface ControlPlaneOptions {
   /** A node unseen for this long is marked down. */
   nodeDownAfterMs?: number;
   logger?: boolean;
+  /** The control plane's log (certificate refusals, refused identity claims, revocations). */
+  log?: (msg: string, fields: Record<string, unknown>) => void;
+}
+
+/** Reads one PEM file named by `tls.<key>` in server.yaml; a missing one names the key and the fix. */
+function readTlsFile(config: ServerConfig, key: keyof ServerConfig['tls'], fix: string): string {
+  const file = config.tls[key];
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new LlmgwError('LLMGW_CONFIG_INVALID', `tls.${key}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? String(err)}); ${fix}`, { file, key });
+  }
 }
 
 export interface ControlPlane {
+  /** https://host:port */
   url: string;
+  config: ServerConfig;
   store: Store;
   client: Client;
   close(): Promise<void>;
@@ -29,6 +46,12 @@ export interface ControlPlane {
 /** Starts the control plane listener and the control worker; resolves once both are up. */
 export async function startControlPlane(opts: ControlPlaneOptions): Promise<ControlPlane> {
   const { config } = opts;
+  const log = opts.log ?? ((): void => undefined);
+  const tls = {
+    caPem: readTlsFile(config, 'ca', 'create the CA with llmgw ca init, or point tls.ca at its ca.crt'),
+    certPem: readTlsFile(config, 'serverCert', 'issue one with llmgw ca issue-server --name control-plane --host <hosts agents connect to>'),
+    keyPem: readTlsFile(config, 'serverKey', 'it is written beside the certificate by llmgw ca issue-server'),
+  };
   const pool = await openDatabase(config.mysql.url);
   const store = new Store(pool);
   for (const spec of config.catalog) await store.upsertModel(spec, true);
@@ -52,12 +75,22 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       await client.workflow.getHandle(workflowIds.replica(r.id)).signal(nodesChangedSignal).catch(() => undefined);
     }
   };
-  const app = Fastify({ logger: opts.logger ?? false });
-  await app.register(controlRoutes, {
+  // Where the CA key lives beside tls.ca (one host, as in the local cluster), a revocation also republishes crl.pem.
+  const caDir = dirname(config.tls.ca);
+  const ca = existsSync(join(caDir, 'ca.key')) ? createCaOperations({ caDir, store, log: (msg, f) => log(msg, f ?? {}) }) : null;
+  const { app } = await buildControlServer({
     store,
+    tls,
+    log,
+    logger: opts.logger,
     temporal: { address: config.temporal.address, namespace: config.temporal.namespace },
     heartbeatMs: 2000,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
+    revoke: async (nodeId, reason) => {
+      if (ca) return ca.revokeNode({ nodeId, reason });
+      log('crl not republished: the CA key is not on this host; run llmgw ca crl there', { nodeId });
+      return store.revokeCertificates(nodeId, reason);
+    },
   });
   const downAfter = opts.nodeDownAfterMs ?? 15_000;
   const sweep = setInterval(() => {
@@ -71,6 +104,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
 
   return {
     url,
+    config,
     store,
     client,
     async close(): Promise<void> {

@@ -1,12 +1,16 @@
 /** The local cluster: Temporal dev server + UI, control plane, gateway and three sim nodes, each a real process. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
+import { createCaOperations } from '../../activities/ca';
 import { parseServerConfig } from '../../config/load';
 import type { ServerConfig } from '../../config/types';
 import { EXIT_WITH_PARENT, stopProcess } from '../../lib/process';
-import { parseMysqlUrl } from '../../lib/store/db';
+import { caPaths, initCa } from '../../lib/pki';
+import { openDatabase, parseMysqlUrl } from '../../lib/store/db';
+import { Store } from '../../lib/store/store';
+import { TlsClient } from '../../lib/tls-client';
 import { startTemporalDev, type DevServer } from './temporal-dev';
 
 const ROOT = resolve(__dirname, '../..');
@@ -39,6 +43,54 @@ export interface Cluster {
   close(): Promise<void>;
 }
 
+/** Where the cluster's CA and certificates live in the state dir. */
+function tlsPaths(stateDir: string): { caDir: string; tls: ServerConfig['tls']; node: (id: string) => { cert: string; key: string } } {
+  const certs = join(stateDir, 'certs');
+  return {
+    caDir: join(stateDir, 'ca'),
+    tls: {
+      ca: caPaths(join(stateDir, 'ca')).cert,
+      serverCert: join(certs, 'control-plane/server.crt'), serverKey: join(certs, 'control-plane/server.key'),
+      clientCert: join(certs, 'operator/operator.crt'), clientKey: join(certs, 'operator/operator.key'),
+    },
+    node: (id) => ({ cert: join(certs, id, 'node.crt'), key: join(certs, id, 'node.key') }),
+  };
+}
+
+function writePem(file: string, content: string, mode: number): void {
+  mkdirSync(join(file, '..'), { recursive: true });
+  writeFileSync(file, content, { mode });
+  chmodSync(file, mode);
+}
+
+/**
+ * Creates the cluster's CA on the first run (reused after), then issues on every start — and records in MySQL —
+ * the control plane's server certificate, one certificate per sim node and the operator certificate ctl uses.
+ */
+async function issueCertificates(o: ClusterOptions): Promise<string> {
+  const p = tlsPaths(o.stateDir);
+  const created = !existsSync(p.tls.ca);
+  if (created) initCa(p.caDir);
+  const pool = await openDatabase(o.mysqlUrl);
+  try {
+    const ops = createCaOperations({ caDir: p.caDir, store: new Store(pool) });
+    const server = await ops.issueServerCertificate({ name: 'control-plane', hosts: ['127.0.0.1', 'localhost'] });
+    writePem(p.tls.serverCert, server.certPem, 0o644);
+    writePem(p.tls.serverKey, server.keyPem, 0o600);
+    for (const n of SIM_NODES) {
+      const c = await ops.issueNodeCertificate({ nodeId: n.id });
+      writePem(p.node(n.id).cert, c.certPem, 0o644);
+      writePem(p.node(n.id).key, c.keyPem, 0o600);
+    }
+    const op = await ops.issueOperatorCertificate({ name: 'operator' });
+    writePem(p.tls.clientCert, op.certPem, 0o644);
+    writePem(p.tls.clientKey, op.keyPem, 0o600);
+  } finally {
+    await pool.end();
+  }
+  return `${created ? 'created the CA' : 'reusing the CA'} in ${p.caDir}; certificates for control-plane, ${SIM_NODES.map((n) => n.id).join(', ')} and operator in ${join(o.stateDir, 'certs')}`;
+}
+
 /** Writes server.yaml for this cluster (only what differs from the embedded defaults). */
 function writeConfig(o: ClusterOptions): { file: string; config: ServerConfig; temporalPort: number; uiPort: number } {
   const b = o.basePort;
@@ -49,6 +101,7 @@ function writeConfig(o: ClusterOptions): { file: string; config: ServerConfig; t
     temporal: { address: `127.0.0.1:${ports.temporal}`, namespace: 'default', uiUrl: `http://127.0.0.1:${ports.ui}` },
     mysql: { url: o.mysqlUrl },
     listeners: { controlPlane: { host: '127.0.0.1', port: ports.control }, gateway: { host: '127.0.0.1', port: ports.gateway } },
+    tls: tlsPaths(o.stateDir).tls,
     enginePorts: { base: ports.engines, count: b === null ? 2000 : 200 },
   };
   const text = `# Written by \`llmgw cluster\` on every start; edit config/server.example.yaml's copy instead.\n${stringify(doc)}`;
@@ -88,24 +141,30 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     await temporal?.stop();
   };
 
+  let operator: TlsClient | null = null;
   try {
+    o.progress(`      mutual TLS: ${await issueCertificates(o)}`);
+    const paths = tlsPaths(o.stateDir);
+    const pem = (f: string): string => readFileSync(f, 'utf8');
+    operator = new TlsClient({ caPem: pem(paths.tls.ca), certPem: pem(paths.tls.clientCert), keyPem: pem(paths.tls.clientKey) });
+    const cpFetch = operator.fetch;
     o.progress(`[1/5] Temporal dev server on 127.0.0.1:${temporalPort} (UI ${config.temporal.uiUrl}), history in ${o.stateDir}/temporal.db`);
     temporal = await startTemporalDev({ port: temporalPort, uiPort, dbFile: join(o.stateDir, 'temporal.db'), pidFile: join(o.stateDir, 'temporal.pid'), log: o.progress });
     o.progress(`[2/5] control plane + control worker (MySQL ${o.mysqlUrl})`);
     role('control-plane', ['control-plane', '--config', file]);
-    const controlUrl = `http://${config.listeners.controlPlane.host}:${config.listeners.controlPlane.port}`;
-    await waitHttp(`${controlUrl}/health`, 60_000, 'control plane');
+    const controlUrl = `https://${config.listeners.controlPlane.host}:${config.listeners.controlPlane.port}`;
+    await waitFor(async () => (await cpFetch(`${controlUrl}/health`, { signal: AbortSignal.timeout(1000) })).ok, 60_000, 'control plane');
     o.progress('[3/5] gateway');
     role('gateway', ['gateway', '--config', file]);
     const gatewayUrl = `http://${config.listeners.gateway.host}:${config.listeners.gateway.port}`;
     await waitHttp(`${gatewayUrl}/health`, 30_000, 'gateway');
     o.progress(`[4/5] sim nodes ${SIM_NODES.map((n) => n.id).join(', ')}`);
     for (const n of SIM_NODES) {
-      role(n.id, ['agent', '--node', n.id, '--server', controlUrl, '--nvidia-smi', join(FIXTURES, 'nvidia-smi'), ...n.fabric, '--engines', 'sim', '--state-dir', join(o.stateDir, 'engines', n.id), '--stop-engines-on-exit'],
+      role(n.id, ['agent', '--node', n.id, '--server', controlUrl, '--cert', paths.node(n.id).cert, '--key', paths.node(n.id).key, '--ca', paths.tls.ca, '--nvidia-smi', join(FIXTURES, 'nvidia-smi'), ...n.fabric, '--engines', 'sim', '--state-dir', join(o.stateDir, 'engines', n.id), '--stop-engines-on-exit'],
         { FAKE_NVIDIA_GPUS: String(n.gpus), FAKE_NVIDIA_SEED: n.id });
     }
     await waitFor(async () => {
-      const { nodes } = (await (await fetch(`${controlUrl}/v1/nodes`)).json()) as { nodes: { id: string; state: string }[] };
+      const { nodes } = (await (await cpFetch(`${controlUrl}/v1/nodes`)).json()) as { nodes: { id: string; state: string }[] };
       return SIM_NODES.every((s) => nodes.some((n) => n.id === s.id && n.state !== 'down'));
     }, 60_000, 'the sim nodes to register');
     o.progress('[5/5] deploying the catalog');
@@ -116,6 +175,8 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   } catch (err) {
     await close();
     throw err;
+  } finally {
+    await operator?.close();
   }
 }
 

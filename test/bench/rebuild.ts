@@ -7,10 +7,11 @@
  * Run: `npm run bench:rebuild` (takes about a minute). Not a test: figures, not assertions.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCli, startCluster } from '../../cli/cluster/run';
+import { TlsClient } from '../../lib/tls-client';
 import type { ReplicaRecord } from '../../lib/types';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
 import { startLoad, waitRoutable } from '../helpers/load';
@@ -22,7 +23,9 @@ async function main(): Promise<void> {
   const stateDir = mkdtempSync(join(tmpdir(), 'llmgw-bench-'));
   const mysqlUrl = testMysqlUrl();
   const cluster = await startCluster({ stateDir, basePort: (await freePort()) % 20000 + 30000, mysqlUrl, progress: () => undefined });
-  const api = async <T>(path: string, init?: RequestInit): Promise<T> => (await (await fetch(`${cluster.controlUrl}${path}`, init)).json()) as T;
+  const { tls } = cluster.config;
+  const operator = new TlsClient({ caPem: readFileSync(tls.ca, 'utf8'), certPem: readFileSync(tls.clientCert, 'utf8'), keyPem: readFileSync(tls.clientKey, 'utf8') });
+  const api = async <T>(path: string, init?: { method?: string }): Promise<T> => (await (await operator.fetch(`${cluster.controlUrl}${path}`, init)).json()) as T;
   const replicas = async (): Promise<ReplicaRecord[]> => (await api<{ replicas: ReplicaRecord[] }>(`/v1/replicas?model=${MODEL}`)).replicas.filter((r) => r.state !== 'stopped');
   const until = async (what: string, ok: () => Promise<boolean>, ms = 120_000): Promise<number> => {
     const t0 = Date.now();

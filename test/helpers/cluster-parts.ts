@@ -7,6 +7,7 @@ import type { ServerConfig } from '../../config/types';
 import { parseMysqlUrl } from '../../lib/store/db';
 import type { ModelSpec } from '../../lib/types';
 import { freePort } from './ports';
+import { testTls } from './tls';
 
 /** A headless, in-memory Temporal dev server on a free port. */
 export async function startTestTemporal(): Promise<DevServer> {
@@ -26,7 +27,7 @@ export async function dropDatabase(url: string): Promise<void> {
   await c.end();
 }
 
-/** A ServerConfig for tests: the defaults with this test's servers and ports. */
+/** A ServerConfig for tests: the defaults with this test's servers and ports, and a CA of its own (tls). */
 export async function testConfig(o: { temporalAddress: string; mysqlUrl: string; catalog?: ModelSpec[] }): Promise<ServerConfig> {
   const cp = await freePort();
   const gw = await freePort();
@@ -36,6 +37,7 @@ export async function testConfig(o: { temporalAddress: string; mysqlUrl: string;
     temporal: { ...DEFAULT_CONFIG.temporal, address: o.temporalAddress },
     mysql: { url: o.mysqlUrl },
     listeners: { controlPlane: { host: '127.0.0.1', port: cp }, gateway: { host: '127.0.0.1', port: gw } },
+    tls: testTls(),
     enginePorts: { base: engineBase, count: 100 },
     catalog: o.catalog ?? DEFAULT_CONFIG.catalog,
   };

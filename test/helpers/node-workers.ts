@@ -6,6 +6,8 @@ import { nodeQueue, workflowIds } from '../../lib/names';
 import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory } from '../../lib/types';
 import { assignedShards, NODE_WORKER_OPTIONS } from '../../workers/agent';
+import type { ControlPlane } from '../../workers/control';
+import { certClient, closeCertClients } from './tls';
 
 /** A node's inventory for tests: `gpus` fake A100s, optionally on fabric ib-a, offering the sim engine. */
 export const simInventory = (o: { gpus?: number; fabric?: boolean } = {}): NodeInventory => ({
@@ -13,9 +15,10 @@ export const simInventory = (o: { gpus?: number; fabric?: boolean } = {}): NodeI
   adapters: [], fabrics: o.fabric === false ? {} : { 'ib-a': ['mlx5_0', 'mlx5_1'] }, cpuFlags: ['avx2'], engines: ['sim'], host: '127.0.0.1',
 });
 
-/** Registers a node with the control plane at `cpUrl`; fails the test on anything but 200. */
-export async function registerNode(cpUrl: string, nodeId: string, inventory: NodeInventory): Promise<void> {
-  const res = await fetch(`${cpUrl}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId, inventory }) });
+/** Registers a node with the control plane over mTLS with a certificate for `nodeId`; fails the test on anything but 200. */
+export async function registerNode(cp: Pick<ControlPlane, 'url' | 'config' | 'store'>, nodeId: string, inventory: NodeInventory): Promise<void> {
+  const { fetch } = await certClient(cp.config, cp.store, nodeId);
+  const res = await fetch(`${cp.url}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId, inventory }) });
   if (res.status !== 200) throw new Error(`registering ${nodeId}: HTTP ${res.status} ${await res.text()}`);
 }
 
@@ -28,21 +31,23 @@ export interface NodeWorker {
 
 /**
  * Runs a node worker for `nodeId` against Temporal at `address`, with sim engines as real processes. With
- * `cpUrl` it also does what the agent does beside its worker: heartbeats to that control plane every 2 s, and
- * asks it which shards stay placed here (so an engine outlives a Temporal restart, as under a real agent).
+ * `cp` it also does what the agent does beside its worker, over mTLS with the node's certificate: heartbeats to
+ * that control plane every 2 s, and asks it which shards stay placed here (so an engine outlives a Temporal
+ * restart, as under a real agent).
  */
-export async function startNodeWorker(address: string, nodeId: string, pids = new Map<string, number>(), o: { cpUrl?: string } = {}): Promise<NodeWorker> {
+export async function startNodeWorker(address: string, nodeId: string, pids = new Map<string, number>(), o: { cp?: Pick<ControlPlane, 'url' | 'config' | 'store'> } = {}): Promise<NodeWorker> {
   const conn = await NativeConnection.connect({ address });
   const stopping = new AbortController();
-  const cpUrl = o.cpUrl;
+  const cpUrl = o.cp?.url;
+  const tls = o.cp ? await certClient(o.cp.config, o.cp.store, nodeId) : undefined;
   const worker = await Worker.create({
     ...NODE_WORKER_OPTIONS, connection: conn, taskQueue: nodeQueue(nodeId),
     activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stopGraceMs: 3000,
-      ...(cpUrl ? { assigned: () => assignedShards(cpUrl, nodeId), stopping: stopping.signal } : {}),
+      ...(cpUrl && tls ? { assigned: () => assignedShards(tls.client, cpUrl, nodeId), stopping: stopping.signal } : {}),
       log: (msg, f) => { if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid)); } }),
   });
-  const beat = cpUrl
-    ? setInterval(() => void fetch(`${cpUrl}/v1/agent/heartbeat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId }) }).catch(() => undefined), 2000)
+  const beat = cpUrl && tls
+    ? setInterval(() => void tls.fetch(`${cpUrl}/v1/agent/heartbeat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId }) }).catch(() => undefined), 2000)
     : undefined;
   const running = worker.run();
   return {
@@ -70,6 +75,7 @@ export async function stopSimCluster(o: {
   for (const pid of o.pids.values()) try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
   await o.gateway?.close();
   await cp?.close();
+  await closeCertClients();
   await o.temporal?.stop();
   await o.dropDatabase(o.mysqlUrl);
 }

@@ -6,7 +6,7 @@
  * by the node's next agent.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { ServerConfig } from '../../config/types';
@@ -21,6 +21,7 @@ import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
 import { startLoad, waitRoutable } from '../helpers/load';
 import { stopSimCluster } from '../helpers/node-workers';
+import { certClient } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
 const MODEL = 'keep';
@@ -40,8 +41,19 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
   const engines = new Set<number>();
   const stateDir = (node: string): string => join(dir, node);
 
+  /** The node's certificate files (issued once per node, as onboarding would), for --cert/--key/--ca. */
+  const certFlags = async (node: string): Promise<string[]> => {
+    const d = join(dir, 'certs', node);
+    if (!existsSync(d)) {
+      const { cert } = await certClient(config, cp.store, node);
+      mkdirSync(d, { recursive: true });
+      writeFileSync(join(d, 'node.crt'), cert.certPem);
+      writeFileSync(join(d, 'node.key'), cert.keyPem, { mode: 0o600 });
+    }
+    return ['--cert', join(d, 'node.crt'), '--key', join(d, 'node.key'), '--ca', config.tls.ca];
+  };
   const startAgentProc = async (node: string): Promise<AgentProc> => {
-    const child = spawn(process.execPath, [LLMGW, 'agent', '--node', node, '--server', cp.url, '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi'),
+    const child = spawn(process.execPath, [LLMGW, 'agent', '--node', node, '--server', cp.url, ...(await certFlags(node)), '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi'),
       '--engines', 'sim', '--state-dir', stateDir(node)], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FAKE_NVIDIA_GPUS: '1', FAKE_NVIDIA_SEED: node } });
     const a: AgentProc = { child, lines: [] };
     const take = (b: Buffer): void => void a.lines.push(...b.toString().split('\n').filter(Boolean));

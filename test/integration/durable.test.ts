@@ -58,13 +58,13 @@ describe('a drain survives a killed control worker and a Temporal restart', () =
     }, { timeoutMs: 60_000, what: 'two control workers polling llmgw-control' });
 
     gateway = await startGateway({ host: '127.0.0.1', port: 0, routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }), apiKeys: [] });
-    await registerNode(cp.url, 'n1', simInventory({ gpus: 2 }));
-    workers.push(await startNodeWorker(temporal.address, 'n1', pids, { cpUrl: cp.url }));
+    await registerNode(cp, 'n1', simInventory({ gpus: 2 }));
+    workers.push(await startNodeWorker(temporal.address, 'n1', pids, { cp }));
     await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
     await waitFor(async () => (await cp.store.listReplicas(MODEL)).filter((r) => r.state === 'ready').length === 2, { timeoutMs: 60_000, what: 'both replicas ready on n1' });
     for (const id of ['n2', 'n3']) {
-      await registerNode(cp.url, id, simInventory({ gpus: 1 }));
-      workers.push(await startNodeWorker(temporal.address, id, pids, { cpUrl: cp.url }));
+      await registerNode(cp, id, simInventory({ gpus: 1 }));
+      workers.push(await startNodeWorker(temporal.address, id, pids, { cp }));
     }
   }, 180_000);
 

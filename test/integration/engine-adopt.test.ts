@@ -6,18 +6,18 @@
  * engines throughout; the cross-process case runs the activity through a real Temporal server.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { ActivityCancellationDetails, defaultPayloadConverter, type ApplicationFailure, type Payload } from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger, NativeConnection, Worker, bundleWorkflowCode } from '@temporalio/worker';
-import Fastify, { type FastifyInstance } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { createNodeActivities, type NodeDeps, type RunShardInput, type ShardHeartbeat } from '../../activities/node';
 import { collectOrphans } from '../../activities/node/gc';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
-import { controlRoutes } from '../../gateway/control-app';
+import { buildControlServer } from '../../gateway/control-server';
 import { enginePaths, procStartTime, readEngineExit, readEngineState, shardKey, writeJsonAtomic, type EngineState } from '../../lib/engine-state';
 import { nodeQueue } from '../../lib/names';
 import { simEngineArgv } from '../../lib/sim/argv';
@@ -27,6 +27,7 @@ import { parseNodeId } from '../../lib/types';
 import { startAgent, type Agent } from '../../workers/agent';
 import { dropDatabase, startTestTemporal, testMysqlUrl } from '../helpers/cluster-parts';
 import { freePort } from '../helpers/ports';
+import { certClient, closeCertClients, testTls } from '../helpers/tls';
 import type { ShardOutcome } from '../helpers/shard-workflow';
 import { waitFor } from '../helpers/wait';
 
@@ -336,6 +337,7 @@ describe('orphan collection at agent start', () => {
   afterAll(async () => {
     await agent?.close();
     await app?.close();
+    await closeCertClients();
     await pool?.end();
     await temporal?.stop();
     await dropDatabase(mysqlUrl);
@@ -367,17 +369,23 @@ describe('orphan collection at agent start', () => {
     await store.setShards('gc-0', [{ replicaId: 'gc-0', rank: 0, nodeId: parseNodeId('gc-n1'), port: wanted.port, gpus: 1 }]);
     await store.setShards('gc-1', [{ replicaId: 'gc-1', rank: 0, nodeId: parseNodeId('gc-n2'), port: unwanted.port, gpus: 1 }]);
     temporal = await startTestTemporal();
-    app = Fastify();
-    await app.register(controlRoutes, { store, temporal: { address: temporal.address, namespace: 'default' }, heartbeatMs: 2000 });
+    const tls = { tls: testTls() };
+    const read = (f: string): string => readFileSync(f, 'utf8');
+    ({ app } = await buildControlServer({
+      store, tls: { caPem: read(tls.tls.ca), certPem: read(tls.tls.serverCert), keyPem: read(tls.tls.serverKey) }, log: () => undefined,
+      temporal: { address: temporal.address, namespace: 'default' }, heartbeatMs: 2000,
+    }));
     const url = await app.listen({ host: '127.0.0.1', port: 0 });
-    const res = await fetch(`${url}/v1/agent/shards?node=gc-n1`);
+    const node = await certClient(tls, store, 'gc-n1');
+    const res = await node.fetch(`${url}/v1/agent/shards?node=gc-n1`);
     expect(res.status).toBe(200);
     expect(await res.json()).toEqual({ shards: [{ replicaId: 'gc-0', rank: 0, port: wanted.port }] });
-    expect((await fetch(`${url}/v1/agent/shards`)).status).toBe(400);
+    expect((await node.fetch(`${url}/v1/agent/shards`)).status).toBe(400);
+    expect((await node.fetch(`${url}/v1/agent/shards?node=gc-n2`)).status).toBe(403);
 
     const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
     agent = await startAgent({
-      nodeId: parseNodeId('gc-n1'), server: url, nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(ROOT, 'test/fixtures/sysfs/none'),
+      nodeId: parseNodeId('gc-n1'), server: url, tls: node.cert, nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(ROOT, 'test/fixtures/sysfs/none'),
       cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1', engines: ['sim'], stateDir, stopEnginesOnExit: false,
       log: (msg, fields) => lines.push({ msg, fields }),
     });

@@ -16,6 +16,7 @@ import { scaleUpdate } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
 import { registerNode, simInventory, startNodeWorker, type NodeWorker } from '../helpers/node-workers';
+import { closeCertClients } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
 const HISTORIES = join(__dirname, '../fixtures/histories');
@@ -27,7 +28,7 @@ describe('a replica over two nodes of one fabric', () => {
   const workers: NodeWorker[] = [];
   const pids = new Map<string, number>();
 
-  const register = (nodeId: string): Promise<void> => registerNode(cp.url, nodeId, simInventory());
+  const register = (nodeId: string): Promise<void> => registerNode(cp, nodeId, simInventory());
   const startWorker = async (nodeId: string): Promise<void> => void workers.push(await startNodeWorker(temporal.address, nodeId, pids));
   const replicaRow = async (): Promise<ReplicaRecord | undefined> => (await cp.store.listReplicas('pair')).find((r) => r.id === 'pair-0');
   const health = async (port: number): Promise<number> => {
@@ -53,6 +54,7 @@ describe('a replica over two nodes of one fabric', () => {
     for (const w of workers) await w.stop();
     for (const pid of pids.values()) try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
     await cp?.close();
+    await closeCertClients();
     await temporal?.stop();
     await dropDatabase(config.mysql.url);
   });

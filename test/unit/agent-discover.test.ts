@@ -20,7 +20,7 @@ describe('agent discover()', () => {
     return p;
   };
   const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
-  const opts = (o: Partial<AgentOptions>): AgentOptions => ({
+  const opts = (o: Partial<AgentOptions>): Omit<AgentOptions, 'tls'> => ({
     nodeId: parseNodeId('d1'), server: 'http://127.0.0.1:1', nvidiaSmi: join(FIXTURES, 'nvidia-smi'), noGpu: false,
     ibRoot: join(FIXTURES, 'sysfs/ndr-a'), cpuinfo: join(FIXTURES, 'roots/kvm64/proc/cpuinfo'), fabrics: ['ib-a'], advertiseHost: '127.0.0.1',
     engines: ['sim'], stateDir: dir, stopEnginesOnExit: false, log: (msg, fields) => void lines.push({ msg, ...(fields ? { fields } : {}) }), ...o,

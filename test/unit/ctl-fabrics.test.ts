@@ -1,8 +1,13 @@
 /** `llmgw ctl fabrics` and the node list say when one fabric name covers two subnet managers, naming each side. */
-import { createServer, type Server } from 'node:http';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:https';
+import { dirname, join } from 'node:path';
+import { stringify } from 'yaml';
 import { ctlCommand, formatNodes } from '../../cli/ctl';
 import { fabricColumn, fabricsView, formatFabrics, type NodeListEntry } from '../../cli/fabrics';
+import { issueOperatorCertificate, loadCa } from '../../lib/pki';
 import type { DoctorResult, FabricIdentity } from '../../lib/types';
+import { testTls } from '../helpers/tls';
 
 const A = '0x98039b03009fa1c0';
 const B = '0xb83fd20300c1d2e0';
@@ -59,14 +64,22 @@ describe('ctl nodes and ctl fabrics over the node list', () => {
   if (rows[1]) rows[1].inventory.doctor = [{ id: 'cpu-flags', status: 'pass', summary: 'ok', fix: '' }];
   let server: Server;
   let url = '';
+  let config = '';
   beforeAll(async () => {
-    server = createServer((req, res) => {
+    // ctl talks HTTPS with its operator certificate; the served list stands in for the control plane.
+    const tls = testTls();
+    const op = issueOperatorCertificate(loadCa(dirname(tls.ca)), 'operator');
+    writeFileSync(tls.clientCert, op.certPem);
+    writeFileSync(tls.clientKey, op.keyPem);
+    config = join(dirname(tls.clientCert), 'server.yaml');
+    writeFileSync(config, stringify({ tls }));
+    server = createServer({ cert: readFileSync(tls.serverCert), key: readFileSync(tls.serverKey) }, (req, res) => {
       res.setHeader('content-type', 'application/json');
       res.end(JSON.stringify(req.url === '/v1/nodes' ? { nodes: rows } : {}));
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const addr = server.address();
-    url = `http://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}`;
+    url = `https://127.0.0.1:${typeof addr === 'object' && addr ? addr.port : 0}`;
   });
   afterAll(() => new Promise<void>((r) => server.close(() => r())));
 
@@ -78,11 +91,11 @@ describe('ctl nodes and ctl fabrics over the node list', () => {
   });
   it('ctl fabrics prints the table and --json the view, from GET /v1/nodes', async () => {
     let text = '';
-    await ctlCommand(['fabrics', '--server', url], (s) => void (text += s));
+    await ctlCommand(['fabrics', '--server', url, '--config', config], (s) => void (text += s));
     expect(text).toBe(formatFabrics(fabricsView(rows)));
     expect(text).toContain(`the other side: SM ${B}: gpu-b`);
     let json = '';
-    await ctlCommand(['fabrics', '--server', url, '--json'], (s) => void (json += s));
+    await ctlCommand(['fabrics', '--server', url, '--config', config, '--json'], (s) => void (json += s));
     expect(JSON.parse(json)).toEqual(JSON.parse(JSON.stringify(fabricsView(rows))));
   });
 });
