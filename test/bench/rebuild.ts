@@ -38,7 +38,8 @@ async function main(): Promise<void> {
   const allReady = async (): Promise<boolean> => (await replicas()).filter((r) => r.state === 'ready').length === 2;
   const enginePidsOn = (ports: number[]): number[] => {
     const ps = execFileSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' });
-    return ps.split('\n').filter((l) => l.includes('sim-engine') && ports.some((p) => l.includes(`--port ${p} `))).map((l) => Number(l.trim().split(/\s+/)[0]));
+    // The engine itself, not the shim that runs it (whose argv carries the engine's command after `--`).
+    return ps.split('\n').filter((l) => l.includes('sim-engine') && !l.includes('engine-shim') && ports.some((p) => l.includes(`--port ${p} `))).map((l) => Number(l.trim().split(/\s+/)[0]));
   };
   const lines: string[] = [];
   try {

@@ -1,0 +1,22 @@
+/**
+ * SGLang's launch (pinned in config/defaults.ts `engines.sglang`; flags read from that release's
+ * sglang/srt/arg_groups/fields/{parallel,serving,model}.py, which server_args.py turns into flags). Multi-node
+ * is SGLang's own: every node runs the same launch_server with `--nnodes --node-rank --dist-init-addr` (rank 0's
+ * address), and `--tp-size` counts the GPUs of all nodes. `--tp` is not a flag of its own: argparse only
+ * accepts it as an abbreviation while it stays unambiguous, so llmgw writes the full name.
+ */
+import { modelPath, type EngineProgram, type ShardLaunch } from './launch';
+
+/** The command for one SGLang shard (`python -m sglang.launch_server …`); the node runs it with its SGLang python. */
+export function sglangCommand(l: ShardLaunch): { program: EngineProgram; args: string[] } {
+  return {
+    program: 'python',
+    args: [
+      '-m', 'sglang.launch_server',
+      '--model-path', modelPath(l), '--host', l.host, '--port', String(l.port), '--served-model-name', l.model,
+      '--tp-size', String(l.profile.gpusPerNode * l.world),
+      ...(l.world > 1 ? ['--nnodes', String(l.world), '--node-rank', String(l.rank), '--dist-init-addr', `${l.distHost}:${l.distPort}`] : []),
+      ...l.profile.args,
+    ],
+  };
+}
