@@ -9,6 +9,7 @@ import { scaleUpdate, type ModelDeploymentInput } from '../workflows/contracts/m
 import { intOption, parse, UsageError } from './args';
 import { controlApi, type ControlApi } from './control-api';
 import { drain, setCordon } from './drain';
+import { engineCheckCommand } from './engine-check';
 import { fabricColumn, fabricsView, formatFabrics } from './fabrics';
 import { revokeNode } from './revoke';
 import { table, ago } from './table';
@@ -36,6 +37,8 @@ llmgw ctl COMMAND [options]
   uncordon NODE               NODE takes replicas again
   revoke NODE [--reason TEXT] revoke every certificate of NODE: the control plane refuses it at once, open
                               connections included, and it cannot register again (docs/identity.md)
+  engine-check ENGINE [--help-output FILE | --bin PATH]
+                              check every flag llmgw would give ENGINE (llamacpp, vllm, sglang) against its help
 
 ${COMMON}
 `;
@@ -84,6 +87,7 @@ export function formatReplicas(replicas: ReplicaRecord[]): string {
 /** Entry for `llmgw ctl`. */
 export async function ctlCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
   const [verb, ...rest] = argv;
+  if (verb === 'engine-check') return engineCheckCommand(rest, out); // its own options and --help
   // `llmgw ctl --help` (no verb) teaches like `llmgw ctl nodes --help` does.
   const { values, positionals } = parse(verb?.startsWith('-') ? argv : rest, {
     usage: USAGE,

@@ -15,6 +15,8 @@ describe('llmgw --help', () => {
     [['ctl', '--help'], /fabrics .*subnet manager[\s\S]*scale MODEL N/],
     [['ctl', 'fabrics', '--help'], /failing doctor checks/],
     [['ctl', 'nodes', '--help'], /scale MODEL N/],
+    [['ctl', '--help'], /engine-check ENGINE/],
+    [['ctl', 'engine-check', '--help'], /--help-output FILE[\s\S]*word boundary[\s\S]*--bin PATH/],
     [['ca', '--help'], /issue --node ID/],
     [['control-plane', '--help'], /--config FILE/],
     [['gateway', '--help'], /--config FILE/],

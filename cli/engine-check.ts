@@ -1,0 +1,95 @@
+/** `llmgw ctl engine-check ENGINE`: every flag llmgw would give the engine, checked against the engine's own help. */
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { PINNED_ENGINES } from '../config/defaults';
+import { loadServerConfig } from '../config/load';
+import { checkFailed, checkFlags, formatCheck, helpDocuments, widestFlags } from '../lib/engines/check';
+import type { EngineProgram } from '../lib/engines/launch';
+import type { EngineName, ModelSpec } from '../lib/types';
+import { parse, UsageError } from './args';
+
+const CHECKED = ['llamacpp', 'vllm', 'sglang'] as const satisfies readonly EngineName[];
+type CheckedEngine = (typeof CHECKED)[number];
+
+export const ENGINE_CHECK_USAGE = `
+llmgw ctl engine-check ENGINE [--help-output FILE | --bin PATH] [--config server.yaml]
+
+Builds the widest command llmgw would ever give ENGINE (llamacpp, vllm or sglang) — every rank of a
+multi-node replica, llmgw's own flags and each catalog profile's args — and checks every flag against the
+engine's own help, on a word boundary (--port is not satisfied by --port-range). Exits 1 listing each
+missing flag and who uses it (llmgw, or model/profile); warns when the help does not document --help
+itself, the sign it was cut short. No GPU needed. See docs/engines.md.
+
+  --help-output FILE      the engine's whole help, saved from llama-server --help 2>&1, vllm serve --help=all
+                          or python -m sglang.launch_server --help (a value that is not a file and spans lines
+                          is taken as the text itself: --help-output "$(llama-server --help 2>&1)")
+  --rpc-help-output FILE  llamacpp: rpc-server --help 2>&1, for the worker ranks' flags
+  --bin PATH              run the help here instead: llama-server (rpc-server beside it), vllm (as
+                          VLLM_TARGET_DEVICE=cpu vllm serve --help=all), or SGLang's python
+  --config FILE           server.yaml whose catalog is checked (default: built-in local-cluster defaults)
+`;
+
+/** The help text from a file, or the value itself when it is no file but several lines of text. */
+function helpText(value: string, flag: string): string {
+  if (existsSync(value)) return readFileSync(value, 'utf8');
+  if (value.includes('\n')) return value;
+  throw new UsageError(`${flag}: no file ${value}`);
+}
+
+/** Runs a program's help, output and errors together; vLLM prints its full help only for --help=all, and on a machine without an accelerator only with VLLM_TARGET_DEVICE set. */
+export function runHelp(engine: CheckedEngine, program: EngineProgram, bin: string): string {
+  const argv: Record<CheckedEngine, [string, string[]]> = {
+    llamacpp: [program === 'rpc-server' ? join(dirname(bin), 'rpc-server') : bin, ['--help']],
+    vllm: [bin, ['serve', '--help=all']],
+    sglang: [bin, ['-m', 'sglang.launch_server', '--help']],
+  };
+  const [file, args] = argv[engine];
+  const env = engine === 'vllm' ? { ...process.env, VLLM_TARGET_DEVICE: process.env.VLLM_TARGET_DEVICE ?? 'cpu' } : process.env;
+  const r = spawnSync(file, args, { encoding: 'utf8', env, timeout: 120_000, maxBuffer: 64 << 20 });
+  if (r.error) throw new UsageError(`cannot run ${file} ${args.join(' ')}: ${r.error.message}`);
+  const text = `${r.stdout}${r.stderr}`;
+  if (!text.trim()) throw new UsageError(`${file} ${args.join(' ')} printed nothing (exit ${r.status})`);
+  // A program that failed before printing its help (vLLM without torch, say) would report every flag missing.
+  if (r.status !== 0 && !helpDocuments(text, '--help')) {
+    throw new UsageError(`${file} ${args.join(' ')} failed (exit ${r.status}) without printing its help:\n${text.trim().split('\n').slice(-5).join('\n')}`);
+  }
+  return text;
+}
+
+/** Checks `engine` against its help; returns the report and whether a flag was missing. */
+export function engineCheck(o: { engine: CheckedEngine; version: string; catalog: readonly ModelSpec[]; helpOf: (p: EngineProgram) => string | null }): { report: string; failed: boolean } {
+  const checks = checkFlags(widestFlags(o.engine, o.catalog), o.helpOf);
+  const uses = o.catalog.some((m) => m.profiles.some((p) => p.engine === o.engine));
+  const note = uses ? '' : `no catalog profile uses ${o.engine}: checked llmgw's own flags\n`;
+  return { report: note + formatCheck(o.engine, o.version, checks), failed: checkFailed(checks) };
+}
+
+/** Entry for `llmgw ctl engine-check`. */
+export async function engineCheckCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
+  const { values, positionals } = parse(argv, {
+    usage: ENGINE_CHECK_USAGE,
+    allowPositionals: true,
+    options: { 'help-output': { type: 'string' }, 'rpc-help-output': { type: 'string' }, bin: { type: 'string' }, config: { type: 'string' } },
+  });
+  const engine = positionals[0];
+  if (!engine || !(CHECKED as readonly string[]).includes(engine)) {
+    throw new UsageError(`ctl engine-check needs an ENGINE: one of ${CHECKED.join(', ')}${engine ? ` (got "${engine}")` : ''}, e.g. llmgw ctl engine-check vllm --bin vllm`);
+  }
+  const e = engine as CheckedEngine;
+  if (values['help-output'] !== undefined && values.bin !== undefined) throw new UsageError('give --help-output or --bin, not both');
+  if (values['help-output'] === undefined && values.bin === undefined) throw new UsageError(`ctl engine-check ${e} needs --help-output FILE or --bin PATH`);
+  const config = loadServerConfig(values.config);
+  const given = values['help-output'] === undefined ? null : helpText(values['help-output'], '--help-output');
+  const rpcGiven = values['rpc-help-output'] === undefined ? null : helpText(values['rpc-help-output'], '--rpc-help-output');
+  const bin = values.bin;
+  const helpOf = (p: EngineProgram): string | null => {
+    if (p === 'rpc-server' && rpcGiven !== null) return rpcGiven;
+    if (bin !== undefined) return runHelp(e, p, bin);
+    return p === 'rpc-server' ? null : given;
+  };
+  const version = config.engines[e] || PINNED_ENGINES[e];
+  const { report, failed } = engineCheck({ engine: e, version, catalog: config.catalog, helpOf });
+  out(report);
+  if (failed) process.exitCode = 1;
+}
