@@ -147,6 +147,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
       keyPem: readPem('--key', values.key ?? '/etc/llmgw/node.key', `llmgw ca issue --node ${values.node}`),
       caPem: readPem('--ca', values.ca ?? NODE_CA_PATH, 'the CA host\'s ca.crt (llmgw ca init)'),
     },
+    certFiles: { cert: values.cert ?? '/etc/llmgw/node.crt', key: values.key ?? '/etc/llmgw/node.key' },
     nvidiaSmi: values['nvidia-smi'] ?? 'nvidia-smi',
     noGpu: values['no-gpu'] ?? false,
     ibRoot: values['ib-root'] ?? '/sys',

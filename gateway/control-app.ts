@@ -14,8 +14,22 @@ export interface ControlAppOptions {
   log?: (msg: string, fields: Record<string, unknown>) => void;
   /** Revokes every certificate of a node, and cuts its open connections (`POST /v1/nodes/:id/revoke`). */
   revoke?: (nodeId: string, reason: string) => Promise<number>;
+  /**
+   * Signs a renewing node's CSR for `identity` (its connection's CN), checking that `presentedSerial` is an
+   * unrevoked certificate of that CN (`POST /v1/agent/renew`).
+   */
+  renew?: (input: { csrPem: string; identity: string; presentedSerial: string }) => Promise<RenewedCertificate>;
   /** Called after a node registers or returns from down, so waiting replicas try placement again. */
   onNodesChanged?: (nodeId: string) => void;
+}
+
+/** What a renewal returns to the agent. */
+export interface RenewedCertificate {
+  serial: string;
+  certPem: string;
+  caPem: string;
+  notAfter: string;
+  renewAt: string;
 }
 
 const inventorySchema = {
@@ -157,6 +171,26 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
         if (state === 'ready') opts.onNodesChanged?.(id);
       }
       return { nodeId: id, state, changed: before !== state };
+    });
+  }
+  // Renewal over the node's current connection: the new certificate's CN is the connection's, whatever the CSR says.
+  const { renew } = opts;
+  if (renew) {
+    app.post<{ Body: { nodeId: string; csr: string } }>('/v1/agent/renew', {
+      schema: { body: { type: 'object', required: ['nodeId', 'csr'], properties: { nodeId: { type: 'string' }, csr: { type: 'string' } } }, response: { 400: errorSchema, 403: errorSchema } },
+    }, async (req, reply) => {
+      const id = who(req, reply, req.body.nodeId);
+      if (!id) return reply;
+      try {
+        const c = await renew({ csrPem: req.body.csr, identity: id, presentedSerial: req.peer?.serial ?? '' });
+        log('certificate renewed', { cn: id, serial: c.serial, previous: req.peer?.serial, notAfter: c.notAfter });
+        return c;
+      } catch (err) {
+        const e = err as LlmgwError;
+        if (!e.code || e.status >= 500) throw err;
+        log('certificate renewal refused', { cn: id, serial: req.peer?.serial, error: e.message });
+        return reply.code(e.status).send(openAiError(e.code, e.message));
+      }
     });
   }
   const { revoke } = opts;

@@ -2,7 +2,7 @@
  * The node agent: discovers the node, registers and heartbeats with the control plane, runs the node worker on
  * `node-<id>`, and at start collects engines a previous agent left that no shard wants.
  */
-import { accessSync, constants, mkdirSync } from 'node:fs';
+import { accessSync, constants, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../activities/node';
 import { collectOrphans, type AssignedShard, type Collection } from '../activities/node/gc';
@@ -14,7 +14,9 @@ import { ensureSminfo } from '../lib/hardware/ibdiags';
 import { readIbAdapters } from '../lib/hardware/infiniband';
 import { queryGpus } from '../lib/hardware/nvidia';
 import { LlmgwError } from '../lib/errors';
+import { certificateInfo, makeNodeCsr, renewAt } from '../lib/pki';
 import { TlsClient, type TlsCredentials } from '../lib/tls-client';
+import type { RenewedCertificate } from '../gateway/control-app';
 import { nodeQueue } from '../lib/names';
 import { simEngineArgv } from '../lib/sim/argv';
 import type { EngineName, NodeId, NodeInventory } from '../lib/types';
@@ -25,6 +27,8 @@ export interface AgentOptions {
   server: string;
   /** This node's client certificate (CN = node id), its key and the cluster CA (`--cert`, `--key`, `--ca`) */
   tls: TlsCredentials;
+  /** Where a renewed certificate and its new key are written (the `--cert`/`--key` files), so a restart uses them */
+  certFiles?: { cert: string; key: string };
   nvidiaSmi: string;
   /** sysfs root holding class/infiniband */
   ibRoot: string;
@@ -180,6 +184,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       if (c.stopped.length || c.pending.length || c.removed.length) opts.log('engine records collected', { stopped: c.stopped, pending: c.pending, removed: c.removed });
     }, (err: Error) => opts.log('engine collection failed', { error: err.message }));
 
+  const renewal = startRenewal(client, opts, () => closing);
   const beat = setInterval(() => {
     void post<{ error?: { message: string } }>(client, `${opts.server}/v1/agent/heartbeat`, { nodeId: opts.nodeId }).then(async (r) => {
       if (r.status === 404) await register(client, opts, inventory, () => closing);
@@ -193,6 +198,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       closing = true;
       stopping.abort();
       clearInterval(beat);
+      renewal.stop();
       gc?.cancel();
       // The SDK may already be draining it (its own signal handling in other embeddings).
       if (worker.getState() === 'RUNNING') worker.shutdown();
@@ -201,4 +207,56 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       await client.close();
     },
   };
+}
+
+/** Replaces a file whole (readers never see half of it). */
+function writeAtomic(file: string, content: string, mode: number): void {
+  writeFileSync(`${file}.tmp`, content, { mode });
+  renameSync(`${file}.tmp`, file);
+}
+
+/**
+ * Renews the node's certificate at two thirds of its lifetime: a new key made here and a CSR sent over the
+ * current mTLS connection (the control plane takes the CN from that connection); then new connections present
+ * the new certificate while requests in flight finish on the old ones. A failure is logged loudly with the
+ * expiry and retried every minute (sooner near the end).
+ */
+function startRenewal(client: TlsClient, opts: AgentOptions, closing: () => boolean): { stop(): void } {
+  let creds = opts.tls;
+  let timer: NodeJS.Timeout | undefined;
+  // A timer fires after at most ~24.8 days (2^31 ms): a longer wait is taken in steps.
+  const MAX_TIMER = 2 ** 31 - 1;
+  const schedule = (ms: number): void => {
+    timer = setTimeout(() => void (ms > MAX_TIMER ? schedule(ms - MAX_TIMER) : renew()), Math.min(Math.max(ms, 0), MAX_TIMER));
+    timer.unref();
+  };
+  const fromNow = (): number => {
+    const info = certificateInfo(creds.certPem);
+    return renewAt(info.notBefore, info.notAfter).getTime() - Date.now();
+  };
+  const renew = async (): Promise<void> => {
+    if (closing()) return;
+    const info = certificateInfo(creds.certPem);
+    try {
+      const { csrPem, keyPem } = makeNodeCsr(opts.nodeId);
+      const r = await post<RenewedCertificate & { error?: { message: string } }>(client, `${opts.server}/v1/agent/renew`, { nodeId: opts.nodeId, csr: csrPem });
+      if (r.status !== 200) throw new Error(`the control plane answered ${r.status}: ${r.body.error?.message ?? JSON.stringify(r.body)}`);
+      creds = { certPem: r.body.certPem, keyPem, caPem: creds.caPem };
+      if (opts.certFiles) {
+        writeAtomic(opts.certFiles.key, keyPem, 0o600);
+        writeAtomic(opts.certFiles.cert, r.body.certPem, 0o644);
+      }
+      client.use(creds);
+      opts.log('certificate renewed', { serial: r.body.serial, previous: info.serial, notAfter: r.body.notAfter, renewAt: r.body.renewAt });
+      schedule(fromNow());
+    } catch (err) {
+      const left = info.notAfter.getTime() - Date.now();
+      opts.log('CERTIFICATE RENEWAL FAILED: the control plane refuses this node once its certificate expires', {
+        error: (err as Error).message, serial: info.serial, expires: info.notAfter.toISOString(), fix: 'check the control plane log; or issue a new certificate (llmgw ca issue --node ID)',
+      });
+      schedule(Math.min(60_000, Math.max(1000, left / 10)));
+    }
+  };
+  schedule(fromNow());
+  return { stop: () => clearTimeout(timer) };
 }

@@ -86,6 +86,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     temporal: { address: config.temporal.address, namespace: config.temporal.namespace },
     heartbeatMs: 2000,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
+    ...(ca ? { renew: (input: { csrPem: string; identity: string; presentedSerial: string }) => ca.signNodeCsr(input) } : {}),
     revoke: async (nodeId, reason) => {
       if (ca) return ca.revokeNode({ nodeId, reason });
       log('crl not republished: the CA key is not on this host; run llmgw ca crl there', { nodeId });

@@ -3,18 +3,21 @@
  * control plane of workers/control.ts): a node is known by its certificate's CN and a claim of another id is
  * refused with one log line; no certificate, another CA's and an expired one are each refused with their own
  * line; `llmgw ctl revoke` cuts a revoked node's open keep-alive connection at once and the node cannot
- * register again; a real agent registers and heartbeats with its certificate and is refused once revoked.
+ * register again; a real agent registers and heartbeats with its certificate and is refused once revoked; an
+ * agent renews at two thirds of its certificate's lifetime over its mTLS connection, with no gap in heartbeats.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent as HttpsAgent, request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import mysql from 'mysql2/promise';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { stringify } from 'yaml';
 import { ctlCommand } from '../../cli/ctl';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
-import { initCa, issueNodeCertificate, loadCa } from '../../lib/pki';
+import { certificateInfo, initCa, issueNodeCertificate, loadCa } from '../../lib/pki';
+import { parseMysqlUrl } from '../../lib/store/db';
 import { parseNodeId } from '../../lib/types';
 import { startAgent, type Agent as NodeAgent } from '../../workers/agent';
 import { startControlPlane, type ControlPlane } from '../../workers/control';
@@ -151,5 +154,56 @@ describe('mTLS at the control plane (real TLS, MariaDB, Temporal)', () => {
     await ctl('revoke', 'a1');
     const refused = await waitFor(() => lines.find((l) => l.msg === 'control plane refused this node\'s certificate'), { timeoutMs: 8000, what: 'the agent to log its refused heartbeat' });
     expect(refused.fields).toMatchObject({ status: 403, error: expect.stringContaining('(revoked)') });
+  });
+
+  test('renewal at two thirds of the lifetime: a CSR over the mTLS connection, a new serial for the same CN, no gap in heartbeats', async () => {
+    // A 1-day certificate issued so that two thirds of its life (from its 5-minute backdated start) is 4 s away.
+    const DAY = 86_400_000;
+    const issuedAt = new Date(Date.now() + 4000 + 300_000 - (2 / 3) * (DAY + 300_000));
+    const old = issueNodeCertificate(loadCa(join(config.tls.ca, '..')), 'r1', { days: 1, now: issuedAt });
+    await cp.store.recordCertificate({ serial: old.serial, cn: 'r1', role: 'node', notBefore: old.notBefore, notAfter: old.notAfter, pem: old.certPem });
+    const files = { cert: join(dir, 'r1.crt'), key: join(dir, 'r1.key') };
+    writeFileSync(files.cert, old.certPem);
+    writeFileSync(files.key, old.keyPem);
+    const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
+    const before = logs.length;
+    const r1 = await startAgent({
+      nodeId: parseNodeId('r1'), server: cp.url, tls: { certPem: old.certPem, keyPem: old.keyPem, caPem: readFileSync(config.tls.ca, 'utf8') }, certFiles: files,
+      nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(ROOT, 'test/fixtures/sysfs/none'), cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1',
+      engines: ['sim'], stateDir: join(dir, 'r1'), stopEnginesOnExit: true, log: (msg, fields) => void lines.push({ msg, fields }),
+    });
+    const seen: number[] = [];
+    const sample = setInterval(() => void cp.store.listNodes().then((ns) => {
+      const t = ns.find((n) => n.id === 'r1')?.lastSeen;
+      if (t && new Date(t).getTime() !== seen.at(-1)) seen.push(new Date(t).getTime());
+    }), 100);
+    try {
+      const renewed = await waitFor(() => lines.find((l) => l.msg === 'certificate renewed'), { timeoutMs: 15_000, what: 'the agent to renew its certificate' });
+      const serial = String(renewed.fields?.serial);
+      expect(serial).toMatch(/^[0-9a-f]{32}$/);
+      expect(serial).not.toBe(old.serial);
+      expect(renewed.fields).toMatchObject({ previous: old.serial });
+      expect(linesSince(before, 'certificate renewed')).toEqual([expect.objectContaining({ cn: 'r1', serial, previous: old.serial })]);
+      // The new certificate and key are on disk (a restarted agent uses them) and belong together.
+      const onDisk = certificateInfo(readFileSync(files.cert, 'utf8'));
+      expect({ serial: onDisk.serial, cn: onDisk.cn }).toEqual({ serial, cn: 'r1' });
+      expect(onDisk.notAfter.getTime()).toBeGreaterThan(Date.now() + 80 * DAY);
+      expect(readFileSync(files.key, 'utf8')).not.toBe(old.keyPem);
+      expect((await cp.store.listCertificates({ cn: 'r1' })).map((c) => c.serial).sort()).toEqual([old.serial, serial].sort());
+      // The old certificate revoked: the agent goes on heartbeating, so it no longer presents it.
+      const { options, database } = parseMysqlUrl(config.mysql.url);
+      const db = await mysql.createConnection({ ...options, database });
+      await db.query('UPDATE certificates SET revoked_at = NOW(3), revoked_reason = ? WHERE serial = ?', ['test: superseded', old.serial]);
+      await db.end();
+      const count = seen.length;
+      await waitFor(() => seen.length >= count + 3, { timeoutMs: 10_000, what: 'three heartbeats after the old certificate was revoked' });
+    } finally {
+      clearInterval(sample);
+      await r1.close();
+    }
+    const gaps = seen.slice(1).map((t, i) => t - (seen[i] as number));
+    console.log(`renewal: heartbeat gaps ${gaps.join(', ')} ms`);
+    expect(Math.max(...gaps)).toBeLessThan(3500); // heartbeats every 2 s: none missed
+    expect(lines.filter((l) => /refused|FAILED|heartbeat failed/.test(l.msg))).toEqual([]);
   });
 });
