@@ -97,6 +97,13 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
 
   afterAll(async () => {
     for (const a of agents) if (a.child.exitCode === null) a.child.kill('SIGKILL');
+    // Every engine any node recorded, also those a failed assertion left untracked.
+    for (const node of ['a1', 'a2']) {
+      for (const k of listEngineKeys(stateDir(node))) {
+        const st = readEngineState(stateDir(node), k);
+        if (st) engines.add(st.enginePid).add(st.shimPid);
+      }
+    }
     await stopSimCluster({ cp, model: MODEL, workflows: [workflowIds.model(MODEL)], workers: [], pids: new Map([...engines].map((p) => [String(p), p])), gateway, temporal, mysqlUrl: config.mysql.url, dropDatabase });
     rmSync(dir, { recursive: true, force: true });
   }, 60_000);
