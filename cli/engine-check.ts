@@ -4,7 +4,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { PINNED_ENGINES } from '../config/defaults';
 import { loadServerConfig } from '../config/load';
-import { checkFailed, checkFlags, formatCheck, helpDocuments, widestFlags } from '../lib/engines/check';
+import { checkFailed, checkFlags, formatCheck, helpDocuments, isVllmSummary, widestFlags } from '../lib/engines/check';
 import type { EngineProgram } from '../lib/engines/launch';
 import type { EngineName, ModelSpec } from '../lib/types';
 import { parse, UsageError } from './args';
@@ -24,8 +24,8 @@ itself, the sign it was cut short. No GPU needed. See docs/engines.md.
   --help-output FILE      the engine's whole help, saved from llama-server --help 2>&1, vllm serve --help=all
                           or python -m sglang.launch_server --help (a value that is not a file and spans lines
                           is taken as the text itself: --help-output "$(llama-server --help 2>&1)")
-  --rpc-help-output FILE  llamacpp: rpc-server --help 2>&1, for the worker ranks' flags
-  --bin PATH              run the help here instead: llama-server (rpc-server beside it), vllm (as
+  --rpc-help-output FILE  llamacpp: ggml-rpc-server --help 2>&1, for the worker ranks' flags
+  --bin PATH              run the help here instead: llama-server (ggml-rpc-server beside it), vllm (as
                           VLLM_TARGET_DEVICE=cpu vllm serve --help=all), or SGLang's python
   --config FILE           server.yaml whose catalog is checked (default: built-in local-cluster defaults)
 `;
@@ -40,7 +40,7 @@ function helpText(value: string, flag: string): string {
 /** Runs a program's help, output and errors together; vLLM prints its full help only for --help=all, and on a machine without an accelerator only with VLLM_TARGET_DEVICE set. */
 export function runHelp(engine: CheckedEngine, program: EngineProgram, bin: string): string {
   const argv: Record<CheckedEngine, [string, string[]]> = {
-    llamacpp: [program === 'rpc-server' ? join(dirname(bin), 'rpc-server') : bin, ['--help']],
+    llamacpp: [program === 'ggml-rpc-server' ? join(dirname(bin), 'ggml-rpc-server') : bin, ['--help']],
     vllm: [bin, ['serve', '--help=all']],
     sglang: [bin, ['-m', 'sglang.launch_server', '--help']],
   };
@@ -61,7 +61,9 @@ export function runHelp(engine: CheckedEngine, program: EngineProgram, bin: stri
 export function engineCheck(o: { engine: CheckedEngine; version: string; catalog: readonly ModelSpec[]; helpOf: (p: EngineProgram) => string | null }): { report: string; failed: boolean } {
   const checks = checkFlags(widestFlags(o.engine, o.catalog), o.helpOf);
   const uses = o.catalog.some((m) => m.profiles.some((p) => p.engine === o.engine));
-  const note = uses ? '' : `no catalog profile uses ${o.engine}: checked llmgw's own flags\n`;
+  let note = uses ? '' : `no catalog profile uses ${o.engine}: checked llmgw's own flags\n`;
+  const help = o.engine === 'vllm' ? o.helpOf('vllm') : null;
+  if (help !== null && isVllmSummary(help)) note += 'warning: this is the summary vllm serve --help prints, not its flags: give the output of VLLM_TARGET_DEVICE=cpu vllm serve --help=all\n';
   return { report: note + formatCheck(o.engine, o.version, checks), failed: checkFailed(checks) };
 }
 
@@ -84,9 +86,9 @@ export async function engineCheckCommand(argv: string[], out: (s: string) => voi
   const rpcGiven = values['rpc-help-output'] === undefined ? null : helpText(values['rpc-help-output'], '--rpc-help-output');
   const bin = values.bin;
   const helpOf = (p: EngineProgram): string | null => {
-    if (p === 'rpc-server' && rpcGiven !== null) return rpcGiven;
+    if (p === 'ggml-rpc-server' && rpcGiven !== null) return rpcGiven;
     if (bin !== undefined) return runHelp(e, p, bin);
-    return p === 'rpc-server' ? null : given;
+    return p === 'ggml-rpc-server' ? null : given;
   };
   const version = config.engines[e] || PINNED_ENGINES[e];
   const { report, failed } = engineCheck({ engine: e, version, catalog: config.catalog, helpOf });

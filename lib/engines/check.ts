@@ -49,7 +49,7 @@ export function widestFlags(engine: EngineName, catalog: readonly ModelSpec[]): 
     const world = Math.max(p.nodes, 2);
     for (let rank = 0; rank < world; rank++) {
       const { program, args } = build(widestLaunch(p, rank, world));
-      // A builder appends the profile's args last to the programs that take them (llama.cpp's rpc-server does not).
+      // A builder appends the profile's args last to the programs that take them (llama.cpp's ggml-rpc-server does not).
       const n = p.args.length;
       const takesProfile = n > 0 && args.slice(-n).every((a, i) => a === p.args[i]);
       const llmgwPart = engineArgs(program, takesProfile ? args.slice(0, -n) : args);
@@ -107,6 +107,14 @@ export function formatCheck(engine: EngineName, version: string, checks: Program
     for (const m of c.missing) lines.push(`${engine} ${version} ${c.program}: ${m.flag} is not in its help (used by ${m.usedBy.join(', ')})`);
   }
   return `${lines.join('\n')}\n`;
+}
+
+/**
+ * True for the summary `vllm serve --help` prints (section names and a pointer to `--help=all`) instead of its
+ * flags: checked against it, every flag is reported missing, confidently and wrongly.
+ */
+export function isVllmSummary(help: string): boolean {
+  return /^Config Groups:/m.test(help) && /--help=all/.test(help);
 }
 
 /** True when a flag is missing (the command then exits non-zero). */

@@ -35,13 +35,13 @@ export interface LaunchNode {
 }
 
 /** The program of an engine a command runs; the node resolves it to a path in that engine's install. */
-export const ENGINE_PROGRAMS = ['sim', 'llama-server', 'rpc-server', 'vllm', 'python'] as const;
+export const ENGINE_PROGRAMS = ['sim', 'llama-server', 'ggml-rpc-server', 'vllm', 'python'] as const;
 export type EngineProgram = (typeof ENGINE_PROGRAMS)[number];
 
 export interface EngineCommand {
   /** argv[0] is resolved by the node: `sim` runs llmgw's own sim engine entrypoint */
   engine: EngineName;
-  /** Which of the engine's programs runs (llama.cpp has two: llama-server, and rpc-server on worker ranks) */
+  /** Which of the engine's programs runs (llama.cpp has two: llama-server, and ggml-rpc-server on worker ranks) */
   program: EngineProgram;
   args: string[];
   /** Added to the engine's environment: a multi-node rank's NCCL_IB_HCA (exactly its fabric's adapters), CUDA_VISIBLE_DEVICES */

@@ -41,10 +41,10 @@ describe('the widest command', () => {
     expect(vllm?.get('--max-model-len')).toEqual(new Set(['big/pp2', 'big/tp8']));
     expect(vllm?.get('--enforce-eager')).toEqual(new Set(['big/pp2']));
   });
-  it('llama.cpp: llama-server gets the profile\'s args and --rpc; rpc-server its own two flags', () => {
+  it('llama.cpp: llama-server gets the profile\'s args and --rpc; ggml-rpc-server its own two flags', () => {
     const w = widestFlags('llamacpp', catalog);
     expect([...(w.get('llama-server')?.keys() ?? [])]).toEqual(['--model', '--host', '--port', '--alias', '--rpc', '--ctx-size', '--threads']);
-    expect([...(w.get('rpc-server')?.keys() ?? [])]).toEqual(['--host', '--port']);
+    expect([...(w.get('ggml-rpc-server')?.keys() ?? [])]).toEqual(['--host', '--port']);
   });
   it('SGLang: python\'s own -m is not checked against SGLang', () => {
     const w = widestFlags('sglang', []).get('python');
@@ -77,9 +77,9 @@ describe('the check', () => {
     expect(c?.warnings.join()).toContain('does not document --help itself');
   });
   it('says when a program has no help to check against, and notes a catalog without the engine', () => {
-    const { report } = engineCheck({ engine: 'llamacpp', version: 'b11434', catalog: [], helpOf: (p) => (p === 'rpc-server' ? null : '-h, --help\n--model --host --port --alias --rpc\n') });
+    const { report } = engineCheck({ engine: 'llamacpp', version: 'b11434', catalog: [], helpOf: (p) => (p === 'ggml-rpc-server' ? null : '-h, --help\n--model --host --port --alias --rpc\n') });
     expect(report).toContain('no catalog profile uses llamacpp');
-    expect(report).toContain('warning: rpc-server: not checked, no help text for it (flags: --host --port)');
+    expect(report).toContain('warning: ggml-rpc-server: not checked, no help text for it (flags: --host --port)');
   });
 });
 
@@ -88,12 +88,27 @@ describe('against the real help of the pinned versions (test/fixtures/engine-hel
   const files = existsSync(dir) ? readdirSync(dir) : [];
   // Each fixture's first line says how it was captured; the help is the rest.
   const real = (name: string): string | null => (files.includes(name) ? readFileSync(join(dir, name), 'utf8').replace(/^.*\n/, '') : null);
-  const llamaServer = real(`llama-server-${PINNED_ENGINES.llamacpp}.txt`);
-  const rpcServer = real(`rpc-server-${PINNED_ENGINES.llamacpp}.txt`);
+  const llamaServer = real(`llamacpp-${PINNED_ENGINES.llamacpp}.txt`);
+  const rpcServer = real(`llamacpp-rpc-server-${PINNED_ENGINES.llamacpp}.txt`);
   (llamaServer && rpcServer ? it : it.skip)(`llama.cpp ${PINNED_ENGINES.llamacpp}: every flag llmgw gives is documented, without a truncation warning`, () => {
-    const { report, failed } = engineCheck({ engine: 'llamacpp', version: PINNED_ENGINES.llamacpp, catalog, helpOf: (p) => (p === 'rpc-server' ? rpcServer : llamaServer) });
+    const { report, failed } = engineCheck({ engine: 'llamacpp', version: PINNED_ENGINES.llamacpp, catalog, helpOf: (p) => (p === 'ggml-rpc-server' ? rpcServer : llamaServer) });
     expect(report).not.toContain('warning');
     expect([failed, report]).toEqual([false, expect.stringContaining('llama-server: all 7 flags documented')]);
+  });
+  for (const engine of ['vllm', 'sglang'] as const) {
+    const help = real(`${engine}-${PINNED_ENGINES[engine]}.txt`);
+    (help ? it : it.skip)(`${engine} ${PINNED_ENGINES[engine]}: every flag llmgw gives is documented, without a truncation warning`, () => {
+      const { report, failed } = engineCheck({ engine, version: PINNED_ENGINES[engine], catalog, helpOf: () => help });
+      expect(report).not.toContain('warning');
+      expect([failed, report]).toEqual([false, expect.stringMatching(/all \d+ flags documented/)]);
+    });
+  }
+  const summary = real(`vllm-${PINNED_ENGINES.vllm}-summary.txt`);
+  (summary ? it : it.skip)('vLLM\'s real --help (without =all) is its summary: flags missing, and a warning that says to use --help=all', () => {
+    const { report, failed } = engineCheck({ engine: 'vllm', version: PINNED_ENGINES.vllm, catalog, helpOf: () => summary });
+    expect(failed).toBe(true);
+    expect(report).toContain('--tensor-parallel-size is not in its help');
+    expect(report).toContain('warning: this is the summary vllm serve --help prints');
   });
   (llamaServer ? it : it.skip)('the real llama-server help without its first lines (where --help is) is reported as cut short', () => {
     const cut = (llamaServer ?? '').split('\n');
@@ -121,11 +136,11 @@ describe('--bin runs the help the way each engine gives it whole', () => {
       if (saved !== undefined) process.env.VLLM_TARGET_DEVICE = saved;
     }
   });
-  it('llama.cpp: llama-server --help, and the rpc-server beside it; SGLang: its python -m sglang.launch_server --help', () => {
+  it('llama.cpp: llama-server --help, and the ggml-rpc-server beside it; SGLang: its python -m sglang.launch_server --help', () => {
     const server = fake('llama-server');
-    fake('rpc-server');
+    fake('ggml-rpc-server');
     expect(runHelp('llamacpp', 'llama-server', server).trim()).toBe('llama-server --help VLLM_TARGET_DEVICE=unset');
-    expect(runHelp('llamacpp', 'rpc-server', server).trim()).toBe('rpc-server --help VLLM_TARGET_DEVICE=unset');
+    expect(runHelp('llamacpp', 'ggml-rpc-server', server).trim()).toBe('ggml-rpc-server --help VLLM_TARGET_DEVICE=unset');
     expect(runHelp('sglang', 'python', fake('python3')).trim()).toBe('python3 -m sglang.launch_server --help VLLM_TARGET_DEVICE=unset');
   });
 });

@@ -32,15 +32,15 @@ describe('llama.cpp', () => {
       env: { CUDA_VISIBLE_DEVICES: '2,3' },
     });
   });
-  it('multi-node: rank 0 runs llama-server over every worker\'s rpc-server; workers run rpc-server on their own address', () => {
+  it('multi-node: rank 0 runs llama-server over every worker\'s ggml-rpc-server; workers run ggml-rpc-server on their own address', () => {
     const r0 = buildEngineCommand(rankOf('llamacpp', 0, ['-ngl', 'all']), node('n1'));
     expect(r0.program).toBe('llama-server');
     expect(r0.args).toEqual(['--model', '/cache/big', '--host', '10.0.0.1', '--port', '20000', '--alias', 'big', '--rpc', '10.0.0.2:20010,10.0.0.3:20020', '-ngl', 'all']);
     expect(r0.env).toEqual({ NCCL_IB_HCA: '=mlx5_0:1,mlx5_1:1', CUDA_VISIBLE_DEVICES: '0,1,2,3,4,5,6,7' });
     for (const rank of [1, 2]) {
       const w = buildEngineCommand(rankOf('llamacpp', rank, ['-ngl', 'all']), node(`n${rank + 1}`));
-      // The profile's args are llama-server's; rpc-server would refuse them.
-      expect([rank, w.program, w.args]).toEqual([rank, 'rpc-server', ['--host', HOSTS[rank], '--port', String(20000 + rank * 10)]]);
+      // The profile's args are llama-server's; ggml-rpc-server would refuse them.
+      expect([rank, w.program, w.args]).toEqual([rank, 'ggml-rpc-server', ['--host', HOSTS[rank], '--port', String(20000 + rank * 10)]]);
       expect(w.env.CUDA_VISIBLE_DEVICES).toBe('0,1,2,3,4,5,6,7');
     }
   });
