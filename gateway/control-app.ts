@@ -164,13 +164,14 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
       const id = req.params.id;
       const before = await store.nodeState(id as NodeId);
       if (before === null) return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`));
-      if (before === 'down') return reply.code(409).send(openAiError('LLMGW_BAD_REQUEST', `node ${id} is down: its agent is not heartbeating; it comes back ready (or cordoned) when it does`));
-      if (before !== state) {
+      // A down node can be cordoned too: it then comes back cordoned when its agent is seen again.
+      const changed = (await store.isCordoned(id)) !== (state === 'cordoned');
+      if (changed) {
         await store.setNodeState(id, state);
-        await store.event({ kind: `node.${state}`, nodeId: id, message: `${verb} by operator` });
-        if (state === 'ready') opts.onNodesChanged?.(id);
+        await store.event({ kind: `node.${state}`, nodeId: id, message: `${verb} by operator${before === 'down' ? ' (node down: applies when it is back)' : ''}` });
+        if (state === 'ready' && before !== 'down') opts.onNodesChanged?.(id);
       }
-      return { nodeId: id, state, changed: before !== state };
+      return { nodeId: id, state: (await store.nodeState(id as NodeId)) ?? state, changed };
     });
   }
   // Renewal over the node's current connection: the new certificate's CN is the connection's, whatever the CSR says.

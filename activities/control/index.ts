@@ -137,7 +137,7 @@ export function createControlActivities(deps: ControlDeps) {
       if (state === null) {
         throw ApplicationFailure.nonRetryable(`node ${input.nodeId} is not registered: check the id with llmgw ctl nodes`, 'LLMGW_UNKNOWN_NODE');
       }
-      if (state !== 'cordoned') {
+      if (!(await store.isCordoned(input.nodeId))) {
         await store.setNodeState(input.nodeId, 'cordoned');
         await store.event({ kind: 'node.cordoned', nodeId: input.nodeId, message: input.why });
       }

@@ -93,4 +93,14 @@ export const MIGRATIONS: Migration[] = [
       `ALTER TABLE port_leases MODIFY replica_id VARCHAR(160) NULL, ADD COLUMN released_at DATETIME(3) NULL`,
     ],
   },
+  {
+    version: 4,
+    name: 'cordon apart from liveness',
+    statements: [
+      // A cordon is the operator's; down is the sweeper's. Kept apart, a cordoned node that goes down and comes
+      // back is still cordoned (state stays the one column everything reads: down, else cordoned, else ready).
+      `ALTER TABLE nodes ADD COLUMN cordoned TINYINT(1) NOT NULL DEFAULT 0`,
+      `UPDATE nodes SET cordoned = 1 WHERE state = 'cordoned'`,
+    ],
+  },
 ];

@@ -31,7 +31,7 @@ export class Store {
     await this.pool.query(
       `INSERT INTO nodes (id, state, inventory, last_seen, registered_at) VALUES (?, 'ready', ?, NOW(3), NOW(3))
        ON DUPLICATE KEY UPDATE inventory = VALUES(inventory), last_seen = NOW(3), registered_at = NOW(3),
-         state = IF(state = 'cordoned', 'cordoned', 'ready')`,
+         state = IF(cordoned, 'cordoned', 'ready')`,
       [id, JSON.stringify(inventory)],
     );
   }
@@ -46,7 +46,7 @@ export class Store {
   async heartbeat(id: NodeId): Promise<NodeState | null> {
     const before = await this.nodeState(id);
     if (before === null) return null;
-    await this.pool.query(`UPDATE nodes SET last_seen = NOW(3), state = IF(state = 'down', 'ready', state) WHERE id = ?`, [id]);
+    await this.pool.query(`UPDATE nodes SET last_seen = NOW(3), state = IF(state = 'down', IF(cordoned, 'cordoned', 'ready'), state) WHERE id = ?`, [id]);
     return before;
   }
 
@@ -61,10 +61,21 @@ export class Store {
     return ids;
   }
 
-  /** Sets a node's state (cordon, uncordon). */
+  /**
+   * Cordons ('cordoned') or uncordons ('ready') a node; 'down' marks it down. A down node stays down until it
+   * is seen again, and then comes back cordoned if it was cordoned.
+   */
   async setNodeState(id: string, state: NodeState): Promise<boolean> {
-    const [r] = await this.pool.query<ResultSetHeader>('UPDATE nodes SET state = ? WHERE id = ?', [state, id]);
+    const [r] = state === 'down'
+      ? await this.pool.query<ResultSetHeader>(`UPDATE nodes SET state = 'down' WHERE id = ?`, [id])
+      : await this.pool.query<ResultSetHeader>(`UPDATE nodes SET cordoned = ?, state = IF(state = 'down', 'down', ?) WHERE id = ?`, [state === 'cordoned' ? 1 : 0, state, id]);
     return r.affectedRows > 0;
+  }
+
+  /** True when the operator cordoned the node (whether or not it is down now). */
+  async isCordoned(id: string): Promise<boolean> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT cordoned FROM nodes WHERE id = ?', [id]);
+    return Boolean(rows[0]?.cordoned);
   }
 
   /** All nodes, by id. */

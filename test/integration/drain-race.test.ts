@@ -34,7 +34,7 @@ describe('a drain whose replica is rebuilt elsewhere before its replacement is p
     });
     cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
     await registerNode(cp, 'r1', simInventory({ gpus: 2 }));
-    workers.push(await startNodeWorker(temporal.address, 'r1', pids));
+    workers.push(await startNodeWorker(temporal.address, 'r1', pids, { cp }));
     await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
     await waitFor(async () => (await live()).filter((r) => r.state === 'ready').length === 2, { timeoutMs: 60_000, what: 'both replicas ready on r1' });
   }, 120_000);
@@ -46,7 +46,7 @@ describe('a drain whose replica is rebuilt elsewhere before its replacement is p
   test('the crashed replica counts as moved, its unplaced replacement is withdrawn, and the deployment ends with 2 serving', async () => {
     // r2 has room for one: the drain moves the first replica there; the second one's replacement has nowhere to go.
     await registerNode(cp, 'r2', simInventory({ gpus: 1 }));
-    workers.push(await startNodeWorker(temporal.address, 'r2', pids));
+    workers.push(await startNodeWorker(temporal.address, 'r2', pids, { cp }));
     const handle = await cp.client.workflow.start('drainNode', { taskQueue: QUEUES.control, workflowId: workflowIds.drain('r1'), args: [{ nodeId: 'r1', timeoutS: 120 }] });
     const waiting = await waitFor(async () => {
       const p = await handle.query(drainProgressQuery);
@@ -68,7 +68,7 @@ describe('a drain whose replica is rebuilt elsewhere before its replacement is p
 
     // Capacity arrives: the original is placed there, and nothing else waits.
     await registerNode(cp, 'r3', simInventory({ gpus: 1 }));
-    workers.push(await startNodeWorker(temporal.address, 'r3', pids));
+    workers.push(await startNodeWorker(temporal.address, 'r3', pids, { cp }));
     const settled = await waitFor(async () => {
       const l = await live();
       return l.length === 2 && l.every((x) => x.state === 'ready') ? l : undefined;

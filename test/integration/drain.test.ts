@@ -45,12 +45,12 @@ describe('drain and rebuild under load', () => {
     gateway = await startGateway({ host: '127.0.0.1', port: 0, routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }), apiKeys: [] });
     // n1 alone first, with room for both replicas, so the drain has two to move.
     await registerNode(cp, 'n1', simInventory({ gpus: 2 }));
-    workers.push(await startNodeWorker(temporal.address, 'n1', pids));
+    workers.push(await startNodeWorker(temporal.address, 'n1', pids, { cp }));
     await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
     await waitFor(async () => (await readyOn()).n1?.length === 2, { timeoutMs: 60_000, what: 'both replicas ready on n1' });
     for (const id of ['n2', 'n3']) {
       await registerNode(cp, id, simInventory({ gpus: 1 }));
-      workers.push(await startNodeWorker(temporal.address, id, pids));
+      workers.push(await startNodeWorker(temporal.address, id, pids, { cp }));
     }
   });
 
