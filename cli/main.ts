@@ -8,6 +8,7 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
   llmgw ctl COMMAND      nodes | replicas | deploy | scale | drain | uncordon …  (llmgw ctl --help)
   llmgw ca COMMAND       the cluster CA: init | issue | issue-server | crl   (llmgw ca --help)
   llmgw control-plane    run the control plane API and the control worker
+  llmgw ca-worker        run the llmgw-ca worker beside the CA key (llmgw ca-worker --help)
   llmgw gateway          run the inference gateway
   llmgw agent            run the node agent (llmgw agent --help)
   llmgw doctor           check what this node lacks before it joins (llmgw doctor --help)
@@ -23,6 +24,7 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   ctl: async () => (argv) => (require('./ctl') as typeof import('./ctl')).ctlCommand(argv),
   ca: async () => (argv) => (require('./ca') as typeof import('./ca')).caCommand(argv),
   'control-plane': async () => (require('./roles') as typeof import('./roles')).controlPlaneCommand,
+  'ca-worker': async () => (require('./roles') as typeof import('./roles')).caWorkerCommand,
   gateway: async () => (require('./roles') as typeof import('./roles')).gatewayCommand,
   agent: async () => (require('./roles') as typeof import('./roles')).agentCommand,
   doctor: async () => (argv) => (require('./doctor') as typeof import('./doctor')).doctorCommand(argv),

@@ -1,4 +1,4 @@
-/** The role entrypoints: control plane (+ control worker), gateway, agent and sim engine. */
+/** The role entrypoints: control plane (+ control worker), CA worker, gateway, agent and sim engine. */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Runtime } from '@temporalio/worker';
@@ -9,11 +9,14 @@ import { Store } from '../lib/store/store';
 import { RoutingTable } from '../gateway/routing';
 import { startGateway } from '../gateway/server';
 import { startAgent } from '../workers/agent';
+import { startCaWorker } from '../workers/ca';
 import { startControlPlane } from '../workers/control';
 import { main as simMain } from '../workers/sim-engine';
+import { CRL_VALIDITY_DAYS, DEFAULT_CA_DIR } from '../lib/pki';
 import { NODE_CA_PATH } from '../lib/pki/trust';
+import { QUEUES } from '../lib/names';
 import { EXIT_WITH_PARENT } from '../lib/process';
-import { parse, UsageError } from './args';
+import { intOption, parse, UsageError } from './args';
 import { makeLog } from './log';
 
 /**
@@ -63,6 +66,33 @@ export async function controlPlaneCommand(argv: string[]): Promise<void> {
   const cp = await startControlPlane({ config, log });
   log('control plane listening', { url: cp.url, temporal: config.temporal.address });
   await untilSignal(() => cp.close());
+}
+
+const CA_WORKER_USAGE = `llmgw ca-worker --config FILE [--ca-dir DIR] [--crl-days N]
+
+Runs the llmgw-ca worker (queue llmgw-ca) on the CA's host: signs node CSRs (onboarding, and renewals the
+control plane passes on), issues certificates, revokes them, and keeps DIR/crl.pem fresh — a new CRL at half
+of each one's validity, well before its next-update. The CA key (DIR/ca.key) never leaves this host.
+
+${CONFIG_HELP}
+  --ca-dir DIR    the CA directory made by llmgw ca init (default ${DEFAULT_CA_DIR})
+  --crl-days N    how long each CRL is valid (default ${CRL_VALIDITY_DAYS}); it is re-issued at half of it`;
+
+/** `llmgw ca-worker`: the llmgw-ca worker, beside the CA key. */
+export async function caWorkerCommand(argv: string[]): Promise<void> {
+  const { values } = parse(argv, {
+    usage: CA_WORKER_USAGE,
+    options: { config: { type: 'string' }, 'ca-dir': { type: 'string' }, 'crl-days': { type: 'string' } },
+  });
+  const crlDays = intOption(values['crl-days'], '--crl-days', CRL_VALIDITY_DAYS);
+  if (crlDays < 1) throw new UsageError(`--crl-days must be at least 1\n\n${CA_WORKER_USAGE}`);
+  const config = loadServerConfig(values.config);
+  const log = makeLog('ca-worker');
+  ownSignals();
+  const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
+  const ca = await startCaWorker({ config, caDir, crlDays, log });
+  log('ca worker running', { queue: QUEUES.ca, caDir, temporal: config.temporal.address, crlNextUpdate: ca.crl().nextUpdate });
+  await untilSignal(() => ca.close());
 }
 
 /** `llmgw gateway`: the OpenAI-compatible inference gateway. */

@@ -19,6 +19,7 @@ describe('llmgw --help', () => {
     [['ctl', 'engine-check', '--help'], /--help-output FILE[\s\S]*word boundary[\s\S]*--bin PATH/],
     [['ca', '--help'], /issue --node ID/],
     [['control-plane', '--help'], /--config FILE/],
+    [['ca-worker', '--help'], /llmgw-ca[\s\S]*--ca-dir DIR[\s\S]*--crl-days N/],
     [['gateway', '--help'], /--config FILE/],
     [['agent', '--help'], /--fabric NAME[\s\S]*--sminfo PATH/],
     [['doctor', '--help'], /--sminfo PATH[\s\S]*--json/],
