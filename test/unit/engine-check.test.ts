@@ -87,17 +87,20 @@ describe('against the real help of the pinned versions (test/fixtures/engine-hel
   const dir = join(__dirname, '../fixtures/engine-help');
   const files = existsSync(dir) ? readdirSync(dir) : [];
   // Each fixture's first line says how it was captured; the help is the rest.
-  const real = (name: string): string | null => (files.includes(name) ? readFileSync(join(dir, name), 'utf8').replace(/^.*\n/, '') : null);
+  const real = (name: string): string => {
+    if (!files.includes(name)) throw new Error(`fixture test/fixtures/engine-help/${name} is missing: capture it from the pinned version (see the first line of the others)`);
+    return readFileSync(join(dir, name), 'utf8').replace(/^.*\n/, '');
+  };
   const llamaServer = real(`llamacpp-${PINNED_ENGINES.llamacpp}.txt`);
   const rpcServer = real(`llamacpp-rpc-server-${PINNED_ENGINES.llamacpp}.txt`);
-  (llamaServer && rpcServer ? it : it.skip)(`llama.cpp ${PINNED_ENGINES.llamacpp}: every flag llmgw gives is documented, without a truncation warning`, () => {
+  it(`llama.cpp ${PINNED_ENGINES.llamacpp}: every flag llmgw gives is documented, without a truncation warning`, () => {
     const { report, failed } = engineCheck({ engine: 'llamacpp', version: PINNED_ENGINES.llamacpp, catalog, helpOf: (p) => (p === 'ggml-rpc-server' ? rpcServer : llamaServer) });
     expect(report).not.toContain('warning');
     expect([failed, report]).toEqual([false, expect.stringContaining('llama-server: all 7 flags documented')]);
   });
   for (const engine of ['vllm', 'sglang'] as const) {
     const help = real(`${engine}-${PINNED_ENGINES[engine]}.txt`);
-    (help ? it : it.skip)(`${engine} ${PINNED_ENGINES[engine]}: every flag llmgw gives is documented, without a truncation warning`, () => {
+    it(`${engine} ${PINNED_ENGINES[engine]}: every flag llmgw gives is documented, without a truncation warning`, () => {
       const { report, failed } = engineCheck({ engine, version: PINNED_ENGINES[engine], catalog, helpOf: () => help });
       expect(report).not.toContain('warning');
       expect([failed, report]).toEqual([false, expect.stringMatching(/all \d+ flags documented/)]);
@@ -106,13 +109,13 @@ describe('against the real help of the pinned versions (test/fixtures/engine-hel
     });
   }
   const summary = real(`vllm-${PINNED_ENGINES.vllm}-summary.txt`);
-  (summary ? it : it.skip)('vLLM\'s real --help (without =all) is its summary: flags missing, and a warning that says to use --help=all', () => {
+  it('vLLM\'s real --help (without =all) is its summary: flags missing, and a warning that says to use --help=all', () => {
     const { report, failed } = engineCheck({ engine: 'vllm', version: PINNED_ENGINES.vllm, catalog, helpOf: () => summary });
     expect(failed).toBe(true);
     expect(report).toContain('--tensor-parallel-size is not in its help');
     expect(report).toContain('warning: this is the summary vllm serve --help prints');
   });
-  (llamaServer ? it : it.skip)('the real llama-server help without its first lines (where --help is) is reported as cut short', () => {
+  it('the real llama-server help without its first lines (where --help is) is reported as cut short', () => {
     const cut = (llamaServer ?? '').split('\n');
     const { report } = engineCheck({ engine: 'llamacpp', version: PINNED_ENGINES.llamacpp, catalog, helpOf: () => cut.slice(Math.floor(cut.length * 0.6)).join('\n') });
     expect(report).toContain('does not document --help itself');
