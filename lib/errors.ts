@@ -19,6 +19,7 @@ export const ERRORS = {
   LLMGW_BAD_CSR: { status: 400, type: 'invalid_request_error' },
   LLMGW_BAD_NODE_ID: { status: 400, type: 'invalid_request_error' },
   LLMGW_CERT_REFUSED: { status: 403, type: 'invalid_request_error' },
+  LLMGW_CA_UNAVAILABLE: { status: 503, type: 'server_error' },
   LLMGW_DRAIN_TIMEOUT: { status: 504, type: 'server_error' },
   LLMGW_NO_DEPLOYMENT: { status: 409, type: 'invalid_request_error' },
   LLMGW_FABRIC_SPLIT: { status: 400, type: 'invalid_request_error' },

@@ -7,6 +7,7 @@ import { createCaOperations } from '../activities/ca';
 import { createControlActivities } from '../activities/control';
 import type { ServerConfig } from '../config/types';
 import { buildControlServer } from '../gateway/control-server';
+import { remoteCa } from './ca-remote';
 import { LlmgwError } from '../lib/errors';
 import { QUEUES, workflowIds } from '../lib/names';
 import { openDatabase } from '../lib/store/db';
@@ -75,9 +76,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       await client.workflow.getHandle(workflowIds.replica(r.id)).signal(nodesChangedSignal).catch(() => undefined);
     }
   };
-  // Where the CA key lives beside tls.ca (one host, as in the local cluster), a revocation also republishes crl.pem.
+  // Where the CA key lives beside tls.ca (one host), renewals are signed and CRLs written in process; elsewhere
+  // (the CA on its own host, as DESIGN wants) both go through a workflow whose activity runs on llmgw-ca.
   const caDir = dirname(config.tls.ca);
   const ca = existsSync(join(caDir, 'ca.key')) ? createCaOperations({ caDir, store, log: (msg, f) => log(msg, f ?? {}) }) : null;
+  const remote = remoteCa(client);
   const { app } = await buildControlServer({
     store,
     tls,
@@ -86,11 +89,16 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     temporal: { address: config.temporal.address, namespace: config.temporal.namespace },
     heartbeatMs: 2000,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
-    ...(ca ? { renew: (input: { csrPem: string; identity: string; presentedSerial: string }) => ca.signNodeCsr(input) } : {}),
+    renew: (input: { csrPem: string; identity: string; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
     revoke: async (nodeId, reason) => {
       if (ca) return ca.revokeNode({ nodeId, reason });
-      log('crl not republished: the CA key is not on this host; run llmgw ca crl there', { nodeId });
-      return store.revokeCertificates(nodeId, reason);
+      // MySQL first: the gate refuses the node at once, whether or not llmgw-ca is up to sign the CRL.
+      const count = await store.revokeCertificates(nodeId, reason);
+      const crl = await remote.publishCrl(`revoke ${nodeId}`).catch((err: Error) => ({ failed: err.message }));
+      if ('failed' in crl) log('CRL NOT REPUBLISHED: asking llmgw-ca failed; run llmgw ca crl on the CA host', { nodeId, error: crl.failed });
+      else if ('pending' in crl) log('CRL NOT YET REPUBLISHED: the llmgw-ca worker has not answered; the workflow keeps trying', { nodeId, workflowId: crl.workflowId });
+      else log('crl republished by llmgw-ca', { nodeId, number: crl.number, revoked: crl.revoked, workflowId: crl.workflowId });
+      return count;
     },
   });
   const downAfter = opts.nodeDownAfterMs ?? 15_000;

@@ -2,3 +2,4 @@
 export { replica } from './replica';
 export { modelDeployment } from './model';
 export { drainNode } from './drain';
+export { renewCertificate, publishCrl } from './ca';
