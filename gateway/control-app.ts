@@ -178,7 +178,7 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
   const { renew } = opts;
   if (renew) {
     app.post<{ Body: { nodeId: string; csr: string } }>('/v1/agent/renew', {
-      schema: { body: { type: 'object', required: ['nodeId', 'csr'], properties: { nodeId: { type: 'string' }, csr: { type: 'string' } } }, response: { 400: errorSchema, 403: errorSchema } },
+      schema: { body: { type: 'object', required: ['nodeId', 'csr'], properties: { nodeId: { type: 'string' }, csr: { type: 'string' } } }, response: { 400: errorSchema, 403: errorSchema, 503: errorSchema } },
     }, async (req, reply) => {
       const id = who(req, reply, req.body.nodeId);
       if (!id) return reply;
@@ -188,8 +188,9 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
         return c;
       } catch (err) {
         const e = err as LlmgwError;
-        if (!e.code || e.status >= 500) throw err;
-        log('certificate renewal refused', { cn: id, serial: req.peer?.serial, error: e.message });
+        // The CA worker not answering is said as such (503): the agent retries, its certificate still valid.
+        if (!e.code || (e.status >= 500 && e.code !== 'LLMGW_CA_UNAVAILABLE')) throw err;
+        log(e.code === 'LLMGW_CA_UNAVAILABLE' ? 'certificate renewal failed' : 'certificate renewal refused', { cn: id, serial: req.peer?.serial, error: e.message });
         return reply.code(e.status).send(openAiError(e.code, e.message));
       }
     });

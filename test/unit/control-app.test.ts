@@ -1,6 +1,7 @@
 /** The control plane's registration schema: fabric identity and doctor results are accepted, kept and listed; malformed ones are refused. */
 import Fastify, { type FastifyInstance } from 'fastify';
 import { controlRoutes } from '../../gateway/control-app';
+import { LlmgwError } from '../../lib/errors';
 import type { Store } from '../../lib/store/store';
 import type { NodeInventory, NodeRecord } from '../../lib/types';
 
@@ -63,5 +64,30 @@ describe('POST /v1/agent/register', () => {
     const res = await register('bad', inventory(extra));
     expect(res.statusCode).toBe(400);
     expect(res.body).toMatch(field);
+  });
+});
+
+describe('POST /v1/agent/renew', () => {
+  let app: FastifyInstance;
+  let base = '';
+  const logs: string[] = [];
+  beforeAll(async () => {
+    app = Fastify();
+    app.addHook('preValidation', async (req) => void Object.assign(req, { peer: { cn: 'n1', serial: '01', role: 'node', notAfter: new Date(Date.now() + 3_600_000) } }));
+    await app.register(controlRoutes, {
+      store: memoryStore(), temporal: { address: '127.0.0.1:7233', namespace: 'default' }, heartbeatMs: 1000, log: (msg) => void logs.push(msg),
+      renew: async () => {
+        throw new LlmgwError('LLMGW_CA_UNAVAILABLE', 'renewing n1\'s certificate: the llmgw-ca worker did not answer in time');
+      },
+    });
+    base = await app.listen({ host: '127.0.0.1', port: 0 });
+  });
+  afterAll(() => app.close());
+
+  test('the CA worker not answering is a 503 LLMGW_CA_UNAVAILABLE the agent can show, and a log line', async () => {
+    const res = await fetch(`${base}/v1/agent/renew`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId: 'n1', csr: 'x' }) });
+    expect(res.status).toBe(503);
+    expect(await res.json()).toMatchObject({ error: { code: 'LLMGW_CA_UNAVAILABLE', message: expect.stringContaining('llmgw-ca worker') } });
+    expect(logs).toContain('certificate renewal failed');
   });
 });
