@@ -1,0 +1,93 @@
+/**
+ * The store in a real MariaDB database of its own.
+ * - Engine port leases: a released port is not handed out again while ports released longer ago (or never
+ *   leased) are free, so a stale route or an engine still stopping never shares its port with a new engine on
+ *   that host; the range still fills up completely, and an exhausted range says how to widen it.
+ * - Node state: a cordon is the operator's and outlives the node going down (the sweeper) and coming back (a
+ *   heartbeat or a new registration); uncordoning a down node leaves it down until it is seen.
+ */
+import type { Pool } from 'mysql2/promise';
+import { openDatabase } from '../../lib/store/db';
+import { Store } from '../../lib/store/store';
+import type { NodeId, NodeInventory } from '../../lib/types';
+import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
+
+const url = testMysqlUrl();
+let pool: Pool;
+let store: Store;
+const range = { base: 40_000, count: 4 };
+const inv: NodeInventory = { gpus: [], adapters: [], fabrics: {}, cpuFlags: [], engines: ['sim'], host: '127.0.0.1' };
+const id = (s: string): NodeId => s as NodeId;
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+beforeAll(async () => {
+  pool = await openDatabase(url);
+  store = new Store(pool);
+});
+afterAll(async () => {
+  await pool?.end();
+  await dropDatabase(url);
+});
+
+describe('engine port leases', () => {
+  test('ports never leased go first, then the one released longest ago; a just-released port comes last', async () => {
+    expect(await store.leasePorts('h1', 'r-0', 2, range)).toEqual([40_000, 40_001]);
+    await store.releaseReplica('r-0');
+    // 40000 and 40001 were just released: the never-leased ones go first.
+    expect(await store.leasePorts('h1', 'r-1', 1, range)).toEqual([40_002]);
+    expect(await store.leasePorts('h1', 'r-2', 1, range)).toEqual([40_003]);
+    await new Promise((r) => setTimeout(r, 20));
+    await store.releaseReplica('r-1'); // 40002 released after 40000/40001
+    expect(await store.leasePorts('h1', 'r-3', 2, range)).toEqual([40_000, 40_001]);
+    expect(await store.leasePorts('h1', 'r-4', 1, range)).toEqual([40_002]);
+    // Other hosts have ranges of their own.
+    expect(await store.leasePorts('h2', 'r-5', 1, range)).toEqual([40_000]);
+  });
+
+  test('a full range is refused with the fix, and the refusal leases nothing', async () => {
+    await expect(store.leasePorts('h1', 'r-6', 1, range)).rejects.toThrow('no free engine ports left on h1 in 40000-40003: widen enginePorts in server.yaml');
+    await store.releaseReplica('r-2');
+    expect(await store.leasePorts('h1', 'r-6', 1, range)).toEqual([40_003]);
+  });
+
+  test('two replicas leasing at once on one host never get the same port', async () => {
+    await Promise.all(['r-2', 'r-3', 'r-4', 'r-6'].map((r) => store.releaseReplica(r)));
+    const got = await Promise.all(['c-0', 'c-1', 'c-2', 'c-3'].map((r) => store.leasePorts('h1', r, 1, range)));
+    expect(got.flat().sort()).toEqual([40_000, 40_001, 40_002, 40_003]);
+  });
+});
+
+describe('node state', () => {
+  test('a cordoned node that goes down comes back cordoned, by heartbeat or by registering again', async () => {
+    await store.upsertNode(id('c1'), inv);
+    expect(await store.setNodeState('c1', 'cordoned')).toBe(true);
+    await sleep(30);
+    expect(await store.markStaleNodesDown(10)).toEqual(['c1']);
+    expect(await store.nodeState(id('c1'))).toBe('down');
+    expect(await store.isCordoned('c1')).toBe(true);
+    expect(await store.heartbeat(id('c1'))).toBe('down');
+    expect(await store.nodeState(id('c1'))).toBe('cordoned');
+
+    await sleep(30);
+    await store.markStaleNodesDown(10);
+    await store.upsertNode(id('c1'), inv); // the agent restarted
+    expect(await store.nodeState(id('c1'))).toBe('cordoned');
+  });
+
+  test('a down node can be cordoned and uncordoned; it stays down until seen, then takes the cordon it was given', async () => {
+    await store.upsertNode(id('c2'), inv);
+    await sleep(30);
+    await store.markStaleNodesDown(10);
+    await store.setNodeState('c2', 'cordoned');
+    expect(await store.nodeState(id('c2'))).toBe('down');
+    await store.heartbeat(id('c2'));
+    expect(await store.nodeState(id('c2'))).toBe('cordoned');
+    await sleep(30);
+    await store.markStaleNodesDown(10);
+    await store.setNodeState('c2', 'ready');
+    expect(await store.nodeState(id('c2'))).toBe('down');
+    expect(await store.isCordoned('c2')).toBe(false);
+    await store.heartbeat(id('c2'));
+    expect(await store.nodeState(id('c2'))).toBe('ready');
+  });
+});
