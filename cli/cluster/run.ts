@@ -1,6 +1,6 @@
-/** The local cluster: Temporal dev server + UI, control plane, gateway and three sim nodes, each a real process. */
+/** The local cluster: Temporal dev server + UI, control plane, llmgw-ca worker, gateway and three sim nodes, each a real process. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, copyFileSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
 import { createCaOperations } from '../../activities/ca';
@@ -43,13 +43,17 @@ export interface Cluster {
   close(): Promise<void>;
 }
 
-/** Where the cluster's CA and certificates live in the state dir. */
+/**
+ * Where the cluster's CA and certificates live in the state dir. tls.ca is a copy of the CA certificate under
+ * certs/, with no key beside it: the control plane then treats the CA as on another host and signs renewals and
+ * publishes CRLs through the llmgw-ca worker (which runs over ca/), as in production.
+ */
 function tlsPaths(stateDir: string): { caDir: string; tls: ServerConfig['tls']; node: (id: string) => { cert: string; key: string } } {
   const certs = join(stateDir, 'certs');
   return {
     caDir: join(stateDir, 'ca'),
     tls: {
-      ca: caPaths(join(stateDir, 'ca')).cert,
+      ca: join(certs, 'ca.crt'),
       serverCert: join(certs, 'control-plane/server.crt'), serverKey: join(certs, 'control-plane/server.key'),
       clientCert: join(certs, 'operator/operator.crt'), clientKey: join(certs, 'operator/operator.key'),
     },
@@ -69,8 +73,10 @@ function writePem(file: string, content: string, mode: number): void {
  */
 async function issueCertificates(o: ClusterOptions): Promise<string> {
   const p = tlsPaths(o.stateDir);
-  const created = !existsSync(p.tls.ca);
+  const created = !existsSync(caPaths(p.caDir).cert);
   if (created) initCa(p.caDir);
+  mkdirSync(join(p.tls.ca, '..'), { recursive: true });
+  copyFileSync(caPaths(p.caDir).cert, p.tls.ca);
   const pool = await openDatabase(o.mysqlUrl);
   try {
     const ops = createCaOperations({ caDir: p.caDir, store: new Store(pool) });
@@ -150,7 +156,9 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     const cpFetch = operator.fetch;
     o.progress(`[1/5] Temporal dev server on 127.0.0.1:${temporalPort} (UI ${config.temporal.uiUrl}), history in ${o.stateDir}/temporal.db`);
     temporal = await startTemporalDev({ port: temporalPort, uiPort, dbFile: join(o.stateDir, 'temporal.db'), pidFile: join(o.stateDir, 'temporal.pid'), log: o.progress });
-    o.progress(`[2/5] control plane + control worker (MySQL ${o.mysqlUrl})`);
+    o.progress(`[2/5] control plane + control worker (MySQL ${o.mysqlUrl}), llmgw-ca worker over ${paths.caDir}`);
+    // Not waited for: only renewals and revocations need it, and their workflows wait for it to poll.
+    role('ca-worker', ['ca-worker', '--config', file, '--ca-dir', paths.caDir]);
     role('control-plane', ['control-plane', '--config', file]);
     const controlUrl = `https://${config.listeners.controlPlane.host}:${config.listeners.controlPlane.port}`;
     await waitFor(async () => (await cpFetch(`${controlUrl}/health`, { signal: AbortSignal.timeout(1000) })).ok, 60_000, 'control plane');

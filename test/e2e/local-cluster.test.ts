@@ -4,7 +4,7 @@
  * streams back through the gateway with the openai client; the CLI lists the nodes.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -95,6 +95,14 @@ describe('the local cluster', () => {
     expect(progress.some((l) => l.includes('[5/5] deploying the catalog'))).toBe(true);
     expect(progress.some((l) => /sim-large: 1 of 1 replicas ready/.test(l))).toBe(true);
     expect(progress.some((l) => /sim-small: 2 of 2 replicas ready/.test(l))).toBe(true);
+  });
+
+  test('the llmgw-ca worker runs over the CA directory and published a CRL; the control plane\'s tls.ca has no key beside it', async () => {
+    const crl = await waitFor(() => existsSync(join(stateDir, 'ca/crl.pem')) && readFileSync(join(stateDir, 'ca/crl.pem'), 'utf8'), { timeoutMs: 20_000, what: 'the CA worker to write ca/crl.pem' });
+    expect(crl).toMatch(/^-----BEGIN X509 CRL-----/);
+    expect(readFileSync(join(stateDir, 'logs/ca-worker.log'), 'utf8')).toMatch(/ca worker running/);
+    expect(existsSync(join(stateDir, 'certs/ca.crt'))).toBe(true);
+    expect(existsSync(join(stateDir, 'certs/ca.key'))).toBe(false);
   });
 
   test('a chat completion streams through the gateway from the 2-node model', async () => {
