@@ -5,6 +5,7 @@ import type { ServerConfig } from '../config/types';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import { doctorColumn } from '../lib/doctor';
 import type { NodeRecord, ReplicaRecord } from '../lib/types';
+import type { NodeCertificate } from '../gateway/control-app';
 import { scaleUpdate, type ModelDeploymentInput } from '../workflows/contracts/model';
 import { intOption, parse, UsageError } from './args';
 import { controlApi, type ControlApi } from './control-api';
@@ -43,7 +44,7 @@ llmgw ctl COMMAND [options]
 ${COMMON}
 `;
 
-type NodeRow = NodeRecord & { replicas: string[]; gpusUsed: number };
+type NodeRow = NodeRecord & { replicas: string[]; gpusUsed: number; cert?: NodeCertificate | null };
 
 async function getJson<T>(api: ControlApi, url: string): Promise<T> {
   let res: Response;
@@ -69,11 +70,25 @@ async function temporalClient(config: ServerConfig): Promise<{ client: Client; c
   return { client: new Client({ connection, namespace: config.temporal.namespace }), close: () => connection.close() };
 }
 
-/** Renders the node list as a table; CHECKS names the node's failing and warning doctor checks (`llmgw doctor` on it says more). */
+/** The CERT cell: loud when the agent missed its renewal window (two thirds of the lifetime) or the certificate expired. */
+export function certColumn(c: NodeCertificate | null | undefined, now = Date.now()): string {
+  if (!c) return '-';
+  if (c.revoked) return 'revoked';
+  const notAfter = Date.parse(c.notAfter);
+  if (now >= notAfter) return `EXPIRED ${ago(notAfter, now)}`;
+  if (now >= Date.parse(c.renewAt)) return `RENEW OVERDUE (expires ${c.notAfter.slice(0, 10)})`;
+  return `ok until ${c.notAfter.slice(0, 10)}`;
+}
+
+/**
+ * Renders the node list as a table; CHECKS names the node's failing and warning doctor checks (`llmgw doctor` on
+ * it says more), CERT its certificate (renewal overdue, expired).
+ */
 export function formatNodes(nodes: NodeRow[], now = Date.now()): string {
-  return table(['NODE', 'STATE', 'GPUS', 'FABRIC', 'ENGINES', 'REPLICAS', 'CHECKS', 'LAST SEEN'], nodes.map((n) => [
+  return table(['NODE', 'STATE', 'GPUS', 'FABRIC', 'ENGINES', 'REPLICAS', 'CHECKS', 'CERT', 'LAST SEEN'], nodes.map((n) => [
     n.id, n.state, `${n.gpusUsed}/${n.inventory.gpus.length}`, fabricColumn(n, nodes),
-    n.inventory.engines.join(','), n.replicas.join(',') || '-', doctorColumn(n.inventory.doctor), n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
+    n.inventory.engines.join(','), n.replicas.join(',') || '-', doctorColumn(n.inventory.doctor), certColumn(n.cert, now),
+    n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
   ]));
 }
 

@@ -1,6 +1,7 @@
 /** The control plane's HTTP API: agent registration and heartbeat, and the read API the CLI uses. */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { LlmgwError, openAiError, type ErrorCode } from '../lib/errors';
+import { renewAt } from '../lib/pki/issue';
 import { checkNodeId } from '../lib/pki/node-id';
 import type { Store } from '../lib/store/store';
 import { DOCTOR_STATUSES, parseNodeId, type NodeId, type NodeInventory } from '../lib/types';
@@ -21,6 +22,16 @@ export interface ControlAppOptions {
   renew?: (input: { csrPem: string; identity: string; presentedSerial: string }) => Promise<RenewedCertificate>;
   /** Called after a node registers or returns from down, so waiting replicas try placement again. */
   onNodesChanged?: (nodeId: string) => void;
+}
+
+/** A node's newest unrevoked certificate as the node list shows it (null: none recorded, or all revoked). */
+export interface NodeCertificate {
+  serial: string;
+  notAfter: string;
+  /** two thirds of its lifetime: an agent still on it after this missed its renewal */
+  renewAt: string;
+  /** true when every certificate of the node is revoked */
+  revoked: boolean;
 }
 
 /** What a renewal returns to the agent. */
@@ -147,10 +158,17 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
   });
 
   app.get('/v1/nodes', async () => {
-    const [nodes, shards] = await Promise.all([store.listNodes(), store.listShards()]);
+    const [nodes, shards, certs] = await Promise.all([store.listNodes(), store.listShards(), store.listCertificates()]);
+    // Newest first: a node's newest unrevoked node certificate is the one it should be presenting.
+    const certOf = (id: string): NodeCertificate | null => {
+      const mine = certs.filter((c) => c.cn === id && c.role === 'node');
+      const c = mine.find((x) => !x.revokedAt) ?? mine[0];
+      return c ? { serial: c.serial, notAfter: c.notAfter.toISOString(), renewAt: renewAt(c.notBefore, c.notAfter).toISOString(), revoked: !!c.revokedAt } : null;
+    };
     return {
       nodes: nodes.map((n) => ({
         ...n,
+        cert: certOf(n.id),
         replicas: [...new Set(shards.filter((s) => s.nodeId === n.id).map((s) => s.replicaId))],
         gpusUsed: shards.filter((s) => s.nodeId === n.id).reduce((a, s) => a + s.gpus, 0),
       })),

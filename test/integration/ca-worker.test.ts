@@ -1,7 +1,7 @@
 /**
  * The llmgw-ca worker with the CA key on its own host (real Temporal, real MariaDB, real TLS on loopback): a
  * control plane WITHOUT the key signs an agent's renewal through a workflow whose activity runs on llmgw-ca (a
- * new serial, CN from the connection), a `ctl revoke` gets llmgw-ca to republish a CRL that `openssl verify
+ * new serial, CN from the connection; `ctl nodes` shows a renewal overdue), a `ctl revoke` gets llmgw-ca to republish a CRL that `openssl verify
  * -crl_check` refuses the revoked certificate with, and the worker re-issues the CRL on its own before next-update.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -112,6 +112,21 @@ describe('llmgw-ca worker: the CA key on its own host (real Temporal, MariaDB, T
     expect({ serial: onDisk.serial, cn: onDisk.cn }).toEqual({ serial, cn: 'r1' });
     expect(caLogs.filter((l) => l.msg === 'certificate issued').map((l) => l.fields)).toContainEqual(expect.objectContaining({ cn: 'r1', serial }));
     expect((await cp.store.listCertificates({ cn: 'r1' })).map((c) => c.serial).sort()).toEqual([old.serial, serial].sort());
+  });
+
+  test('ctl nodes: CERT says ok for the renewed node, RENEW OVERDUE for one past two thirds of its certificate', async () => {
+    const DAY = 86_400_000;
+    const late = issueNodeCertificate(loadCa(caDir), 'o1', { days: 1, now: new Date(Date.now() - 0.8 * DAY) });
+    await cp.store.recordCertificate({ serial: late.serial, cn: 'o1', role: 'node', notBefore: late.notBefore, notAfter: late.notAfter, pem: late.certPem });
+    const client = new TlsClient({ ...late, caPem: readFileSync(cpConfig.tls.ca, 'utf8') });
+    clients.push(client);
+    const r = await client.fetch(`${cp.url}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId: 'o1', inventory: simInventory() }) });
+    expect(r.status).toBe(200);
+    let out = '';
+    await ctlCommand(['nodes', '--config', configFile], (s) => void (out += s));
+    expect(out).toMatch(/^NODE .* CERT +LAST SEEN$/m);
+    expect(out).toMatch(/^o1 +ready .* RENEW OVERDUE \(expires \d{4}-\d\d-\d\d\) +\d+s ago$/m);
+    expect(out).toMatch(/^r1 +ready .* ok until \d{4}-\d\d-\d\d +\d+s ago$/m);
   });
 
   test('a CSR naming another node gets the connection\'s CN; a malformed CSR is refused with its code through the workflow', async () => {

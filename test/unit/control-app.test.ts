@@ -14,6 +14,7 @@ function memoryStore(): Store {
     event: async () => undefined,
     listNodes: async () => [...nodes.values()],
     listShards: async () => [],
+    listCertificates: async () => [],
   };
   return fake as unknown as Store;
 }

@@ -1,11 +1,12 @@
-/** `llmgw ctl fabrics` and the node list say when one fabric name covers two subnet managers, naming each side. */
+/** `llmgw ctl fabrics` and the node list say when one fabric name covers two subnet managers, naming each side; the CERT cell says when a renewal is overdue. */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:https';
 import { dirname, join } from 'node:path';
 import { stringify } from 'yaml';
-import { ctlCommand, formatNodes } from '../../cli/ctl';
+import { certColumn, ctlCommand, formatNodes } from '../../cli/ctl';
 import { fabricColumn, fabricsView, formatFabrics, type NodeListEntry } from '../../cli/fabrics';
-import { issueOperatorCertificate, loadCa } from '../../lib/pki';
+import type { NodeCertificate } from '../../gateway/control-app';
+import { issueOperatorCertificate, loadCa, renewAt } from '../../lib/pki';
 import type { DoctorResult, FabricIdentity } from '../../lib/types';
 import { testTls } from '../helpers/tls';
 
@@ -85,9 +86,9 @@ describe('ctl nodes and ctl fabrics over the node list', () => {
 
   it('ctl nodes: the FABRIC cell says a name is split, CHECKS names failing and warning checks', () => {
     const lines = formatNodes(rows).split('\n');
-    expect(lines[0]).toMatch(/^NODE\s+STATE\s+GPUS\s+FABRIC\s+ENGINES\s+REPLICAS\s+CHECKS\s+LAST SEEN$/);
-    expect(lines[1]).toMatch(new RegExp(`^gpu-a\\s+ready\\s+1/0\\s+ib-a\\(mlx5_0,mlx5_1\\)\\[split: SM ${A}\\]\\s+sim\\s+m-0\\s+fail: cpu-flags,libgomp warn: gpudirect-rdma\\s+never$`));
-    expect(lines[2]).toMatch(/^gpu-b\s.*\s+-\s+ok\s+never$/);
+    expect(lines[0]).toMatch(/^NODE\s+STATE\s+GPUS\s+FABRIC\s+ENGINES\s+REPLICAS\s+CHECKS\s+CERT\s+LAST SEEN$/);
+    expect(lines[1]).toMatch(new RegExp(`^gpu-a\\s+ready\\s+1/0\\s+ib-a\\(mlx5_0,mlx5_1\\)\\[split: SM ${A}\\]\\s+sim\\s+m-0\\s+fail: cpu-flags,libgomp warn: gpudirect-rdma\\s+-\\s+never$`));
+    expect(lines[2]).toMatch(/^gpu-b\s.*\s+-\s+ok\s+-\s+never$/);
   });
   it('ctl fabrics prints the table and --json the view, from GET /v1/nodes', async () => {
     let text = '';
@@ -97,5 +98,22 @@ describe('ctl nodes and ctl fabrics over the node list', () => {
     let json = '';
     await ctlCommand(['fabrics', '--server', url, '--config', config, '--json'], (s) => void (json += s));
     expect(JSON.parse(json)).toEqual(JSON.parse(JSON.stringify(fabricsView(rows))));
+  });
+});
+
+describe('ctl nodes CERT column', () => {
+  const DAY = 86_400_000;
+  const now = Date.parse('2026-06-01T00:00:00Z');
+  const cert = (notBefore: number, notAfter: number, revoked = false): NodeCertificate => ({
+    serial: '0a', notAfter: new Date(notAfter).toISOString(), renewAt: renewAt(new Date(notBefore), new Date(notAfter)).toISOString(), revoked,
+  });
+  it.each([
+    ['no certificate recorded', null, /^-$/],
+    ['within its first two thirds', cert(now - 10 * DAY, now + 80 * DAY), /^ok until 2026-08-20$/],
+    ['past two thirds: the agent missed its renewal', cert(now - 70 * DAY, now + 20 * DAY), /^RENEW OVERDUE \(expires 2026-06-21\)$/],
+    ['past not-after', cert(now - 91 * DAY, now - 3600_000), /^EXPIRED 60m ago$/],
+    ['every certificate revoked', cert(now - 10 * DAY, now + 80 * DAY, true), /^revoked$/],
+  ])('%s', (_what, c, cell) => {
+    expect(certColumn(c, now)).toMatch(cell);
   });
 });
