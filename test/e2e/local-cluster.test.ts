@@ -189,11 +189,10 @@ describe('the local cluster', () => {
     const temporalPid = Number(readFileSync(join(stateDir, 'temporal.pid'), 'utf8'));
     expect(tree2).toContain(temporalPid);
     process.kill(again.child.pid as number, 'SIGKILL');
-    const orphans = await waitFor(() => {
-      const left = tree2.filter(alive);
-      return left.length === 1 ? left : undefined;
-    }, { timeoutMs: 20_000, what: 'the roles and engines of a killed llmgw cluster to stop themselves (all but Temporal)' });
-    expect(orphans).toEqual([temporalPid]);
+    await waitFor(() => leftOver(tree2.filter((p) => p !== temporalPid)).length === 0, { timeoutMs: 20_000, what: 'the roles and engines of a killed llmgw cluster to stop themselves (all but Temporal)' })
+      .catch((err: Error) => { throw new Error(`${err.message}; still running: ${leftOver(tree2).join('; ')}`); });
+    // Temporal outlives it (it logs to a file, so no closed pipe takes it down).
+    expect(alive(temporalPid)).toBe(true);
 
     third = startClusterProcess(stateDir, basePort, mysqlUrl);
     const lines = await up(third);
