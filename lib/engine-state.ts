@@ -4,6 +4,7 @@
  */
 import { readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { procStatFields } from './process';
 
 /** What the shim records once the engine is running: enough to find it, and to prove a pid is still it. */
 export interface EngineState {
@@ -123,16 +124,9 @@ export function logTail(dir: string, key: string, lines: number): string {
 
 /** A pid's start time (/proc/<pid>/stat field 22), or null when it is gone or a zombie (dead, not yet reaped). */
 export function procStartTime(pid: number): string | null {
-  let stat: string;
-  try {
-    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  } catch {
-    return null;
-  }
-  // Field 2 (the command) is in parentheses and may hold spaces: count fields after the last ')'.
-  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  // rest[0] is field 3 (state), so field 22 is rest[19].
-  if (rest[0] === 'Z' || rest[0] === 'X') return null;
+  const rest = procStatFields(pid);
+  // rest[0] is field 3 (state), so field 22 (start time) is rest[19]; an exited process has none.
+  if (!rest || rest[0] === 'Z' || rest[0] === 'X') return null;
   return rest[19] ?? null;
 }
 

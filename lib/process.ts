@@ -34,16 +34,24 @@ export function pidAlive(pid: number): boolean {
   return !isZombie(pid);
 }
 
-/** True when /proc says the process has exited and awaits reaping (state Z or X). */
-export function isZombie(pid: number): boolean {
+/**
+ * The fields of /proc/<pid>/stat from field 3 (the state) on, or null when there is no such process. Field 2
+ * (the command) is in parentheses and may hold spaces, so the count starts after the last ')': rest[0] is
+ * field 3, rest[n] is field n + 3.
+ */
+export function procStatFields(pid: number): string[] | null {
   let stat: string;
   try {
     stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   } catch {
-    return false;
+    return null;
   }
-  // Field 2 (the command) is in parentheses and may hold spaces; the state follows the last ')'.
-  const state = stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+}
+
+/** True when /proc says the process has exited and awaits reaping (state Z or X). */
+export function isZombie(pid: number): boolean {
+  const state = procStatFields(pid)?.[0];
   return state === 'Z' || state === 'X';
 }
 

@@ -20,6 +20,7 @@ import type { DevServer } from '../../cli/cluster/temporal-dev';
 import { buildControlServer } from '../../gateway/control-server';
 import { enginePaths, procStartTime, readEngineExit, readEngineState, shardKey, writeJsonAtomic, type EngineState } from '../../lib/engine-state';
 import { nodeQueue } from '../../lib/names';
+import { pidAlive } from '../../lib/process';
 import { simEngineArgv } from '../../lib/sim/argv';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
@@ -32,8 +33,6 @@ import type { ShardOutcome } from '../helpers/shard-workflow';
 import { waitFor } from '../helpers/wait';
 
 const ROOT = resolve(__dirname, '../..');
-/** A process that exited but whose new parent (init, once its own died) has not reaped it yet counts as gone. */
-const pidAlive = (pid: number): boolean => procStartTime(pid) !== null;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 const shardInput = (replicaId: string, port: number, generation?: number): RunShardInput => ({
