@@ -88,9 +88,17 @@ export function createNodeActivities(deps: NodeDeps) {
   // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
   // that is still winding down, and the earlier one must then leave the engine (and the key) alone.
   const claims = new Map<string, object>();
+  // Ends early when the agent stops; the abort listener goes with each sleep (a long wait sleeps every second).
   const sleep = (ms: number): Promise<void> => new Promise((r) => {
-    const t = setTimeout(r, ms);
-    deps.stopping?.addEventListener('abort', () => { clearTimeout(t); r(); }, { once: true });
+    const wake = (): void => {
+      clearTimeout(t);
+      r();
+    };
+    const t = setTimeout(() => {
+      deps.stopping?.removeEventListener('abort', wake);
+      r();
+    }, ms);
+    deps.stopping?.addEventListener('abort', wake, { once: true });
   });
 
   /** The shard's command; a rank placed on a fabric this node does not declare fails for good (no retry fixes it). */
