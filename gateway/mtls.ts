@@ -43,7 +43,7 @@ export function mtlsServerOptions(o: { caPem: string; certPem: string; keyPem: s
 export class CertificateGate {
   private readonly ca: X509Certificate;
   private readonly verdicts = new WeakMap<TLSSocket, Promise<PeerVerdict>>();
-  private readonly open = new Map<TLSSocket, string>();
+  private readonly open = new Map<TLSSocket, { serial: string; notAfter: Date }>();
   private revoked = new Set<string>();
   private timer: NodeJS.Timeout | null = null;
   private readonly now: () => Date;
@@ -64,12 +64,14 @@ export class CertificateGate {
     if (this.timer) clearInterval(this.timer);
   }
 
-  /** Re-reads the revoked serials and destroys open connections that present one of them. */
+  /** Re-reads the revoked serials and destroys open connections whose certificate is revoked or has expired. */
   async refresh(): Promise<void> {
     this.revoked = new Set((await this.o.lookup.revokedSerials()).map((s) => s.toLowerCase()));
-    for (const [socket, serial] of this.open) {
-      if (!this.revoked.has(serial)) continue;
-      this.o.log('certificate refused', { reason: 'revoked', serial, detail: 'revoked while connected: connection closed' });
+    const now = this.now();
+    for (const [socket, { serial, notAfter }] of this.open) {
+      const why = this.revoked.has(serial) ? 'revoked' : now > notAfter ? 'expired' : null;
+      if (!why) continue;
+      this.o.log('certificate refused', { reason: why, serial, detail: `${why} while connected: connection closed` });
       this.open.delete(socket);
       socket.destroy();
     }
@@ -83,7 +85,7 @@ export class CertificateGate {
       this.verdicts.set(socket, v);
       void v.then((r) => {
         if (r.kind !== 'ok') return;
-        this.open.set(socket, r.serial);
+        this.open.set(socket, { serial: r.serial, notAfter: r.notAfter });
         socket.once('close', () => this.open.delete(socket));
       });
     }

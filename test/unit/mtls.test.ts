@@ -103,6 +103,21 @@ describe('mTLS certificate gate', () => {
     expect((await get('/v1/nodes', certs.operator as Cert)).status).toBe(200);
   });
 
+  test('a certificate that expires while its keep-alive connection is open has the connection closed', async () => {
+    // Valid for about 3 more seconds: one day long, issued a day ago.
+    const c = record(issueNodeCertificate(ca, 'gpu-05', { days: 1, now: new Date(Date.now() - 86_400_000 + 3000) }));
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    expect((await get('/v1/agent/whoami', c, agent)).status).toBe(200);
+    const socket = Object.values(agent.freeSockets).flat()[0];
+    expect(socket).toBeDefined();
+    let closed = false;
+    socket?.once('close', () => void (closed = true));
+    await waitFor(() => closed, { timeoutMs: 10_000, what: 'the expired certificate\'s open connection to be closed' });
+    expect(logs.some((l) => l.msg === 'certificate refused' && l.fields.reason === 'expired' && l.fields.serial === c.serial)).toBe(true);
+    expect((await get('/v1/agent/whoami', c, agent)).status).toBe(401);
+    agent.destroy();
+  });
+
   test('revoking a certificate closes its open keep-alive connection and refuses it from then on', async () => {
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     const c = certs.revokeMe as Cert;
