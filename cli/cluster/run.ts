@@ -7,7 +7,7 @@ import { createCaOperations } from '../../activities/ca';
 import { parseServerConfig } from '../../config/load';
 import type { ServerConfig } from '../../config/types';
 import { EXIT_WITH_PARENT, stopProcess } from '../../lib/process';
-import { caPaths, initCa } from '../../lib/pki';
+import { caPaths, certificateInfo, initCa, renewAt } from '../../lib/pki';
 import { openDatabase, parseMysqlUrl } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import { TlsClient } from '../../lib/tls-client';
@@ -68,8 +68,10 @@ function writePem(file: string, content: string, mode: number): void {
 }
 
 /**
- * Creates the cluster's CA on the first run (reused after), then issues on every start — and records in MySQL —
- * the control plane's server certificate, one certificate per sim node and the operator certificate ctl uses.
+ * Creates the cluster's CA on the first run (reused after), and the control plane's server certificate, one
+ * certificate per sim node and the operator certificate ctl uses — each issued (and recorded in MySQL) only
+ * when the one on disk is missing, not this CA's, unrecorded, revoked, or past its renewal point: issuing is an
+ * RSA key generation (180–350 ms each), and every issue would add a row to the certificates table.
  */
 async function issueCertificates(o: ClusterOptions): Promise<string> {
   const p = tlsPaths(o.stateDir);
@@ -77,24 +79,31 @@ async function issueCertificates(o: ClusterOptions): Promise<string> {
   if (created) initCa(p.caDir);
   mkdirSync(join(p.tls.ca, '..'), { recursive: true });
   copyFileSync(caPaths(p.caDir).cert, p.tls.ca);
+  const caPem = readFileSync(caPaths(p.caDir).cert, 'utf8');
   const pool = await openDatabase(o.mysqlUrl);
+  const issued: string[] = [];
   try {
-    const ops = createCaOperations({ caDir: p.caDir, store: new Store(pool) });
-    const server = await ops.issueServerCertificate({ name: 'control-plane', hosts: ['127.0.0.1', 'localhost'] });
-    writePem(p.tls.serverCert, server.certPem, 0o644);
-    writePem(p.tls.serverKey, server.keyPem, 0o600);
-    for (const n of SIM_NODES) {
-      const c = await ops.issueNodeCertificate({ nodeId: n.id });
-      writePem(p.node(n.id).cert, c.certPem, 0o644);
-      writePem(p.node(n.id).key, c.keyPem, 0o600);
-    }
-    const op = await ops.issueOperatorCertificate({ name: 'operator' });
-    writePem(p.tls.clientCert, op.certPem, 0o644);
-    writePem(p.tls.clientKey, op.keyPem, 0o600);
+    const store = new Store(pool);
+    const ops = createCaOperations({ caDir: p.caDir, store });
+    const ensure = async (name: string, certFile: string, keyFile: string, issue: () => Promise<{ certPem: string; keyPem: string }>): Promise<void> => {
+      if (existsSync(certFile) && existsSync(keyFile)) {
+        const info = certificateInfo(readFileSync(certFile, 'utf8'));
+        const rec = await store.certificateBySerial(info.serial);
+        if (info.issuerMatches(caPem) && rec && !rec.revokedAt && Date.now() < renewAt(info.notBefore, info.notAfter).getTime()) return;
+      }
+      const c = await issue();
+      writePem(certFile, c.certPem, 0o644);
+      writePem(keyFile, c.keyPem, 0o600);
+      issued.push(name);
+    };
+    await ensure('control-plane', p.tls.serverCert, p.tls.serverKey, () => ops.issueServerCertificate({ name: 'control-plane', hosts: ['127.0.0.1', 'localhost'] }));
+    for (const n of SIM_NODES) await ensure(n.id, p.node(n.id).cert, p.node(n.id).key, () => ops.issueNodeCertificate({ nodeId: n.id }));
+    await ensure('operator', p.tls.clientCert, p.tls.clientKey, () => ops.issueOperatorCertificate({ name: 'operator' }));
   } finally {
     await pool.end();
   }
-  return `${created ? 'created the CA' : 'reusing the CA'} in ${p.caDir}; certificates for control-plane, ${SIM_NODES.map((n) => n.id).join(', ')} and operator in ${join(o.stateDir, 'certs')}`;
+  const all = ['control-plane', ...SIM_NODES.map((n) => n.id), 'operator'];
+  return `${created ? 'created the CA' : 'reusing the CA'} in ${p.caDir}; certificates for ${all.join(', ')} in ${join(o.stateDir, 'certs')} (${issued.length ? `issued: ${issued.join(', ')}` : 'all still valid, reused'})`;
 }
 
 /** Writes server.yaml for this cluster (only what differs from the embedded defaults). */
