@@ -6,6 +6,7 @@ import { ENGINES, type EngineName, type ModelSpec, type Profile } from '../lib/t
 import { DEFAULT_CONFIG } from './defaults';
 import type { Listener, ServerConfig } from './types';
 import { Checker, isObj, quote, suggest, type Obj, type RawIssue, type Rule, type Seg } from './check';
+import { classifySource, SHA256_RE } from '../lib/weights/source';
 
 /** One problem in a config file; `line`/`col` are set when the key is in the file. */
 export interface ConfigIssue {
@@ -247,7 +248,7 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
   const seen = new Map<string, number>();
   return c.list(raw, ['catalog']).map((item, i): ModelSpec => {
     const at: Seg[] = ['catalog', i];
-    const o = c.obj(item, at, ['name', 'source', 'replicas', 'profiles']);
+    const o = c.obj(item, at, ['name', 'source', 'sha256', 'replicas', 'profiles']);
     const name = c.str(o, [...at, 'name'], 'sim-small', nameRule);
     const prev = seen.get(name);
     if (name && prev !== undefined) c.add([...at, 'name'], `${quote(name)} is already the name of catalog[${prev}]`, 'give each model a unique name; clients choose a model by it');
@@ -258,13 +259,27 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       c.add([...at, 'profiles'], 'the model has no profiles', 'add at least one, e.g. profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]');
     }
     const names = new Set<string>();
+    const source = c.str(o, [...at, 'source'], 'sim://sim-small, https://huggingface.co/... or /models/x.gguf');
+    const sha256 = checkSha256(c, o, at, source);
     return {
       name,
-      source: c.str(o, [...at, 'source'], 'sim://sim-small, https://huggingface.co/... or /models/x.gguf'),
+      source,
+      ...(sha256 ? { sha256 } : {}),
       replicas: c.int(o, [...at, 'replicas'], 0, Infinity, '1'),
       profiles: profiles.map((p, j) => checkProfile(c, p, [...at, 'profiles', j], engines, names)),
     };
   });
+}
+
+/** A catalog model's optional sha256: 64 hex digits, for a URL source only (lowercased). */
+function checkSha256(c: Checker, o: Obj | undefined, at: Seg[], source: string): string | undefined {
+  if (!o || o.sha256 === undefined) return undefined;
+  const v = c.str(o, [...at, 'sha256'], 'the output of sha256sum FILE (64 hex digits)', (s) =>
+    SHA256_RE.test(s) ? undefined : [`${quote(s)} is not a sha256`, 'give the 64 hex digits sha256sum prints for the file (no "sha256:" prefix)']);
+  if (v && source && classifySource(source).kind !== 'url') {
+    c.add([...at, 'sha256'], `is set, but source ${quote(source)} is not an http(s) URL`, 'remove sha256 (only a fetched file is verified), or give the model a URL source');
+  }
+  return SHA256_RE.test(v) ? v.toLowerCase() : undefined;
 }
 
 function checkProfile(c: Checker, raw: unknown, at: Seg[], engines: Partial<Record<EngineName, string>> | undefined, names: Set<string>): Profile {

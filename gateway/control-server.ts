@@ -7,6 +7,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { Store } from '../lib/store/store';
 import { controlRoutes, type ControlAppOptions } from './control-app';
 import { CertificateGate, installGate, mtlsServerOptions, type CertRole } from './mtls';
+import { weightsRoutes } from './weights-routes';
 
 export interface ControlServerOptions extends Omit<ControlAppOptions, 'log' | 'revoke'> {
   store: Store;
@@ -55,5 +56,6 @@ export async function buildControlServer(o: ControlServerOptions): Promise<{ app
       return n;
     },
   });
+  await app.register(weightsRoutes, { store, log });
   return { app, gate };
 }

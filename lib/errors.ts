@@ -23,6 +23,10 @@ export const ERRORS = {
   LLMGW_DRAIN_TIMEOUT: { status: 504, type: 'server_error' },
   LLMGW_NO_DEPLOYMENT: { status: 409, type: 'invalid_request_error' },
   LLMGW_FABRIC_SPLIT: { status: 400, type: 'invalid_request_error' },
+  LLMGW_WEIGHTS_FETCH_FAILED: { status: 502, type: 'server_error' },
+  LLMGW_WEIGHTS_SHA_MISMATCH: { status: 502, type: 'server_error' },
+  LLMGW_WEIGHTS_DISK_FULL: { status: 507, type: 'server_error' },
+  LLMGW_WEIGHTS_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -106,6 +106,8 @@ export interface Profile {
 export interface ModelSpec {
   name: string;
   source: string;
+  /** sha256 (hex) of the file a URL source names: each node verifies its download against it */
+  sha256?: string;
   replicas: number;
   profiles: Profile[];
 }

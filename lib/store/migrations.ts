@@ -103,4 +103,27 @@ export const MIGRATIONS: Migration[] = [
       `UPDATE nodes SET cordoned = 1 WHERE state = 'cordoned'`,
     ],
   },
+  {
+    version: 6,
+    name: 'weights copies',
+    statements: [
+      // Which node holds which whole file of its weights cache, so a node fetches from a peer before the origin.
+      // A hint, not the truth (that is each node's disk): rows are written only after a file is in place, and an
+      // agent replaces all of its rows each time it starts, so a wiped cache is forgotten; a stale row costs one
+      // failed peer attempt and the fetch goes on to the next peer or the origin.
+      `CREATE TABLE weight_copies (
+        node_id VARCHAR(64) NOT NULL,
+        weight_key VARCHAR(80) NOT NULL,
+        url VARCHAR(2048) NOT NULL,
+        size BIGINT NOT NULL,
+        sha256 CHAR(64) NOT NULL,
+        verified TINYINT(1) NOT NULL,
+        endpoint VARCHAR(256) NOT NULL,
+        stored_at DATETIME(3) NOT NULL,
+        reported_at DATETIME(3) NOT NULL,
+        PRIMARY KEY (node_id, weight_key),
+        KEY weight_copies_key (weight_key)
+      )`,
+    ],
+  },
 ];
