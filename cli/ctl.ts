@@ -12,6 +12,8 @@ import { controlApi, type ControlApi } from './control-api';
 import { drain, setCordon } from './drain';
 import { engineCheckCommand } from './engine-check';
 import { fabricColumn, fabricsView, formatFabrics } from './fabrics';
+import { followWorkflow } from './follow';
+import { forgetHostKey } from './host-keys';
 import { revokeNode } from './revoke';
 import { table, ago } from './table';
 
@@ -38,6 +40,10 @@ llmgw ctl COMMAND [options]
   uncordon NODE               NODE takes replicas again
   revoke NODE [--reason TEXT] revoke every certificate of NODE: the control plane refuses it at once, open
                               connections included, and it cannot register again (docs/identity.md)
+  follow WORKFLOW-ID          follow a workflow in the terminal (onboard/NODE step by step) until it ends; Ctrl-C
+                              detaches, the workflow goes on
+  forget-host-key NODE        forget the ssh host keys onboarding learned for NODE, when the machine was rebuilt on
+                              purpose (server.yaml's mysql: run it on the CA host)
   engine-check ENGINE [--help-output FILE | --bin PATH]
                               check every flag llmgw would give ENGINE (llamacpp, vllm, sglang) against its help
 
@@ -159,6 +165,27 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
       } finally {
         await close();
       }
+      return;
+    }
+    case 'follow': {
+      const workflowId = positionals[0];
+      if (!workflowId) throw new UsageError('ctl follow needs a WORKFLOW-ID, e.g. llmgw ctl follow onboard/gpu-01');
+      const { client, close } = await temporalClient(config);
+      const detach = new AbortController();
+      const onSigint = (): void => detach.abort();
+      process.on('SIGINT', onSigint);
+      try {
+        await followWorkflow(client, workflowId, { out, signal: detach.signal, uiLink: uiLink(config, workflowId) });
+      } finally {
+        process.off('SIGINT', onSigint);
+        await close();
+      }
+      return;
+    }
+    case 'forget-host-key': {
+      const nodeId = positionals[0];
+      if (!nodeId) throw new UsageError('ctl forget-host-key needs a NODE, e.g. llmgw ctl forget-host-key gpu-01');
+      await forgetHostKey(config, nodeId, out);
       return;
     }
     case 'revoke': {

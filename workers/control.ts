@@ -10,6 +10,7 @@ import { buildControlServer } from '../gateway/control-server';
 import { remoteCa } from './ca-remote';
 import { LlmgwError } from '../lib/errors';
 import { QUEUES, workflowIds } from '../lib/names';
+import { release } from '../lib/release';
 import { openDatabase } from '../lib/store/db';
 import { Store } from '../lib/store/store';
 import { nodesChangedSignal } from '../workflows/contracts/replica';
@@ -25,6 +26,12 @@ export interface ControlPlaneOptions {
   log?: (msg: string, fields: Record<string, unknown>) => void;
 }
 
+/** Workflows from a checkout's workflows/ (bundled at start), or from a release artefact the bundle built with it. */
+function defaultWorkflows(): { workflowBundle: WorkflowBundleOption } | { workflowsPath: string } {
+  const r = release();
+  return r ? { workflowBundle: { codePath: join(dirname(r.program), 'workflows.js') } } : { workflowsPath: require.resolve('../workflows') };
+}
+
 /** Reads one PEM file named by `tls.<key>` in server.yaml; a missing one names the key and the fix. */
 function readTlsFile(config: ServerConfig, key: keyof ServerConfig['tls'], fix: string): string {
   const file = config.tls[key];
@@ -33,6 +40,8 @@ function readTlsFile(config: ServerConfig, key: keyof ServerConfig['tls'], fix: 
   } catch (err) {
     throw new LlmgwError('LLMGW_CONFIG_INVALID', `tls.${key}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? String(err)}); ${fix}`, { file, key });
   }
+}
+
 }
 
 export interface ControlPlane {
@@ -64,17 +73,23 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     connection: native,
     namespace: config.temporal.namespace,
     taskQueue: QUEUES.control,
-    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : { workflowsPath: require.resolve('../workflows') }),
+    ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : defaultWorkflows()),
     activities: createControlActivities({ store, client, enginePorts: config.enginePorts }),
   });
   const running = worker.run();
 
   // A node coming (back) lets waiting replicas try again now rather than at their next retry.
-  const wakeWaiting = async (): Promise<void> => {
-    for (const r of await store.listReplicas()) {
-      if (r.state !== 'waiting') continue;
-      await client.workflow.getHandle(workflowIds.replica(r.id)).signal(nodesChangedSignal).catch(() => undefined);
-    }
+  const wakeWaiting = (): Promise<void> => wakeWaitingReplicas(store, client);
+
+  // Each node installs and probes server.yaml's engines (ensureEngines, one workflow per node): when it registers
+  // (a new agent: perhaps an upgrade, perhaps new binaries), and now for every node last checked against other
+  // engines or another catalog. A new run replaces a running one: it is checking what is now wanted.
+  const configHash = enginesConfigHash(config);
+  const ensureEngines = (nodeId: string): void => {
+    const input: EnsureEnginesWorkflowInput = { nodeId, engines: config.engines, catalog: config.catalog, configHash };
+    void client.workflow.start('ensureEngines', {
+      taskQueue: QUEUES.control, workflowId: workflowIds.engines(nodeId), args: [input], workflowIdConflictPolicy: 'TERMINATE_EXISTING',
+    }).catch((err: Error) => log('could not start ensureEngines', { nodeId, error: err.message }));
   };
   // Where the CA key lives beside tls.ca (one host), renewals are signed and CRLs written in process; elsewhere
   // (the CA on its own host, as DESIGN wants) both go through a workflow whose activity runs on llmgw-ca.

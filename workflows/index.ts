@@ -3,3 +3,4 @@ export { replica } from './replica';
 export { modelDeployment } from './model';
 export { drainNode } from './drain';
 export { renewCertificate, publishCrl } from './ca';
+export { onboardNode } from './onboard';

@@ -104,6 +104,24 @@ export const MIGRATIONS: Migration[] = [
     ],
   },
   {
+    version: 5,
+    name: 'ssh host keys',
+    statements: [
+      // What onboarding learned of each node's ssh host keys, the accept-new way: a node is known by these and
+      // refused when it presents any other. By node id, not address: the id is the machine (its hostname, its
+      // certificate's CN); llmgw ctl forget-host-key NODE deletes a node's rows when it was rebuilt on purpose.
+      `CREATE TABLE host_keys (
+        node_id VARCHAR(64) NOT NULL,
+        fingerprint VARCHAR(80) NOT NULL,
+        key_type VARCHAR(64) NOT NULL,
+        public_key TEXT NOT NULL,
+        address VARCHAR(255) NOT NULL,
+        learned_at DATETIME(3) NOT NULL,
+        PRIMARY KEY (node_id, fingerprint)
+      )`,
+    ],
+  },
+  {
     version: 6,
     name: 'weights copies',
     statements: [
@@ -124,6 +142,10 @@ export const MIGRATIONS: Migration[] = [
         PRIMARY KEY (node_id, weight_key),
         KEY weight_copies_key (weight_key)
       )`,
+    ],
+  },
+  {
+    statements: [
     ],
   },
 ];

@@ -39,7 +39,7 @@ export async function startOrigin(o: { size?: number; data?: Buffer; name?: stri
   const server: Server = createServer((req, res) => {
     const rec: OriginRequest = { path: req.url ?? '', range: req.headers.range ?? null, status: 0, sent: 0 };
     requests.push(rec);
-    if (req.url !== `/models/${name}`) {
+    if ((req.url ?? '').split('?')[0] !== `/models/${name}`) {
       rec.status = 404;
       res.writeHead(404, { 'content-type': 'text/plain' }).end('no such model here');
       return;
