@@ -9,6 +9,7 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
   llmgw ca COMMAND       the cluster CA: init | issue | issue-server | crl   (llmgw ca --help)
   llmgw control-plane    run the control plane API and the control worker
   llmgw ca-worker        run the llmgw-ca worker beside the CA key (llmgw ca-worker --help)
+  llmgw onboard-node     give a machine its identity and agent over ssh (llmgw onboard-node --help)
   llmgw gateway          run the inference gateway
   llmgw agent            run the node agent (llmgw agent --help)
   llmgw doctor           check what this node lacks before it joins (llmgw doctor --help)
@@ -29,9 +30,15 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   agent: async () => (require('./roles') as typeof import('./roles')).agentCommand,
   doctor: async () => (argv) => (require('./doctor') as typeof import('./doctor')).doctorCommand(argv),
   'sim-engine': async () => (require('./roles') as typeof import('./roles')).simEngineCommand,
+  'onboard-node': async () => (argv) => (require('./onboard') as typeof import('./onboard')).onboardNodeCommand(argv),
+  // Node-side helpers onboarding and the agent run (not in the usage above).
+  'engine-probe': async () => (argv) => (require('./engine-probe') as typeof import('./engine-probe')).engineProbeCommand(argv),
+  'engine-shim': async () => async (argv) => (require('../workers/engine-shim') as typeof import('../workers/engine-shim')).engineShimMain(argv),
   version: async () => async () => {
     const pkg = require('../package.json') as { version: string; dependencies: Record<string, string> };
-    process.stdout.write(`llmgw ${pkg.version} (Temporal SDK ${pkg.dependencies['@temporalio/client']}, Node ${process.version})\n`);
+    const r = (require('../lib/release') as typeof import('../lib/release')).release();
+    const from = r ? `release ${r.platform}, commit ${r.commit}, built ${r.builtAt}` : 'checkout';
+    process.stdout.write(`llmgw ${pkg.version} (${from}; Temporal SDK ${pkg.dependencies['@temporalio/client']}, Node ${process.version})\n`);
   },
 };
 /* eslint-enable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */

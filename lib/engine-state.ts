@@ -5,6 +5,7 @@
 import { readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { procStatFields } from './process';
+import { releaseSelfArgv } from './release';
 
 /** What the shim records once the engine is running: enough to find it, and to prove a pid is still it. */
 export interface EngineState {
@@ -137,8 +138,9 @@ export function sameProcess(pid: number, startTime: string): boolean {
 
 /**
  * The argv prefix that runs the engine shim (as the sim engine is run: node, tsx's CommonJS loader, the
- * absolute entrypoint), followed by the shim's own flags and `--` and the engine command.
+ * absolute entrypoint; from a release artefact its bundled program's `engine-shim`), followed by the shim's own
+ * flags and `--` and the engine command.
  */
 export function engineShimArgv(): string[] {
-  return [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../workers/engine-shim.ts')];
+  return releaseSelfArgv('engine-shim') ?? [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../workers/engine-shim.ts')];
 }

@@ -4,9 +4,11 @@
  */
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createCaActivities, createCaOperations, type CurrentCrl } from '../activities/ca';
+import { createOnboardActivities } from '../activities/ca/onboard';
 import type { ServerConfig } from '../config/types';
 import { QUEUES } from '../lib/names';
 import { openDatabase } from '../lib/store/db';
+import { HostKeyStore } from '../lib/store/host-keys';
 import { Store } from '../lib/store/store';
 
 export interface CaWorkerOptions {
@@ -47,7 +49,8 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
     connection,
     namespace: opts.config.temporal.namespace,
     taskQueue: QUEUES.ca,
-    activities: createCaActivities(deps),
+    // Onboarding runs here too: it needs the CA key (the node's certificate) and this host's ssh key.
+    activities: { ...createCaActivities(deps), ...createOnboardActivities({ caDir: opts.caDir, store: deps.store, hostKeys: new HostKeyStore(pool), ca: ops, log: deps.log }) },
   });
   const running = worker.run();
 

@@ -9,7 +9,8 @@ import { closeSync, mkdirSync, openSync, rmSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { enginePaths, procStartTime, writeJsonAtomic, type EngineExit, type EngineState } from '../lib/engine-state';
 
-function main(argv: string[]): void {
+/** Runs the shim over `argv` (its flags, `--`, the engine command); `llmgw engine-shim` in a release artefact. */
+export function engineShimMain(argv: string[]): void {
   const { values, positionals } = parseArgs({
     args: argv, allowPositionals: true, strict: true,
     options: { 'state-dir': { type: 'string' }, key: { type: 'string' }, replica: { type: 'string' }, rank: { type: 'string' }, generation: { type: 'string' }, port: { type: 'string' } },
@@ -48,4 +49,4 @@ function main(argv: string[]): void {
   for (const sig of ['SIGTERM', 'SIGINT'] as const) process.on(sig, () => engine.kill(sig));
 }
 
-main(process.argv.slice(2));
+if (require.main === module) engineShimMain(process.argv.slice(2));

@@ -1,0 +1,151 @@
+/**
+ * `llmgw onboard-node` (also `llmgw-onboard-node`), run on the CA host: starts onboardNode (`onboard/<node>`),
+ * or joins the one running, and follows it step by step. Ctrl-C detaches; the onboarding goes on.
+ */
+import { createHash } from 'node:crypto';
+import { createReadStream, existsSync, statSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { loadServerConfig } from '../config/load';
+import type { ServerConfig } from '../config/types';
+import { LlmgwError } from '../lib/errors';
+import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
+import { parseArtefactName } from '../lib/onboard/plan';
+import { checkNodeId } from '../lib/pki';
+import type { ArtefactRef, OnboardInput, OnboardResult } from '../workflows/contracts/onboard';
+import { intOption, parse, UsageError } from './args';
+import { detachedLine, followOnboarding, onboardedLine } from './follow';
+
+const USAGE = `
+llmgw onboard-node --node ID --addr ADDR --server URL --binary ARTEFACT [options]
+(also: llmgw-onboard-node …)
+
+Run on the CA host (beside llmgw ca-worker): gives the machine at ADDR its identity and agent over ssh, as
+the workflow onboard/ID on llmgw-ca — wait for ssh, learn its host key (accept-new: a changed one is refused),
+check its hostname is ID and issue its certificate (CN = ID), install the release artefact, the certificate,
+the CA root (trusted system-wide), the agent's configuration and its service, run each configured engine,
+start the agent, and wait until it has registered. Every step is idempotent: running it again on a finished
+node changes nothing; running it while one is under way joins that one. Ctrl-C detaches (it goes on);
+llmgw ctl follow onboard/ID follows it again.
+
+  --node ID               the node id: also its hostname, VM name and certificate CN (a-z, 0-9, '-')
+  --addr ADDR             where the CA host reaches it over ssh
+  --server URL            the control plane its agent registers with, e.g. https://10.0.0.140:7443
+  --binary ARTEFACT       the release artefact to install (llmgw-<version>-linux-<arch>.tar.gz, from npm run
+                          release or a release); onboarding never copies the working tree it runs from
+  --fabric NAME[:dev,dev] InfiniBand fabric of the node (repeatable); none: an island
+  --llamacpp-bin PATH     llama-server on the node, run at onboarding (--version) and offered
+  --vllm-bin PATH         vllm on the node, likewise
+  --sglang-python PATH    the python with SGLang on the node, likewise
+  --nvidia-smi PATH       nvidia-smi on the node (default: on its PATH)
+  --no-gpu                the node has no GPU: the agent does not look for one
+  --ib-root PATH          sysfs root with class/infiniband on the node (default /sys)
+  --advertise-host HOST   where engines on the node are reached (default ADDR)
+  --ssh-user USER         (default root; another user needs passwordless sudo)
+  --ssh-key PATH          the CA host's private key (default ~/.ssh/id_ed25519, id_ecdsa or id_rsa)
+  --ssh-port N            (default 22)
+  --ssh-timeout S         how long to wait for ssh to answer (default 600)
+  --register-timeout S    how long the started agent may take to register (default 120)
+  --no-follow             start (or join) it and return
+  --config FILE           server.yaml: where Temporal is (temporal.address, namespace, uiUrl)
+`;
+
+function sha256File(file: string): Promise<string> {
+  return new Promise((res, rej) => {
+    const h = createHash('sha256');
+    createReadStream(file).on('data', (b) => h.update(b)).on('end', () => res(h.digest('hex'))).on('error', rej);
+  });
+}
+
+/** The artefact `--binary` names, checked here so a wrong one fails before anything is started. */
+export async function artefactRef(file: string | undefined): Promise<ArtefactRef> {
+  if (!file) {
+    throw new LlmgwError('LLMGW_ARTEFACT_INVALID', '--binary ARTEFACT is required: build one with npm run release (dist/llmgw-<version>-linux-x64.tar.gz) or download a release. ' +
+      'Onboarding never copies the program it runs from: that would make this machine the build server and the fleet run whatever is in its working tree');
+  }
+  const path = resolve(file);
+  const name = parseArtefactName(path);
+  if (!name) throw new LlmgwError('LLMGW_ARTEFACT_INVALID', `--binary ${file} is not a release artefact (llmgw-<version>-linux-x64.tar.gz or …-linux-arm64.tar.gz, made by npm run release)`);
+  if (!existsSync(path) || !statSync(path).isFile()) throw new LlmgwError('LLMGW_ARTEFACT_INVALID', `--binary ${file}: no such file`);
+  return { path, sha256: await sha256File(path), ...name };
+}
+
+/** The CA host's ssh key: --ssh-key, or the first of the usual ones. */
+function sshKey(flag: string | undefined): string {
+  if (flag) return resolve(flag);
+  const found = ['id_ed25519', 'id_ecdsa', 'id_rsa'].map((k) => join(homedir(), '.ssh', k)).find((k) => existsSync(k));
+  if (!found) throw new UsageError(`no ssh key in ${join(homedir(), '.ssh')} (id_ed25519, id_ecdsa, id_rsa): pass --ssh-key PATH`);
+  return found;
+}
+
+/** The Temporal UI page of a workflow. */
+export function workflowLink(config: Pick<ServerConfig, 'temporal'>, workflowId: string): string {
+  return `${config.temporal.uiUrl}/namespaces/${config.temporal.namespace}/workflows/${encodeURIComponent(workflowId)}`;
+}
+
+/**
+ * Starts onboarding `input.nodeId` or joins the one running (one workflow per node: `onboard/<node>`), prints
+ * its id and UI link, and follows it unless `follow` is false. Resolves with the result, 'detached' (signal), or
+ * 'started' (no follow); throws the failure naming the step, why and what to do.
+ */
+export async function onboardNode(client: Client, input: OnboardInput, o: { uiLink: string; out: (s: string) => void; follow: boolean; signal?: AbortSignal }): Promise<OnboardResult | 'detached' | 'started'> {
+  const workflowId = workflowIds.onboard(input.nodeId);
+  const before = await client.workflow.getHandle(workflowId).describe().catch(() => null);
+  const handle = await client.workflow.start('onboardNode', {
+    taskQueue: QUEUES.control, workflowId, args: [input],
+    // A second start while one runs joins it; a finished one is run again (which changes nothing on a done node).
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    typedSearchAttributes: [{ key: searchAttributes.node, value: [input.nodeId] }],
+  });
+  o.out(`onboarding ${input.nodeId} (${input.addr}): workflow ${workflowId}\n  ${o.uiLink}\n`);
+  if (before?.status.name === 'RUNNING') o.out(`  joined the onboarding running since ${before.startTime.toISOString()} (its own flags stand)\n`);
+  if (!o.follow) return 'started';
+  const r = await followOnboarding(handle, { out: o.out, signal: o.signal });
+  o.out(r === 'detached' ? detachedLine(workflowId) : `${onboardedLine(r)}\n`);
+  return r;
+}
+
+/** Entry for `llmgw onboard-node`. */
+export async function onboardNodeCommand(argv: string[]): Promise<void> {
+  const { values } = parse(argv, {
+    usage: USAGE,
+    options: {
+      node: { type: 'string' }, addr: { type: 'string' }, server: { type: 'string' }, binary: { type: 'string' },
+      fabric: { type: 'string', multiple: true }, 'llamacpp-bin': { type: 'string' }, 'vllm-bin': { type: 'string' }, 'sglang-python': { type: 'string' },
+      'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' }, 'ib-root': { type: 'string' }, 'advertise-host': { type: 'string' },
+      'ssh-user': { type: 'string' }, 'ssh-key': { type: 'string' }, 'ssh-port': { type: 'string' }, 'ssh-timeout': { type: 'string' },
+      'register-timeout': { type: 'string' }, 'no-follow': { type: 'boolean' }, config: { type: 'string' },
+    },
+  });
+  for (const f of ['node', 'addr', 'server'] as const) if (!values[f]) throw new UsageError(`--${f} is required\n${USAGE}`);
+  const server = values.server!.replace(/\/$/, '');
+  if (!/^https:\/\/[^/]+$/.test(server)) throw new UsageError(`--server ${values.server}: the control plane's https://HOST:PORT (it speaks mutual TLS only)`);
+  const nodeId = checkNodeId(values.node!);
+  const artefact = await artefactRef(values.binary);
+  const input: OnboardInput = {
+    nodeId, addr: values.addr!, sshPort: intOption(values['ssh-port'], '--ssh-port', 22), sshUser: values['ssh-user'] ?? 'root',
+    sshKeyPath: sshKey(values['ssh-key']), server, advertiseHost: values['advertise-host'] ?? values.addr!,
+    fabrics: values.fabric ?? [], noGpu: values['no-gpu'] ?? false,
+    ...(values['nvidia-smi'] ? { nvidiaSmi: values['nvidia-smi'] } : {}), ...(values['ib-root'] ? { ibRoot: values['ib-root'] } : {}),
+    bins: {
+      ...(values['llamacpp-bin'] ? { llamacpp: values['llamacpp-bin'] } : {}), ...(values['vllm-bin'] ? { vllm: values['vllm-bin'] } : {}),
+      ...(values['sglang-python'] ? { sglang: values['sglang-python'] } : {}),
+    },
+    artefact, sshDeadlineS: intOption(values['ssh-timeout'], '--ssh-timeout', 600), registerTimeoutS: intOption(values['register-timeout'], '--register-timeout', 120),
+  };
+  const config = loadServerConfig(values.config);
+  const connection = await Connection.connect({ address: config.temporal.address, connectTimeout: 5000 }).catch((err: Error) => {
+    throw new UsageError(`cannot reach Temporal at ${config.temporal.address} (${err.message}): is it running? check temporal.address in server.yaml (--config FILE)`);
+  });
+  const detach = new AbortController();
+  const onSigint = (): void => detach.abort();
+  process.on('SIGINT', onSigint);
+  try {
+    const client = new Client({ connection, namespace: config.temporal.namespace });
+    await onboardNode(client, input, { uiLink: workflowLink(config, workflowIds.onboard(nodeId)), out: (s) => process.stdout.write(s), follow: !values['no-follow'], signal: detach.signal });
+  } finally {
+    process.off('SIGINT', onSigint);
+    await connection.close();
+  }
+}

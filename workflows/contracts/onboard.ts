@@ -1,0 +1,95 @@
+/** Contract of the onboardNode workflow (`onboard/<node>`): its input, steps, progress query and result. */
+import { defineQuery } from '@temporalio/workflow';
+
+/** The release artefact onboarding installs (a file on the CA host, where the llmgw-ca worker reads it). */
+export interface ArtefactRef {
+  /** absolute path on the CA host */
+  path: string;
+  sha256: string;
+  /** llmgw-<version>-<platform> */
+  name: string;
+  version: string;
+  /** linux-x64 or linux-arm64 */
+  platform: string;
+}
+
+export interface OnboardInput {
+  nodeId: string;
+  /** where the CA host reaches the node over ssh */
+  addr: string;
+  sshPort: number;
+  sshUser: string;
+  /** the private key on the CA host (absolute path) */
+  sshKeyPath: string;
+  /** the control plane URL the agent uses */
+  server: string;
+  /** where engines on the node are reached (default: addr) */
+  advertiseHost: string;
+  fabrics: string[];
+  nvidiaSmi?: string;
+  noGpu: boolean;
+  ibRoot?: string;
+  bins: { llamacpp?: string; vllm?: string; sglang?: string };
+  artefact: ArtefactRef;
+  /** how long to wait for ssh to answer, s (default 600) */
+  sshDeadlineS: number;
+  /** how long to wait for the started agent to register, s (default 120) */
+  registerTimeoutS: number;
+}
+
+/** The steps, in order; each is one activity on llmgw-ca. */
+export const ONBOARD_STEPS = [
+  { id: 'waitForSsh', title: 'wait for ssh' },
+  { id: 'learnHostKey', title: 'learn the host key' },
+  { id: 'issueCertificate', title: 'issue the certificate' },
+  { id: 'install', title: 'install' },
+  { id: 'probeEngines', title: 'probe the engines' },
+  { id: 'startAgent', title: 'start the agent' },
+  { id: 'waitRegistered', title: 'wait for registration' },
+] as const;
+
+export type StepId = (typeof ONBOARD_STEPS)[number]['id'];
+
+/** What every step's activity returns. */
+export interface StepResult {
+  /** one line for the terminal and the UI */
+  summary: string;
+  /** of the step's time, how much was spent waiting on the node (ssh coming up, its commands, the agent) */
+  waitedMs: number;
+  /** whether the step changed anything on the node or in the records */
+  changed: boolean;
+}
+
+export interface StepProgress {
+  id: StepId;
+  title: string;
+  state: 'pending' | 'running' | 'done' | 'failed';
+  summary: string | null;
+  /** the step's wall time, as the workflow saw it */
+  ms: number | null;
+  waitedMs: number | null;
+  error: string | null;
+}
+
+export interface OnboardProgress {
+  nodeId: string;
+  steps: StepProgress[];
+}
+
+export interface OnboardResult {
+  nodeId: string;
+  steps: StepProgress[];
+  totalMs: number;
+  /** of totalMs, waiting on the node; the rest is llmgw's own work (and Temporal's scheduling) */
+  waitedMs: number;
+  /** false when the node already was as onboarding leaves it (a rerun) */
+  changed: boolean;
+}
+
+/** What a step's activity heartbeats: shown by the CLI and in the Temporal UI's pending activity. */
+export interface OnboardHeartbeat {
+  step: StepId;
+  waitingFor: string;
+}
+
+export const onboardProgressQuery = defineQuery<OnboardProgress>('onboardProgress');

@@ -1,0 +1,72 @@
+/**
+ * The onboardNode workflow (`onboard/<node>`): gives a machine its identity and agent, one activity per step on
+ * llmgw-ca (the CA key and the ssh key live there). A failure names its step, why, and what to do.
+ */
+import { ActivityFailure, ApplicationFailure, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
+import type { OnboardActivities } from '../activities/ca/onboard';
+import { QUEUES, searchAttributes } from '../lib/names';
+import { ONBOARD_STEPS, onboardProgressQuery, type OnboardInput, type OnboardProgress, type OnboardResult, type StepId, type StepProgress, type StepResult } from './contracts/onboard';
+
+/**
+ * Each step on llmgw-ca: a dropped connection or a CA worker that died (heartbeat timeout) is retried; the
+ * steps' own failures are final (non-retryable). The two waits get their own deadlines plus a margin.
+ */
+function stepActivities(startToCloseS: number): OnboardActivities {
+  return proxyActivities<OnboardActivities>({
+    taskQueue: QUEUES.ca,
+    startToCloseTimeout: `${startToCloseS}s`,
+    heartbeatTimeout: '30s',
+    retry: { initialInterval: '2s', maximumInterval: '10s', maximumAttempts: 4 },
+  });
+}
+
+/** Runs the steps in order; ends when the node has registered. */
+export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
+  const progress: OnboardProgress = {
+    nodeId: input.nodeId,
+    steps: ONBOARD_STEPS.map((s): StepProgress => ({ id: s.id, title: s.title, state: 'pending', summary: null, ms: null, waitedMs: null, error: null })),
+  };
+  setHandler(onboardProgressQuery, () => progress);
+  upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
+  const show = (): void => setCurrentDetails(`onboarding **${input.nodeId}** (${input.addr})\n\n${progress.steps.map((s) =>
+    `- ${s.state === 'done' ? '✓' : s.state === 'failed' ? '✗' : s.state === 'running' ? '…' : ' '} ${s.title}${s.summary ? `: ${s.summary}` : ''}${s.error ? `: ${s.error}` : ''}`).join('\n')}`);
+  const started = Date.now();
+  const steps = stepActivities(600);
+  const sshWait = stepActivities(input.sshDeadlineS + 120);
+  const registerWait = stepActivities(input.registerTimeoutS + 120);
+
+  const run = async <R extends StepResult>(id: StepId, fn: () => Promise<R>): Promise<R> => {
+    const step = progress.steps.find((s) => s.id === id)!;
+    step.state = 'running';
+    show();
+    const t = Date.now();
+    try {
+      const r = await fn();
+      Object.assign(step, { state: 'done', summary: r.summary, ms: Date.now() - t, waitedMs: r.waitedMs });
+      show();
+      return r;
+    } catch (err) {
+      const cause = err instanceof ActivityFailure && err.cause instanceof ApplicationFailure ? err.cause : err instanceof ApplicationFailure ? err : null;
+      const why = cause?.message ?? (err instanceof ActivityFailure && err.cause ? err.cause.message : (err as Error).message);
+      Object.assign(step, { state: 'failed', ms: Date.now() - t, error: why });
+      show();
+      throw ApplicationFailure.create({
+        type: cause?.type ?? 'LLMGW_ONBOARD_FAILED',
+        message: `onboarding ${input.nodeId} failed at step "${step.title}": ${why}`,
+        nonRetryable: true,
+      });
+    }
+  };
+
+  await run('waitForSsh', () => sshWait.waitForSsh(input));
+  const key = await run('learnHostKey', () => steps.learnHostKey(input));
+  const cert = await run('issueCertificate', () => steps.issueCertificate(input));
+  const files = await run('install', () => steps.install(input));
+  await run('probeEngines', () => steps.probeEngines(input));
+  const agent = await run('startAgent', () => steps.startAgent({ ...input, restart: cert.changed || files.changed }));
+  await run('waitRegistered', () => registerWait.waitRegistered({ ...input, since: agent.since }));
+
+  const totalMs = Date.now() - started;
+  const waitedMs = progress.steps.reduce((n, s) => n + (s.waitedMs ?? 0), 0);
+  return { nodeId: input.nodeId, steps: progress.steps, totalMs, waitedMs, changed: key.changed || cert.changed || files.changed || agent.changed };
+}
