@@ -6,6 +6,7 @@ import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import { doctorColumn } from '../lib/doctor';
 import type { NodeRecord, ReplicaRecord } from '../lib/types';
 import type { NodeCertificate } from '../gateway/control-app';
+import type { WeightCopy } from '../lib/store/weights';
 import { scaleUpdate, type ModelDeploymentInput } from '../workflows/contracts/model';
 import { intOption, parse, UsageError } from './args';
 import { controlApi, type ControlApi } from './control-api';
@@ -15,6 +16,7 @@ import { fabricColumn, fabricsView, formatFabrics } from './fabrics';
 import { followWorkflow } from './follow';
 import { forgetHostKey } from './host-keys';
 import { revokeNode } from './revoke';
+import { formatFetch, formatWeights, weightsFetches } from './weights';
 import { table, ago } from './table';
 
 const COMMON = `  --config FILE   server.yaml (default: built-in local-cluster defaults)
@@ -36,6 +38,8 @@ llmgw ctl COMMAND [options]
   drain NODE [--timeout S] [--no-wait]
                               cordon NODE and move its replicas elsewhere, one at a time, each replacement
                               serving before its original stops (workflow drain/NODE; running it again joins it)
+  weights                     weights fetches under way (node, bytes, total, rate, from a peer or the origin) and
+                              the files each node's cache holds
   cordon NODE                 NODE takes no new replicas (those on it keep running)
   uncordon NODE               NODE takes replicas again
   revoke NODE [--reason TEXT] revoke every certificate of NODE: the control plane refuses it at once, open
@@ -143,6 +147,18 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
       out(values.json ? `${JSON.stringify(models, null, 2)}\n` : table(['MODEL', 'DESIRED', 'PROFILE'], models.map((m) => [m.name, String(m.replicas), m.profiles.map((p) => `${p.name} (${p.engine}, ${p.nodes} node${p.nodes > 1 ? 's' : ''})`).join(' ')])));
       return;
     }
+    case 'weights': {
+      const { copies } = await getJson<{ copies: WeightCopy[] }>(api, `${api.server}/v1/weights`);
+      const { client, close } = await temporalClient(config);
+      try {
+        const fetches = await weightsFetches(client, { model: values.model });
+        out(values.json ? `${JSON.stringify({ fetches, copies }, null, 2)}
+` : formatWeights(fetches, copies));
+      } finally {
+        await close();
+      }
+      return;
+    }
     case 'deploy':
     case 'scale': {
       const model = positionals[0];
@@ -217,15 +233,17 @@ async function deploy(config: ServerConfig, api: ControlApi, o: { model: string;
       o.out(`desired replicas: ${o.replicas}\n`);
     }
     if (!o.wait) return;
-    await followReplicas(api, o.model, o.timeoutS * 1000, o.out);
+    await followReplicas(api, o.model, o.timeoutS * 1000, o.out, () => weightsFetches(client, { model: o.model }).then((fs) => fs.map((f) => formatFetch(f))));
   } finally {
     await close();
   }
 }
 
 /** Prints each replica's state as it changes until all desired replicas are ready; fails on timeout. */
-async function followReplicas(api: ControlApi, model: string, timeoutMs: number, out: (s: string) => void): Promise<void> {
+async function followReplicas(api: ControlApi, model: string, timeoutMs: number, out: (s: string) => void, weights?: () => Promise<string[]>): Promise<void> {
   const seen = new Map<string, string>();
+  let weightsAt = 0;
+  const weightsSeen = new Set<string>();
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const [{ models }, { replicas }] = await Promise.all([
@@ -237,6 +255,15 @@ async function followReplicas(api: ControlApi, model: string, timeoutMs: number,
       const line = `${r.state}${r.reason ? ` — ${r.reason}` : ''}`;
       if (seen.get(r.id) !== line) out(`  ${r.id}: ${line}\n`);
       seen.set(r.id, line);
+    }
+    // Weights being fetched for a starting replica: a line every few seconds while it goes on.
+    if (weights && live.some((r) => r.state === 'starting') && Date.now() - weightsAt >= 3000) {
+      weightsAt = Date.now();
+      for (const line of await weights().catch(() => [])) {
+        if (!weightsSeen.has(line)) out(`  weights ${line}
+`);
+        weightsSeen.add(line);
+      }
     }
     const desired = models.find((m) => m.name === model)?.replicas ?? 0;
     const ready = live.filter((r) => r.state === 'ready').length;
