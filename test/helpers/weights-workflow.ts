@@ -19,7 +19,7 @@ export async function fetchWeightsOnce(queue: string, input: FetchWeightsInput):
     return { kind: 'fetched', result: await fetchWeights(input) };
   } catch (err) {
     const cause = err instanceof ActivityFailure ? err.cause : undefined;
-    if (cause instanceof ApplicationFailure) return { kind: 'failed', type: cause.type, message: cause.message, nonRetryable: cause.nonRetryable };
+    if (cause instanceof ApplicationFailure) return { kind: 'failed', type: cause.type, message: cause.message, nonRetryable: cause.nonRetryable === true };
     throw err;
   }
 }

@@ -6,6 +6,8 @@ export interface ReplicaInput {
   replicaId: string;
   model: string;
   source: string;
+  /** the catalog's sha256 of a URL source's file: fetchWeights verifies it on each node */
+  sha256?: string;
   profile: Profile;
   /** rebuilds so far, carried across continue-as-new */
   rebuilds?: number;
