@@ -51,41 +51,27 @@ export interface AgentConfig {
   caPath: string;
 }
 
-/** The engines the node offers: the sim engine every agent carries, and each one given a binary. */
-export function agentEngines(c: Pick<AgentConfig, 'bins'>): EngineName[] {
-  const engines: EngineName[] = ['sim'];
-  if (c.bins.llamacpp) engines.push('llamacpp');
-  if (c.bins.vllm) engines.push('vllm');
-  if (c.bins.sglang) engines.push('sglang');
-  return engines;
-}
-
 /** The agent's command line. */
 export function agentArgv(c: AgentConfig): string[] {
   return [
     NODE_LLMGW, 'agent', '--node', c.nodeId, '--server', c.server,
     '--cert', NODE_PATHS.cert, '--key', NODE_PATHS.key, '--ca', c.caPath,
-    '--advertise-host', c.advertiseHost, '--engines', agentEngines(c).join(','), '--state-dir', NODE_PATHS.stateDir,
+    '--advertise-host', c.advertiseHost, '--state-dir', NODE_PATHS.stateDir,
+    // The engines the operator installed; which engines the node offers is the control plane's to say (server.yaml).
+    ...(c.bins.llamacpp ? ['--llamacpp-bin', c.bins.llamacpp] : []), ...(c.bins.vllm ? ['--vllm-bin', c.bins.vllm] : []),
+    ...(c.bins.sglang ? ['--sglang-python', c.bins.sglang] : []),
     ...c.fabrics.flatMap((f) => ['--fabric', f]),
     ...(c.noGpu ? ['--no-gpu'] : c.nvidiaSmi ? ['--nvidia-smi', c.nvidiaSmi] : []),
     ...(c.ibRoot ? ['--ib-root', c.ibRoot] : []),
   ];
 }
 
-/** The directories of the operator's engine binaries: first on the agent's PATH, where it finds engines by name. */
-function binDirs(c: AgentConfig): string[] {
-  const dirs = Object.values(c.bins).filter((b): b is string => !!b).map((b) => b.replace(/\/[^/]*$/, '') || '/');
-  return [...new Set(dirs)];
-}
-
 /** /etc/llmgw/agent.sh: the agent's configuration, run by the systemd unit or the start script. */
 export function agentScript(c: AgentConfig, env: Record<string, string>): string {
-  const path = [...binDirs(c), '/usr/local/sbin', '/usr/local/bin', '/usr/sbin', '/usr/bin', '/sbin', '/bin'].join(':');
   return [
     '#!/bin/sh',
     `# The llmgw agent of ${c.nodeId}, written by llmgw onboard-node: onboarding the node again rewrites it.`,
-    '# Engines are run by program name; the directories of the engines given to onboarding come first.',
-    `export PATH=${shQuote(path)}`,
+    'export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
     ...Object.entries(env).map(([k, v]) => `export ${k}=${shQuote(v)}`),
     `exec ${agentArgv(c).map(shQuote).join(' ')}`,
     '',

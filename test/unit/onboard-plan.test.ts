@@ -54,17 +54,17 @@ describe('what onboarding puts on a node', () => {
     expect(agentArgv(config)).toEqual([
       '/opt/llmgw/current/bin/llmgw', 'agent', '--node', 'gpu-01', '--server', 'https://10.0.0.140:7443',
       '--cert', '/etc/llmgw/node.crt', '--key', '/etc/llmgw/node.key', '--ca', '/usr/local/share/ca-certificates/llmgw-ca.crt',
-      '--advertise-host', '10.0.0.5', '--engines', 'sim,llamacpp', '--state-dir', '/var/lib/llmgw/engines',
+      '--advertise-host', '10.0.0.5', '--state-dir', '/var/lib/llmgw/engines', '--llamacpp-bin', '/opt/llama.cpp/llama-server',
       '--fabric', 'ib-b:mlx5_2,mlx5_3', '--nvidia-smi', '/opt/nvidia/bin/nvidia-smi',
     ]);
     expect(agentArgv({ ...config, noGpu: true })).toContain('--no-gpu');
     expect(agentArgv({ ...config, noGpu: true })).not.toContain('--nvidia-smi');
   });
 
-  test('the agent script puts the engines\' directories first on PATH and quotes what needs it', () => {
+  test('the agent script sets PATH and Node\'s CA list, and quotes what needs it', () => {
     const s = agentScript(config, { NODE_EXTRA_CA_CERTS: '/usr/local/share/ca-certificates/llmgw-ca.crt' });
     expect(s).toMatch(/^#!\/bin\/sh\n/);
-    expect(s).toContain("export PATH=/opt/llama.cpp:/usr/local/sbin:");
+    expect(s).toContain('export PATH=/usr/local/sbin:');
     expect(s).toContain('export NODE_EXTRA_CA_CERTS=/usr/local/share/ca-certificates/llmgw-ca.crt');
     expect(s).toMatch(/\nexec \/opt\/llmgw\/current\/bin\/llmgw agent --node gpu-01 /);
     expect(shQuote("it's here")).toBe("'it'\\''s here'");
