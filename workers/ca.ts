@@ -50,6 +50,10 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
     namespace: opts.config.temporal.namespace,
     taskQueue: QUEUES.ca,
     // Onboarding runs here too: it needs the CA key (the node's certificate) and this host's ssh key.
+    // Onboarding's steps heartbeat what they wait for; the CLI and the UI show it within a second, not at the
+    // default throttle (80% of the 30 s heartbeat timeout).
+    maxHeartbeatThrottleInterval: '1s',
+    defaultHeartbeatThrottleInterval: '1s',
     activities: { ...createCaActivities(deps), ...createOnboardActivities({ caDir: opts.caDir, store: deps.store, hostKeys: new HostKeyStore(pool), ca: ops, log: deps.log }) },
   });
   const running = worker.run();
