@@ -24,6 +24,9 @@ describe('llmgw --help', () => {
     [['agent', '--help'], /--fabric NAME[\s\S]*--sminfo PATH/],
     [['doctor', '--help'], /--sminfo PATH[\s\S]*--json/],
     [['sim-engine', '--help'], /--dist-port DP[\s\S]*--help/],
+    [['onboard-node', '--help'], /--node ID[\s\S]*--binary ARTEFACT[\s\S]*--ssh-timeout S/],
+    [['ctl', '--help'], /follow WORKFLOW-ID[\s\S]*forget-host-key NODE/],
+    [['engine-probe', '--help'], /engine-probe sim/],
   ])('llmgw %j prints its usage and exits 0', (args, usage) => {
     const r = run(...args);
     expect(r.stderr).toBe('');
@@ -35,6 +38,12 @@ describe('llmgw --help', () => {
     const r = run('frobnicate');
     expect(r.status).toBe(2);
     expect(r.stderr).toMatch(/unknown command "frobnicate"/);
+  });
+
+  test('onboard-node without --binary refuses, rather than copy the working tree', () => {
+    const r = run('onboard-node', '--node', 'gpu-01', '--addr', '10.0.0.5', '--server', 'https://10.0.0.1:7443');
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/LLMGW_ARTEFACT_INVALID: --binary ARTEFACT is required: build one with npm run release[\s\S]*never copies/);
   });
 
   test('ctl with no command exits 2 and shows an example', () => {
