@@ -23,6 +23,16 @@ command -v node >/dev/null || apt_install nodejs npm
 python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
 command -v mariadbd >/dev/null || command -v mysqld >/dev/null || apt_install mariadb-server
 command -v ssh-keygen >/dev/null || apt_install openssh-client
+# Onboarding's tests run a real OpenSSH sshd per test host (network namespaces: iproute2, util-linux's unshare
+# and nsenter), and build a real binary the loader refuses on a host without libgomp (gcc -fopenmp).
+if [ ! -x /usr/sbin/sshd ]; then
+  apt_install openssh-server
+  # Installed for the tests only: the machine itself gets no ssh service from this script.
+  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then systemctl disable --now ssh >/dev/null 2>&1 || true; fi
+fi
+command -v ip >/dev/null || apt_install iproute2
+command -v nsenter >/dev/null || apt_install util-linux
+command -v gcc >/dev/null || apt_install gcc
 
 # MariaDB must answer on 127.0.0.1:3306 (root, no password, as on the dev machines).
 if ! (exec 3<>/dev/tcp/127.0.0.1/3306) 2>/dev/null; then
