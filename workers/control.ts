@@ -1,10 +1,11 @@
 /** The control role: MySQL, the control worker (all workflows + control activities) and the control plane API, in one process. */
+import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker, type WorkflowBundleOption } from '@temporalio/worker';
 import { createCaOperations } from '../activities/ca';
-import { createControlActivities } from '../activities/control';
+import { createControlActivities, wakeWaitingReplicas } from '../activities/control';
 import type { ServerConfig } from '../config/types';
 import { buildControlServer } from '../gateway/control-server';
 import { remoteCa } from './ca-remote';
@@ -13,7 +14,7 @@ import { QUEUES, workflowIds } from '../lib/names';
 import { release } from '../lib/release';
 import { openDatabase } from '../lib/store/db';
 import { Store } from '../lib/store/store';
-import { nodesChangedSignal } from '../workflows/contracts/replica';
+import type { EnsureEnginesWorkflowInput } from '../workflows/contracts/engines';
 
 export interface ControlPlaneOptions {
   config: ServerConfig;
@@ -42,6 +43,9 @@ function readTlsFile(config: ServerConfig, key: keyof ServerConfig['tls'], fix: 
   }
 }
 
+/** What a node's engine probe depends on: server.yaml's engines and catalog (its profiles' args are checked too). */
+export function enginesConfigHash(config: Pick<ServerConfig, 'engines' | 'catalog'>): string {
+  return createHash('sha256').update(JSON.stringify({ engines: config.engines, catalog: config.catalog })).digest('hex').slice(0, 16);
 }
 
 export interface ControlPlane {
@@ -91,6 +95,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       taskQueue: QUEUES.control, workflowId: workflowIds.engines(nodeId), args: [input], workflowIdConflictPolicy: 'TERMINATE_EXISTING',
     }).catch((err: Error) => log('could not start ensureEngines', { nodeId, error: err.message }));
   };
+  for (const n of await store.listNodes()) if (n.state !== 'down' && n.enginesConfig !== configHash) ensureEngines(n.id);
   // Where the CA key lives beside tls.ca (one host), renewals are signed and CRLs written in process; elsewhere
   // (the CA on its own host, as DESIGN wants) both go through a workflow whose activity runs on llmgw-ca.
   const caDir = dirname(config.tls.ca);
@@ -104,6 +109,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     temporal: { address: config.temporal.address, namespace: config.temporal.namespace },
     heartbeatMs: 2000,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
+    onRegistered: ensureEngines,
     renew: (input: { csrPem: string; identity: string; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
     revoke: async (nodeId, reason) => {
       if (ca) return ca.revokeNode({ nodeId, reason });

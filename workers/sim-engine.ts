@@ -1,5 +1,6 @@
 /** The sim engine process: `sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP`. */
 import { parseArgs } from 'node:util';
+import { SIM_ENGINE_VERSION } from '../lib/sim/argv';
 import { startSimEngine, type SimOptions } from '../lib/sim/server';
 
 const USAGE = `usage: sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP [--tokens-per-second N]
@@ -47,7 +48,11 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
 /** Runs the engine until SIGTERM/SIGINT (exit 0) or until its group breaks (exit 3). */
 export async function main(argv: string[]): Promise<void> {
   if (argv.includes('--help') || argv.includes('-h')) {
-    process.stdout.write(`${USAGE}\n  --help  print this and exit\n`);
+    process.stdout.write(`${USAGE}\n  --help     print this and exit\n  --version  print the version and exit\n`);
+    return;
+  }
+  if (argv.includes('--version')) {
+    process.stdout.write(`sim-engine ${SIM_ENGINE_VERSION}\n`);
     return;
   }
   let opts: Omit<SimOptions, 'log'>;

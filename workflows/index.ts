@@ -3,4 +3,5 @@ export { replica } from './replica';
 export { modelDeployment } from './model';
 export { drainNode } from './drain';
 export { renewCertificate, publishCrl } from './ca';
+export { ensureEngines } from './engines';
 export { onboardNode } from './onboard';

@@ -6,7 +6,8 @@ import type { Store } from '../../lib/store/store';
 import { workflowIds } from '../../lib/names';
 import { deploymentQuery } from '../../workflows/contracts/model';
 import { place } from '../../lib/placement';
-import type { ModelSpec, NodeId, Profile, ReplicaState } from '../../lib/types';
+import { parseNodeId, type EngineStatus, type ModelSpec, type NodeId, type Profile, type ReplicaState } from '../../lib/types';
+import { nodesChangedSignal } from '../../workflows/contracts/replica';
 
 /**
  * An agent seen by the control plane this recently is alive. It heartbeats every 2 s; a shard's heartbeat
@@ -51,6 +52,14 @@ export interface ReplicaStateInput {
   reason?: string | null;
   endpoint?: string | null;
   event?: string;
+}
+
+/** Signals every waiting replica to try placement again now, rather than at its next retry (a node came or changed). */
+export async function wakeWaitingReplicas(store: Store, client: Client): Promise<void> {
+  for (const r of await store.listReplicas()) {
+    if (r.state !== 'waiting') continue;
+    await client.workflow.getHandle(workflowIds.replica(r.id)).signal(nodesChangedSignal).catch(() => undefined);
+  }
 }
 
 /** Builds the control activities over an injected store. */
@@ -184,6 +193,19 @@ export function createControlActivities(deps: ControlDeps) {
       const node = (await store.listNodes()).find((n) => n.id === input.nodeId);
       if (!node || node.state === 'down' || !node.lastSeen) return false;
       return Date.now() - node.lastSeen.getTime() < AGENT_SEEN_MS;
+    },
+
+    /**
+     * Records a node's engine probe (ensureEngines): each engine's status and what the node now offers; when
+     * that changed, waiting replicas try placement again (a node that now offers their engine may take them).
+     */
+    async recordEngines(input: { nodeId: string; statuses: EngineStatus[]; configHash: string }): Promise<void> {
+      const before = (await store.listNodes()).find((n) => n.id === input.nodeId);
+      if (!(await store.recordEngines(parseNodeId(input.nodeId), input.statuses, input.configHash))) return;
+      const text = (s: EngineStatus): string => `${s.engine} ${s.version || '?'} ${s.state}`;
+      await store.event({ kind: 'node.engines', nodeId: input.nodeId, message: input.statuses.map((s) => `${text(s)}${s.reason ? `: ${s.reason.split('\n')[0]}` : ''}`).join('; ') || 'no engines named' });
+      const offered = input.statuses.filter((s) => s.state === 'offered').map((s) => s.engine).sort().join(',');
+      if (deps.client && offered !== [...(before?.inventory.engines ?? [])].sort().join(',')) await wakeWaitingReplicas(store, deps.client);
     },
 
     /** Forgets a replica's shards and ports. */

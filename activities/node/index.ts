@@ -5,16 +5,23 @@ import { join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
+import type { EngineProgram } from '../../lib/engines/launch';
 import { engineShimArgv, logTail, removeEngineFiles, shardKey, type EngineExit, type EngineState } from '../../lib/engine-state';
-import type { EngineName, NodeInventory } from '../../lib/types';
+import type { EngineName, EngineStatus, NodeInventory } from '../../lib/types';
 import { hasCode, type ErrorCode, type LlmgwError } from '../../lib/errors';
+import { createEngineSetup, type EngineSetup, type EnsureEnginesInput } from './engine-setup';
 import { findEngine, launchEngine, liveness, stopEngine, watchEngine } from './engines';
 import { isAssigned, type AssignedShard } from './gc';
 
 export interface NodeDeps {
   nodeId: string;
-  /** The argv prefix that runs an engine on this node (sim: the sim engine entrypoint). */
-  engineArgv: (engine: EngineName) => string[];
+  /**
+   * The argv prefix that runs one program of an engine on this node (sim: the sim engine entrypoint; llama.cpp:
+   * its llama-server or, on worker ranks, its ggml-rpc-server); empty when the engine is not offered here.
+   */
+  engineArgv: (engine: EngineName, program: EngineProgram) => string[];
+  /** Installs and probes the engines the control plane names (the agent's; default: sim only, from engineArgv). */
+  engines?: EngineSetup;
   /**
    * This node's declared fabrics and adapters (the agent's inventory): a multi-node rank is launched with exactly
    * its fabric's adapters (NCCL_IB_HCA). Without it (tests), ranks get no NCCL environment.
@@ -124,7 +131,30 @@ export function createNodeActivities(deps: NodeDeps) {
     }
   }
 
+  const engines = deps.engines ?? createEngineSetup({
+    enginesDir: join(stateDir, 'installs'), stateDir: join(stateDir, 'engine-setup'), bins: {}, sim: deps.engineArgv('sim', 'sim'), gpus: () => 0, log,
+  });
+
   return {
+    /**
+     * Installs what server.yaml's engines name for this node, runs each engine's programs and checks their flags
+     * (engine-check), and offers only what passed; returns every engine's status for the control plane to
+     * record. Heartbeats what it is doing (a pip install of vLLM takes minutes).
+     */
+    async ensureEngines(input: EnsureEnginesInput): Promise<EngineStatus[]> {
+      const ctx = Context.current();
+      let last: unknown = { step: 'starting' };
+      const timer = setInterval(() => ctx.heartbeat(last), 2000);
+      try {
+        return await engines.ensure(input, (p) => {
+          last = p;
+          ctx.heartbeat(p);
+        });
+      } finally {
+        clearInterval(timer);
+      }
+    },
+
     /**
      * Runs one shard's engine for as long as the replica wants it, adopting the one a previous agent left
      * running under the same key. Heartbeats every second; fails with `LLMGW_ENGINE_EXITED` (exit code, output
@@ -135,7 +165,7 @@ export function createNodeActivities(deps: NodeDeps) {
     async runShard(input: RunShardInput): Promise<void> {
       const ctx = Context.current();
       const cmd = buildCommand(input);
-      const [bin, ...prefix] = deps.engineArgv(cmd.engine);
+      const [bin, ...prefix] = deps.engineArgv(cmd.engine, cmd.program);
       if (!bin) throw ApplicationFailure.nonRetryable(`engine ${cmd.engine} is not installed on node ${deps.nodeId}`, 'LLMGW_ENGINE_MISSING' satisfies ErrorCode);
       const generation = input.generation ?? 0;
       const key = shardKey(input.replicaId, generation, input.rank);

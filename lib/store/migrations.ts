@@ -145,7 +145,13 @@ export const MIGRATIONS: Migration[] = [
     ],
   },
   {
+    version: 7,
+    name: 'engines on nodes',
     statements: [
+      // Each engine's install and probe result on the node (ctl nodes' ENGINES column), and the hash of the
+      // server.yaml engines + catalog it was checked against: a control plane started with other engines re-runs it.
+      `ALTER TABLE nodes ADD COLUMN engine_status JSON NULL`,
+      `ALTER TABLE nodes ADD COLUMN engines_config CHAR(16) NULL`,
     ],
   },
 ];

@@ -1,6 +1,6 @@
 /** The cluster's current state in MySQL: nodes, models, replicas, shards, port leases, events. */
 import type { Pool, RowDataPacket, ResultSetHeader } from 'mysql2/promise';
-import type { ModelSpec, NodeId, NodeInventory, NodeRecord, NodeState, ReplicaRecord, ReplicaState, ShardAssignment } from '../types';
+import type { EngineStatus, ModelSpec, NodeId, NodeInventory, NodeRecord, NodeState, ReplicaRecord, ReplicaState, ShardAssignment } from '../types';
 
 export interface ShardRow extends ShardAssignment {
   replicaId: string;
@@ -87,7 +87,22 @@ export class Store {
       inventory: json<NodeInventory>(r.inventory),
       lastSeen: r.last_seen ? new Date(r.last_seen) : null,
       registeredAt: new Date(r.registered_at),
+      engineStatus: r.engine_status ? json<EngineStatus[]>(r.engine_status) : null,
+      enginesConfig: (r.engines_config as string | null) ?? null,
     }));
+  }
+
+  /**
+   * Records a node's engine probe: each engine's status, the config hash it was checked against, and the
+   * engines it offers into its inventory (what placement reads). Returns false for an unknown node.
+   */
+  async recordEngines(id: NodeId, statuses: EngineStatus[], configHash: string): Promise<boolean> {
+    const offered = statuses.filter((s) => s.state === 'offered').map((s) => s.engine);
+    const [r] = await this.pool.query<ResultSetHeader>(
+      `UPDATE nodes SET engine_status = ?, engines_config = ?, inventory = JSON_SET(inventory, '$.engines', JSON_EXTRACT(?, '$')) WHERE id = ?`,
+      [JSON.stringify(statuses), configHash, JSON.stringify(offered), id],
+    );
+    return r.affectedRows > 0;
   }
 
   /** Writes a catalog model; `keepDesired` leaves an existing desired count alone (it is changed by scale). */

@@ -102,7 +102,7 @@ describe('llmgw-ca worker: the CA key on its own host (real Temporal, MariaDB, T
     agent = await startAgent({
       nodeId: parseNodeId('r1'), server: cp.url, tls: { certPem: old.certPem, keyPem: old.keyPem, caPem: readFileSync(cpConfig.tls.ca, 'utf8') }, certFiles: files,
       nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(ROOT, 'test/fixtures/sysfs/none'), cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1',
-      engines: ['sim'], stateDir: join(dir, 'r1'), stopEnginesOnExit: true, log: (msg, fields) => void lines.push({ msg, fields }),
+      engineSetup: { enginesDir: join(dir, 'installs'), bins: {} }, stateDir: join(dir, 'r1'), stopEnginesOnExit: true, log: (msg, fields) => void lines.push({ msg, fields }),
     });
     const renewed = await waitFor(() => lines.find((l) => l.msg === 'certificate renewed'), { timeoutMs: 30_000, what: 'the agent to renew its certificate' });
     const serial = String(renewed.fields?.serial);

@@ -145,7 +145,7 @@ describe('mTLS at the control plane (real TLS, MariaDB, Temporal)', () => {
     const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
     agent = await startAgent({
       nodeId: parseNodeId('a1'), server: cp.url, tls: cert, nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(ROOT, 'test/fixtures/sysfs/none'),
-      cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1', engines: ['sim'], stateDir: join(dir, 'a1'), stopEnginesOnExit: true,
+      cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1', engineSetup: { enginesDir: join(dir, 'installs'), bins: {} }, stateDir: join(dir, 'a1'), stopEnginesOnExit: true,
       log: (msg, fields) => void lines.push({ msg, fields }),
     });
     expect(await cp.store.nodeState(parseNodeId('a1'))).toBe('ready');
@@ -170,7 +170,7 @@ describe('mTLS at the control plane (real TLS, MariaDB, Temporal)', () => {
     const r1 = await startAgent({
       nodeId: parseNodeId('r1'), server: cp.url, tls: { certPem: old.certPem, keyPem: old.keyPem, caPem: readFileSync(config.tls.ca, 'utf8') }, certFiles: files,
       nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(ROOT, 'test/fixtures/sysfs/none'), cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1',
-      engines: ['sim'], stateDir: join(dir, 'r1'), stopEnginesOnExit: true, log: (msg, fields) => void lines.push({ msg, fields }),
+      engineSetup: { enginesDir: join(dir, 'installs'), bins: {} }, stateDir: join(dir, 'r1'), stopEnginesOnExit: true, log: (msg, fields) => void lines.push({ msg, fields }),
     });
     const seen: number[] = [];
     const sample = setInterval(() => void cp.store.listNodes().then((ns) => {

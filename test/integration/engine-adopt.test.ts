@@ -385,7 +385,7 @@ describe('orphan collection at agent start', () => {
     const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
     agent = await startAgent({
       nodeId: parseNodeId('gc-n1'), server: url, tls: node.cert, nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(ROOT, 'test/fixtures/sysfs/none'),
-      cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1', engines: ['sim'], stateDir, stopEnginesOnExit: false,
+      cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1', engineSetup: { enginesDir: join(stateDir, 'installs'), bins: {} }, stateDir, stopEnginesOnExit: false,
       log: (msg, fields) => lines.push({ msg, fields }),
     });
     const stopLine = await waitFor(() => lines.find((l) => l.msg === 'stopping an engine no shard wants'), { timeoutMs: 10_000, what: 'the agent to stop the unwanted engine' });

@@ -23,7 +23,7 @@ describe('agent discover()', () => {
   const opts = (o: Partial<AgentOptions>): Omit<AgentOptions, 'tls'> => ({
     nodeId: parseNodeId('d1'), server: 'http://127.0.0.1:1', nvidiaSmi: join(FIXTURES, 'nvidia-smi'), noGpu: false,
     ibRoot: join(FIXTURES, 'sysfs/ndr-a'), cpuinfo: join(FIXTURES, 'roots/kvm64/proc/cpuinfo'), fabrics: ['ib-a'], advertiseHost: '127.0.0.1',
-    engines: ['sim'], stateDir: dir, stopEnginesOnExit: false, log: (msg, fields) => void lines.push({ msg, ...(fields ? { fields } : {}) }), ...o,
+    engineSetup: { enginesDir: join(dir, 'installs'), bins: {} }, stateDir: dir, stopEnginesOnExit: false, log: (msg, fields) => void lines.push({ msg, ...(fields ? { fields } : {}) }), ...o,
   });
 
   test('registers the SM GUID each fabric sees and the doctor results (a kvm64 CPU fails cpu-flags)', async () => {

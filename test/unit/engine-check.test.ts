@@ -132,20 +132,20 @@ describe('--bin runs the help the way each engine gives it whole', () => {
     return p;
   };
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
-  it('vLLM: vllm serve --help=all with VLLM_TARGET_DEVICE=cpu (without it vLLM prints nothing on a machine with no accelerator)', () => {
+  it('vLLM: vllm serve --help=all with VLLM_TARGET_DEVICE=cpu (without it vLLM prints nothing on a machine with no accelerator)', async () => {
     const saved = process.env.VLLM_TARGET_DEVICE;
     delete process.env.VLLM_TARGET_DEVICE;
     try {
-      expect(runHelp('vllm', 'vllm', fake('vllm')).trim()).toBe('vllm serve --help=all VLLM_TARGET_DEVICE=cpu');
+      expect((await runHelp('vllm', 'vllm', fake('vllm'))).trim()).toBe('vllm serve --help=all VLLM_TARGET_DEVICE=cpu');
     } finally {
       if (saved !== undefined) process.env.VLLM_TARGET_DEVICE = saved;
     }
   });
-  it('llama.cpp: llama-server --help, and the ggml-rpc-server beside it; SGLang: its python -m sglang.launch_server --help', () => {
+  it('llama.cpp: llama-server --help, and the ggml-rpc-server beside it; SGLang: its python -m sglang.launch_server --help', async () => {
     const server = fake('llama-server');
     fake('ggml-rpc-server');
-    expect(runHelp('llamacpp', 'llama-server', server).trim()).toBe('llama-server --help VLLM_TARGET_DEVICE=unset');
-    expect(runHelp('llamacpp', 'ggml-rpc-server', server).trim()).toBe('ggml-rpc-server --help VLLM_TARGET_DEVICE=unset');
-    expect(runHelp('sglang', 'python', fake('python3')).trim()).toBe('python3 -m sglang.launch_server --help VLLM_TARGET_DEVICE=unset');
+    expect((await runHelp('llamacpp', 'llama-server', server)).trim()).toBe('llama-server --help VLLM_TARGET_DEVICE=unset');
+    expect((await runHelp('llamacpp', 'ggml-rpc-server', server)).trim()).toBe('ggml-rpc-server --help VLLM_TARGET_DEVICE=unset');
+    expect((await runHelp('sglang', 'python', fake('python3'))).trim()).toBe('python3 -m sglang.launch_server --help VLLM_TARGET_DEVICE=unset');
   });
 });
