@@ -205,6 +205,7 @@ export async function startTestNetwork(): Promise<TestNetwork> {
           c.stdout.on('data', (b: Buffer) => void (stdout += b));
           c.stderr.on('data', (b: Buffer) => void (stderr += b));
           c.on('close', (code) => res({ code: code ?? -1, stdout, stderr }));
+          c.stdin.on('error', () => undefined); // a command that does not read its input
           c.stdin.end(eo.stdin ?? '');
         }),
         sshdLog: () => (existsSync(log) ? readFileSync(log, 'utf8') : ''),

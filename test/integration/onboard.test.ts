@@ -83,7 +83,8 @@ describe('onboarding a node over real ssh', () => {
       if (rs.some((x) => x.state === 'ready')) return true;
       const n = (await c.cp.store.listNodes()).find((x) => x.id === nodeId);
       const eng = await c.cp.client.workflow.getHandle(workflowIds.engines(nodeId)).describe().then((d) => `${d.status.name} ${JSON.stringify(d.raw.pendingActivities?.map((p) => [p.activityType?.name, p.attempt, p.lastFailure?.message]))}`, (e: Error) => e.message);
-      throw new Error(`replicas ${JSON.stringify(rs.map((x) => [x.state, x.reason]))}; node ${n?.state} engines ${JSON.stringify((n as { engineStatus?: unknown } | undefined)?.engineStatus ?? n?.inventory.engines)}; ${workflowIds.engines(nodeId)}: ${eng}`);
+      const agentLog = (await host.exec('tail -n 15 /var/log/llmgw/agent.log')).stdout;
+      throw new Error(`replicas ${JSON.stringify(rs.map((x) => [x.state, x.reason]))}; node ${n?.state} engines ${JSON.stringify((n as { engineStatus?: unknown } | undefined)?.engineStatus ?? n?.inventory.engines)}; ${workflowIds.engines(nodeId)}: ${eng}; the agent's log ends:\n${agentLog}`);
     }, { timeoutMs: 60_000, intervalMs: 500, what: `a replica of ${MODEL} ready on ${nodeId}` });
     await waitRoutable(c.gateway.url, MODEL);
     const res = await fetch(`${c.gateway.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: MODEL, max_tokens: 3, messages: [{ role: 'user', content: 'hi' }] }) });
@@ -168,6 +169,8 @@ describe('onboarding a node over real ssh', () => {
     // Now the new key is learned like any new machine's.
     const keys = new HostKeyStore(c.cp.store.pool);
     const acts = createOnboardActivities({ caDir: join(c.dir, 'ca'), store: c.cp.store, hostKeys: keys, ca: { signNodeCsr: () => Promise.reject(new Error('unused')) }, heartbeat: () => undefined });
+    // As the workflow does: wait for ssh first (it retries what a moment of the network refuses), then learn.
+    await acts.waitForSsh(c.input(nodeId, address()));
     expect((await acts.learnHostKey(c.input(nodeId, address()))).summary).toBe(`learned host key ssh-ed25519 ${host.fingerprints[0]}`);
   }, 90_000);
 });
