@@ -5,13 +5,12 @@
  * with `context.retryable`. The cache decides where to fetch from, verifies the hash and renames into place.
  */
 import { createHash, type Hash } from 'node:crypto';
-import { createReadStream, createWriteStream } from 'node:fs';
+import { createReadStream, createWriteStream, fdatasync } from 'node:fs';
 import { open, readFile, rm, stat, statfs, writeFile, rename } from 'node:fs/promises';
-import type { IncomingMessage } from 'node:http';
 import { dirname } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { LlmgwError } from '../errors';
-import { parseContentRange, rangeGet, TransportError, type PeerTls } from './http';
+import { describeTransportError, parseContentRange, rangeGet, TransportError, type PeerTls, type RangeResponse } from './http';
 import { formatBytes, type WeightsPhase } from './progress';
 
 /** What a transfer reports as it goes (the cache adds where from and the rate). */
@@ -97,9 +96,9 @@ function fetchFailed(url: string, cause: string, retryable: boolean, fix: string
 }
 
 /** Reads up to 300 characters of an error response's body, for the message. */
-async function bodySnippet(res: IncomingMessage): Promise<string> {
+async function bodySnippet(res: RangeResponse): Promise<string> {
   let text = '';
-  for await (const chunk of res) {
+  for await (const chunk of res.body) {
     if (text.length < 300) text += String(chunk);
   }
   return text.replace(/\s+/g, ' ').trim().slice(0, 300);
@@ -118,14 +117,14 @@ function diskFull(dir: string, need: number, free: number | null, url: string): 
 }
 
 /** A strong validator for If-Range (a weak ETag may not be used there). */
-function validatorOf(res: IncomingMessage): string | undefined {
+function validatorOf(res: RangeResponse): string | undefined {
   const etag = res.headers.etag;
   if (etag && !etag.startsWith('W/')) return etag;
   return res.headers['last-modified'];
 }
 
 /** Resolves with the response to GET from `offset`, or throws naming the URL and the transport's cause. */
-async function get(input: TransferInput, offset: number): Promise<IncomingMessage> {
+async function get(input: TransferInput, offset: number): Promise<RangeResponse> {
   try {
     return await rangeGet(input.url, { offset, ifRange: input.ifRange, tls: input.tls, signal: input.signal, idleTimeoutMs: input.idleTimeoutMs });
   } catch (err) {
@@ -152,7 +151,7 @@ export async function transfer(input: TransferInput): Promise<TransferResult> {
 
   let res = await get(input, offset);
   if (res.statusCode === 416 && offset > 0) {
-    res.resume();
+    res.body.resume();
     // The partial is the whole file already (a crash after the last byte, before the rename).
     const cr = parseContentRange(res.headers['content-range']);
     if (cr?.total === offset) return { size: offset, sha256: hash.digest('hex'), transferred: 0, resumedFrom, restarted: false };
@@ -163,7 +162,7 @@ export async function transfer(input: TransferInput): Promise<TransferResult> {
   if (res.statusCode === 206) {
     const cr = parseContentRange(res.headers['content-range']);
     if (!cr || cr.start !== offset) {
-      res.resume();
+      res.body.resume();
       restart();
       res = await get(input, 0);
     }
@@ -187,28 +186,83 @@ export async function transfer(input: TransferInput): Promise<TransferResult> {
 
   let done = offset;
   let transferred = 0;
-  const tap = async function* (src: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-    for await (const chunk of src) {
-      hash.update(chunk);
-      done += chunk.length;
-      transferred += chunk.length;
-      input.onProgress?.({ phase: 'downloading', bytesDone: done, total, resumedFrom: offset });
-      yield chunk;
-    }
-  };
+  const ws = createWriteStream(part, { flags: offset > 0 ? 'a' : 'w', highWaterMark: 1 << 20 });
+  const flusher = rollingSync(ws);
   input.onProgress?.({ phase: 'downloading', bytesDone: done, total, resumedFrom: offset });
+  // Not pipeline(): a broken connection would destroy the file stream with the bytes it still buffers. Every
+  // byte received (and hashed) is written before the failure is reported, so the next attempt resumes after it.
+  let readError: unknown = null;
+  const written = (async (): Promise<void> => {
+    try {
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
+        hash.update(chunk);
+        done += chunk.length;
+        transferred += chunk.length;
+        flusher.wrote(chunk.length);
+        input.onProgress?.({ phase: 'downloading', bytesDone: done, total, resumedFrom: offset });
+        if (!ws.write(chunk)) await new Promise<void>((resolve, reject) => {
+          const onError = (e: Error): void => reject(e);
+          ws.once('error', onError);
+          ws.once('drain', () => {
+            ws.off('error', onError);
+            resolve();
+          });
+        });
+      }
+    } catch (err) {
+      readError = err;
+    }
+  })();
+  const finished = new Promise<void>((resolve, reject) => {
+    ws.once('error', reject);
+    ws.once('close', () => resolve());
+  });
+  finished.catch(() => undefined);
   try {
-    await pipeline(res, tap, createWriteStream(part, { flags: offset > 0 ? 'a' : 'w', highWaterMark: 1 << 20 }), { signal: input.signal });
+    await Promise.race([written, finished]);
+    ws.end();
+    await finished;
   } catch (err) {
-    if (input.signal?.aborted) throw err;
+    res.body.destroy();
+    await flusher.idle();
     const e = err as NodeJS.ErrnoException;
     if (e.code === 'ENOSPC') throw diskFull(dirname(part), (total ?? done) - done, null, url);
-    throw shortRead(input, done, total, transferred, e.message);
+    throw err;
+  }
+  await flusher.idle();
+  if (readError) {
+    if (input.signal?.aborted) throw readError;
+    throw shortRead(input, done, total, transferred, describeTransportError(readError as NodeJS.ErrnoException));
   }
   if (total !== null && done !== total) throw shortRead(input, done, total, transferred, 'the body ended early');
   const fh = await open(part, 'r+');
   await fh.sync().finally(() => fh.close());
   return { size: done, sha256: hash.digest('hex'), transferred, resumedFrom: offset, restarted };
+}
+
+/**
+ * Flushes the partial to disk in the background every 64 MiB while it is written, so the fsync before the rename
+ * finds little left to write (writeback overlaps the transfer instead of following it: on a 256 MiB file that
+ * final fsync alone took 0.4-0.55 s here).
+ */
+function rollingSync(ws: ReturnType<typeof createWriteStream>, every = 64 << 20): { wrote(n: number): void; idle(): Promise<void> } {
+  let since = 0;
+  let pending: Promise<void> = Promise.resolve();
+  let busy = false;
+  return {
+    wrote(n) {
+      since += n;
+      const fd = (ws as unknown as { fd: number | null }).fd;
+      if (since < every || busy || typeof fd !== 'number') return;
+      since = 0;
+      busy = true;
+      pending = new Promise<void>((resolve) => fdatasync(fd, () => {
+        busy = false;
+        resolve();
+      }));
+    },
+    idle: () => pending,
+  };
 }
 
 function shortRead(input: TransferInput, done: number, total: number | null, transferred: number, why: string): LlmgwError {

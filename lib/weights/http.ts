@@ -1,11 +1,12 @@
 /**
- * One ranged GET over node:http/https for the weights fetcher: `Range: bytes=N-` (with `If-Range` when a
- * validator is known), a peer's mTLS (the node certificate presented, the peer's checked by CA and CN), an idle
+ * One ranged GET for the weights fetcher, over undici (on loopback about 1.5x node:http's throughput here):
+ * `Range: bytes=N-` (with `If-Range` when a validator is known), redirects followed (a Hugging Face URL answers
+ * 302 to its CDN), a peer's mTLS (the node certificate presented, the peer's checked by CA and CN), an idle
  * timeout, and transport errors turned into one sentence that names the URL and the cause.
  */
-import { request as httpRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest } from 'node:https';
+import type { Readable } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
+import { Agent, buildConnector, interceptors, request, type Dispatcher } from 'undici';
 import { certificateInfo } from '../pki/info';
 
 /** TLS to another node's weights endpoint: present this node's certificate, accept only `expectCn`'s. */
@@ -35,17 +36,31 @@ export class TransportError extends Error {
   }
 }
 
-/** "connection refused", "host not found", … for a socket error code. */
+/** A response: status, headers (lower-case names) and the body, unread. */
+export interface RangeResponse {
+  statusCode: number;
+  headers: Record<string, string | undefined>;
+  body: Readable;
+}
+
+/** "connection refused", "host not found", … for a socket or undici error. */
 export function describeTransportError(err: NodeJS.ErrnoException): string {
-  switch (err.code) {
+  const code = err.code ?? (err.cause as NodeJS.ErrnoException | undefined)?.code;
+  switch (code) {
     case 'ECONNREFUSED': return 'connection refused (nothing listens there)';
     case 'ENOTFOUND':
     case 'EAI_AGAIN': return 'host not found (DNS)';
     case 'ECONNRESET': return 'connection reset by the server';
-    case 'ETIMEDOUT': return 'connection timed out';
+    case 'ETIMEDOUT':
+    case 'UND_ERR_CONNECT_TIMEOUT': return 'connection timed out';
     case 'EHOSTUNREACH':
     case 'ENETUNREACH': return 'host unreachable';
-    default: return err.code ? `${err.code}: ${err.message}` : err.message;
+    case 'UND_ERR_SOCKET': return 'the server closed the connection';
+    case 'UND_ERR_HEADERS_TIMEOUT':
+    case 'UND_ERR_BODY_TIMEOUT': return 'no data from the server for too long';
+    case 'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH':
+    case 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH': return 'the body was shorter than its Content-Length';
+    default: return code ? `${code}: ${err.message}` : err.message;
   }
 }
 
@@ -61,46 +76,50 @@ function peerCertProblem(socket: TLSSocket, tls: PeerTls): string | null {
   return null;
 }
 
+/** A one-connection dispatcher for one transfer; for a peer, its connector checks the peer's certificate. */
+function dispatcherFor(o: RangeGetOptions): Dispatcher {
+  const idle = o.idleTimeoutMs ?? 60_000;
+  const base = { connections: 1, headersTimeout: idle, bodyTimeout: idle };
+  const tls = o.tls;
+  if (!tls) return new Agent(base).compose(interceptors.redirect({ maxRedirections: 5 }));
+  // Node certificates are clientAuth only, so OpenSSL would refuse one as a server's: checked here instead.
+  const connector = buildConnector({ cert: tls.certPem, key: tls.keyPem, ca: tls.caPem, rejectUnauthorized: false });
+  return new Agent({
+    ...base,
+    connect: (opts, cb) => connector(opts, (err, socket) => {
+      if (err || !socket) return cb(err ?? new Error('no socket'), null);
+      const problem = peerCertProblem(socket as TLSSocket, tls);
+      if (!problem) return cb(null, socket);
+      socket.destroy();
+      return cb(Object.assign(new Error(`peer certificate refused: ${problem}`), { code: 'LLMGW_PEER_CERT' }), null);
+    }),
+  });
+}
+
 /**
  * Sends a GET for `url` from byte `offset` and resolves with the response (any status; the body unread).
  * Rejects with a TransportError when no response comes.
  */
-export function rangeGet(url: string, o: RangeGetOptions): Promise<IncomingMessage> {
-  const u = new URL(url);
+export async function rangeGet(url: string, o: RangeGetOptions): Promise<RangeResponse> {
   const headers: Record<string, string> = { 'accept-encoding': 'identity', 'user-agent': 'llmgw-weights' };
   if (o.offset > 0) headers.range = `bytes=${o.offset}-`;
   if (o.offset > 0 && o.ifRange) headers['if-range'] = o.ifRange;
-  const idle = o.idleTimeoutMs ?? 60_000;
-  return new Promise((resolve, reject) => {
-    const common = { method: 'GET', headers, signal: o.signal, agent: false as const };
-    const req = u.protocol === 'https:'
-      // Node certificates are clientAuth only, so OpenSSL would refuse one as a server's: checked here instead.
-      ? httpsRequest(u, { ...common, ...(o.tls ? { cert: o.tls.certPem, key: o.tls.keyPem, ca: o.tls.caPem, rejectUnauthorized: false } : {}) })
-      : httpRequest(u, common);
-    let settled = false;
-    const fail = (cause: string): void => {
-      if (settled) return;
-      settled = true;
-      reject(new TransportError(`GET ${url}: ${cause}`, cause));
-    };
-    req.setTimeout(idle, () => req.destroy(Object.assign(new Error(`no data for ${Math.round(idle / 1000)} s`), { code: 'LLMGW_IDLE' })));
-    if (o.tls) {
-      const tls = o.tls;
-      req.once('socket', (s) => s.once('secureConnect', () => {
-        const problem = peerCertProblem(s as TLSSocket, tls);
-        if (problem) req.destroy(Object.assign(new Error(`peer certificate refused: ${problem}`), { code: 'LLMGW_PEER_CERT' }));
-      }));
-    }
-    req.once('error', (err: NodeJS.ErrnoException) => {
-      if (err.name === 'AbortError') return fail('aborted');
-      fail(err.code === 'LLMGW_IDLE' || err.code === 'LLMGW_PEER_CERT' ? err.message : describeTransportError(err));
-    });
-    req.once('response', (res) => {
-      settled = true;
-      resolve(res);
-    });
-    req.end();
-  });
+  const dispatcher = dispatcherFor(o);
+  const close = (): void => void dispatcher.destroy().catch(() => undefined);
+  let res: Dispatcher.ResponseData;
+  try {
+    res = await request(url, { method: 'GET', headers, signal: o.signal, dispatcher });
+  } catch (err) {
+    close();
+    const e = err as NodeJS.ErrnoException;
+    if (o.signal?.aborted) throw err;
+    const cause = e.code === 'LLMGW_PEER_CERT' ? e.message : describeTransportError(e);
+    throw new TransportError(`GET ${url}: ${cause}`, cause);
+  }
+  res.body.once('close', close);
+  const flat: Record<string, string | undefined> = {};
+  for (const [k, v] of Object.entries(res.headers)) flat[k.toLowerCase()] = Array.isArray(v) ? v.join(', ') : v;
+  return { statusCode: res.statusCode, headers: flat, body: res.body };
 }
 
 /** The start and total of a `Content-Range: bytes START-END/TOTAL` (or `bytes *\/TOTAL`) header. */

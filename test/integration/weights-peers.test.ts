@@ -199,13 +199,13 @@ describe('weights from peers (real mTLS, MariaDB, control plane)', () => {
     const ok = await rangeGet(fileUrl, { offset: SIZE - 10, tls: { ...(await asNode('n5')), expectCn: 'n1' } });
     expect(ok.statusCode).toBe(206);
     expect(ok.headers['content-range']).toBe(`bytes ${SIZE - 10}-${SIZE - 1}/${SIZE}`);
-    ok.resume();
+    ok.body.resume();
 
     const revoked = await asNode('n6');
     await store.revokeCertificates('n6', 'test');
     const refused = await rangeGet(fileUrl, { offset: 0, tls: { ...revoked, expectCn: 'n1' } });
     expect(refused.statusCode).toBe(403);
-    refused.resume();
+    refused.body.resume();
 
     const other = initCa(join(mkdtempSync(join(tmpdir(), 'llmgw-other-ca-')), 'ca'), { keyBits: 2048 });
     const stranger = issueNodeCertificate(other, 'n7');
