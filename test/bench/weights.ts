@@ -24,7 +24,7 @@ import { startOrigin } from '../helpers/origin';
 
 const MB = Number(process.env.WEIGHTS_BENCH_MB ?? 256);
 const RUNS = Number(process.env.RUNS ?? 5);
-const SIZE = MB << 20;
+const SIZE = MB * 2 ** 20;
 const run = promisify(execFile);
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 

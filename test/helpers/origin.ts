@@ -39,6 +39,12 @@ export async function startOrigin(o: { size?: number; data?: Buffer; name?: stri
   const server: Server = createServer((req, res) => {
     const rec: OriginRequest = { path: req.url ?? '', range: req.headers.range ?? null, status: 0, sent: 0 };
     requests.push(rec);
+    // /moved/<name> answers 302 to the file, as a Hugging Face URL does to its CDN.
+    if ((req.url ?? '').startsWith(`/moved/${name}`)) {
+      rec.status = 302;
+      res.writeHead(302, { location: `/models/${name}` }).end();
+      return;
+    }
     if ((req.url ?? '').split('?')[0] !== `/models/${name}`) {
       rec.status = 404;
       res.writeHead(404, { 'content-type': 'text/plain' }).end('no such model here');

@@ -2,7 +2,7 @@
  * The weights cache against a real HTTP origin on loopback (a generated 6 MiB file): a fetch cut halfway resumes
  * from its partial; an origin that ignores Range is fetched whole again; a wrong sha256 is refused with both
  * hashes and nothing is left in the cache; concurrent requests share one download; a waiter that gives up does
- * not stop the others'; errors name the URL and the cause (HTTP status, connection refused, disk full); a local
+ * not stop the others'; a redirect is followed; errors name the URL and the cause (HTTP status, connection refused, disk full); a local
  * path is used where found and named where not.
  */
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
@@ -143,6 +143,18 @@ describe('weights cache over real HTTP', () => {
     const rc = await other.ensure({ source: origin.fileUrl });
     expect(rc.kind === 'fetched' && rc.resumedFrom).toBeGreaterThan(0);
     expect(readFileSync(rc.path).equals(origin.data)).toBe(true);
+  });
+
+  test('a redirect (302, as a Hugging Face URL answers) is followed, Range and all', async () => {
+    const cache = new WeightsCache({ dir: cacheDir(), nodeId: 'n1' });
+    const moved = origin.fileUrl.replace('/models/', '/moved/');
+    origin.behave.cutAfter = SIZE / 4;
+    await rejection(cache.ensure({ source: moved, sha256: origin.sha256 }));
+    origin.behave.cutAfter = null;
+    const r = await cache.ensure({ source: moved, sha256: origin.sha256 });
+    expect(origin.requests.map((q) => [q.path.split('/')[1], q.status])).toEqual([['moved', 302], ['models', 200], ['moved', 302], ['models', 206]]);
+    expect(origin.requests.at(-1)?.range).toBe(`bytes=${SIZE / 4}-`);
+    expect(readFileSync(r.path).equals(origin.data)).toBe(true);
   });
 
   test('failures name the URL and the cause: HTTP 404 and 503 (retryable or not), connection refused', async () => {
