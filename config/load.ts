@@ -216,8 +216,9 @@ function checkEngines(c: Checker, raw: unknown): Partial<Record<EngineName, stri
       c.add(['engines', k], `${quote(k)} is not an engine`, `${near ? `did you mean "${near}"? ` : ''}use one of ${ENGINE_LIST}`);
     } else if (typeof v === 'number') {
       c.add(['engines', k], `version ${v} is a number`, `quote it, e.g. "${v}" (YAML reads 0.60 unquoted as the number 0.6)`);
-    } else if (typeof v !== 'string' || !VERSION_RE.test(v)) {
-      c.add(['engines', k], `expected a version string, got ${c.describe(v)}`, 'give the version the nodes should run, e.g. "0.6.3"');
+    } else if (typeof v !== 'string' || (v !== '' && !VERSION_RE.test(v))) {
+      // "" is the operator's own binary on each node (the agent's --llamacpp-bin, --vllm-bin, --sglang-python).
+      c.add(['engines', k], `expected a version string, got ${c.describe(v)}`, 'give the version the nodes should install, e.g. "0.33.0" (vllm) or "b11434" (llamacpp), or "" for the operator\'s own binary on each node');
     } else out[engine] = v;
   }
   return out;
