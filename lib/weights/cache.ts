@@ -6,7 +6,7 @@
  * path is always complete, and a crash leaves at most a `.part` that the next fetch continues.
  */
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { LlmgwError } from '../errors';
 import { dropPart, readPartMeta, transfer, type TransferProgress, type TransferResult } from './download';
@@ -311,6 +311,9 @@ export class WeightsCache {
     await rename(`${manifest}.tmp`, manifest);
     await rename(part, final);
     await rm(`${part}.json`, { force: true });
+    // The renames last through a power cut only once the directory itself is on disk.
+    const d = await open(join(this.o.dir, key), 'r');
+    await d.sync().finally(() => d.close());
     flight.last = { ...flight.last, phase: 'done', bytesDone: r.size, total: r.size, rateBps: 0 };
     for (const l of flight.listeners) l(flight.last);
     this.log('weights stored', { key, url, from, size: r.size, sha256: r.sha256, verified, transferred: r.transferred, resumedFrom: r.resumedFrom });
