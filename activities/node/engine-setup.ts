@@ -4,7 +4,7 @@
  * would give them (engine-check), and offered only when all of that passed. What passed is recorded in the
  * agent's state dir, so a restarted agent offers it at once and its shards' engines resolve to the same paths.
  */
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { checkFlags, widestFlags } from '../../lib/engines/check';
 import { PROGRAMS_OF, binPrograms, programHelp, programVersion, runProgram, tailLines, type EnginePrograms } from '../../lib/engines/help';
@@ -142,7 +142,7 @@ export function createEngineSetup(deps: EngineSetupDeps) {
             continue;
           }
         }
-        const progs: EnginePrograms = p.kind === 'builtin' ? { sim: deps.sim } : p.kind === 'operator' ? binPrograms(p.engine, p.bin) : venvPrograms(p.engine, p.dir);
+        const progs: EnginePrograms = p.kind === 'builtin' ? { sim: deps.sim } : p.kind === 'operator' ? binPrograms(p.engine, p.bin) : venvPrograms(p.engine, p.dir, sitePackages(p.dir));
         progress('probing')(PROGRAMS_OF[p.engine].join(', '));
         const why = await probe(p.engine, progs, input.catalog);
         const main = progs[PROGRAMS_OF[p.engine][0] as EngineProgram];
@@ -162,6 +162,13 @@ export function createEngineSetup(deps: EngineSetupDeps) {
 }
 
 export type EngineSetup = ReturnType<typeof createEngineSetup>;
+
+/** A venv's site-packages (lib/python3.X/site-packages: X is the python that made it). */
+function sitePackages(dir: string): string {
+  const lib = join(dir, 'lib');
+  const py = (existsSync(lib) ? readdirSync(lib) : []).find((d) => /^python3\.\d+$/.test(d)) ?? 'python3';
+  return join(lib, py, 'site-packages');
+}
 
 /** The record a previous agent left; none (or an unreadable one) offers nothing until the next probe. */
 function load(file: string): Recorded {

