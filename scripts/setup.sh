@@ -33,6 +33,7 @@ fi
 command -v ip >/dev/null || apt_install iproute2
 command -v nsenter >/dev/null || apt_install util-linux
 command -v gcc >/dev/null || apt_install gcc
+command -v sudo >/dev/null || apt_install sudo   # a test host reached as a non-root user with sudo
 
 # MariaDB must answer on 127.0.0.1:3306 (root, no password, as on the dev machines).
 if ! (exec 3<>/dev/tcp/127.0.0.1/3306) 2>/dev/null; then

@@ -14,7 +14,7 @@
  * is gone (a lock directory per network under /tmp/llmgw-testnet names the owner's pid).
  */
 import { execFile, spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -152,7 +152,9 @@ export async function startTestNetwork(): Promise<TestNetwork> {
       const ns = `llmgw-t${x}-${i}`;
       const dir = mkdtempSync(join(tmpdir(), `llmgw-testhost-${o.nodeId}-`));
       const keys = o.hostKeyFiles ?? await Promise.all((o.hostKeyTypes ?? ['ed25519']).map((t) => keygen(dir, t)));
-      writeFileSync(join(dir, 'authorized_keys'), `${o.authorizedKeys.join('\n')}\n`, { mode: 0o600 });
+      // sshd reads authorized_keys as the user logging in (root, or another account a test makes).
+      chmodSync(dir, 0o755);
+      writeFileSync(join(dir, 'authorized_keys'), `${o.authorizedKeys.join('\n')}\n`, { mode: 0o644 });
       writeFileSync(join(dir, 'sshd_config'), [
         `ListenAddress ${address}`, 'Port 22', ...keys.map((k) => `HostKey ${k}`), `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
         `PidFile ${join(dir, 'sshd.pid')}`, 'UsePAM no', 'StrictModes no', 'PasswordAuthentication no', 'KbdInteractiveAuthentication no',
@@ -165,6 +167,8 @@ export async function startTestNetwork(): Promise<TestNetwork> {
         `hostname ${q(o.nodeId)}`,
         // Copy-on-write views of this machine: what is installed there stays in dir/up.
         ...['etc', 'opt', 'usr', 'var'].map((d) => `mount -t overlay overlay -o lowerdir=/${d},upperdir=${dir}/up/${d},workdir=${dir}/work/${d} /${d}`),
+        // As cloud-init writes it: the machine resolves its own name (sudo looks it up, and there is no DNS here).
+        `printf '127.0.1.1 %s\\n' ${q(o.nodeId)} >> /etc/hosts`,
         'mount -t tmpfs tmpfs /run',
         `mount -t tmpfs tmpfs ${q(ROOT)}`,
         'mkdir -p /run/sshd',

@@ -1,6 +1,6 @@
 /**
  * Onboarding against machines that are not ready or not right (real OpenSSH test hosts): one that refuses
- * connections for its first seconds is waited for (and Ctrl-C on the CLI detaches while onboarding goes on;
+ * connections for its first seconds, reached as a non-root user with sudo, is waited for (and Ctrl-C on the CLI detaches while onboarding goes on;
  * llmgw ctl follow reattaches); an engine that cannot start — a real binary the loader refuses for want of
  * libgomp.so.1, the node05 story — fails onboarding at the probe with the loader's own words, and no agent runs.
  */
@@ -31,13 +31,23 @@ describe('onboarding machines that are not ready or not right', () => {
     await c?.close();
   }, 60_000);
 
-  test('a machine refusing connections for its first seconds is waited for; Ctrl-C detaches, ctl follow reattaches', async () => {
+  test('a machine refusing connections for its first seconds is waited for (reached as a sudo user); Ctrl-C detaches, ctl follow reattaches', async () => {
     const host = await c.lan.startHost({ nodeId: 'node-slow', authorizedKeys: [c.sshPub], sshdAfterMs: 5000 });
     await fakeGpu(host);
-    const args = ['onboard-node', '--config', c.configFile, '--node', 'node-slow', '--addr', host.address, '--server', c.cp.url, '--binary', c.artefact.file, '--ssh-key', c.sshKey, '--nvidia-smi', '/usr/local/bin/nvidia-smi'];
+    // As a cloud image's default user: not root, passwordless sudo ('*': no password, but not a locked account).
+    const user = await host.exec("useradd -M -d /var/lib/ops -s /bin/sh ops && usermod -p '*' ops && echo 'ops ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/ops && chmod 440 /etc/sudoers.d/ops");
+    expect(user).toMatchObject({ code: 0 });
+    const args = ['onboard-node', '--config', c.configFile, '--node', 'node-slow', '--addr', host.address, '--server', c.cp.url, '--binary', c.artefact.file, '--ssh-key', c.sshKey, '--nvidia-smi', '/usr/local/bin/nvidia-smi', '--ssh-user', 'ops'];
     // Interrupted while it waits for ssh: the CLI says how to follow it again, and exits 0.
-    const first = await c.cli(args, { onOutput: (out, kill) => void (/waiting for: ssh root@.*attempt 2 \(last: unreachable: .*ECONNREFUSED/.test(out) && kill('SIGINT')) });
-    expect(first.out).toMatch(/waiting for: ssh root@[\d.]+:22, attempt 1/);
+    let interrupted = false;
+    const first = await c.cli(args, {
+      onOutput: (out, kill) => {
+        if (interrupted || !/waiting for: ssh ops@.*attempt 2 \(last: unreachable: .*ECONNREFUSED/.test(out)) return;
+        interrupted = true;
+        kill('SIGINT');
+      },
+    });
+    expect(first.out).toMatch(/waiting for: ssh ops@[\d.]+:22, attempt 1/);
     expect(first.out).toContain('detached: onboard/node-slow goes on in Temporal; follow it again with llmgw ctl follow onboard/node-slow');
     expect({ code: first.code, err: first.err }).toEqual({ code: 0, err: '' });
     const follow = await c.cli(['ctl', 'follow', 'onboard/node-slow', '--config', c.configFile]);
@@ -49,6 +59,9 @@ describe('onboarding machines that are not ready or not right', () => {
     expect(ssh.waitedMs).toBeGreaterThanOrEqual(3000);
     console.log(`a machine refusing ssh for 5 s: onboarded in ${(r.totalMs / 1000).toFixed(2)} s, ${(r.waitedMs / 1000).toFixed(2)} s of it waiting on the node (ssh: ${ssh.summary})`);
     expect((await c.cp.store.listNodes()).map((n) => n.id)).toContain('node-slow');
+    // Installed through sudo: root's files, the key 0600.
+    expect((await host.exec('stat -c "%n %U %a" /etc/llmgw/node.key /etc/llmgw/agent.sh /usr/local/share/ca-certificates/llmgw-ca.crt')).stdout).toBe(
+      '/etc/llmgw/node.key root 600\n/etc/llmgw/agent.sh root 755\n/usr/local/share/ca-certificates/llmgw-ca.crt root 644\n');
     await host.stop();
   }, 120_000);
 
