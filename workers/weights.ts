@@ -40,6 +40,14 @@ export interface NodeWeights {
   close(): Promise<void>;
 }
 
+/** `--weights-listen HOST:PORT` (`[v6]:PORT` too; port 0: any free one). */
+export function parseWeightsListen(s: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(s.trim());
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new LlmgwError('LLMGW_BAD_REQUEST', `--weights-listen ${JSON.stringify(s)} is not HOST:PORT; give e.g. 0.0.0.0:0 (any free port, reported to the control plane) or 10.0.0.5:7450`);
+  return { host: (m[1] ?? m[2]) as string, port };
+}
+
 /** Creates the cache dir; fails at start naming the flag, rather than at the first fetch. */
 function ensureDir(dir: string): void {
   try {

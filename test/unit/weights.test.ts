@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { type ApplicationFailure } from '@temporalio/common';
 import { createWeightsActivities, type WeightsHeartbeat } from '../../activities/node/weights';
+import { parseWeightsListen } from '../../workers/weights';
 import { parseServerConfig, type ConfigError } from '../../config/load';
 import { cacheFileName, isWeightsKey, weightsKey, WeightsCache } from '../../lib/weights/cache';
 import { parseContentRange } from '../../lib/weights/http';
@@ -165,5 +166,15 @@ describe('fetchWeights under MockActivityEnvironment', () => {
     await expect(env.run(fetchWeights, { model: 'tiny', source: `${origin.fileUrl}?c=1` })).rejects.toMatchObject({ name: 'CancelledFailure' });
     origin.behave.bytesPerSecond = null;
     expect(cache.inFlight()).toBe(0);
+  });
+});
+
+describe('--weights-listen', () => {
+  test('HOST:PORT, [v6]:PORT; anything else names the flag and an example', () => {
+    expect(parseWeightsListen('0.0.0.0:0')).toEqual({ host: '0.0.0.0', port: 0 });
+    expect(parseWeightsListen('[::]:7450')).toEqual({ host: '::', port: 7450 });
+    const e = thrownWithCode(() => parseWeightsListen('7450'), 'LLMGW_BAD_REQUEST');
+    expect(e.message).toBe('--weights-listen "7450" is not HOST:PORT; give e.g. 0.0.0.0:0 (any free port, reported to the control plane) or 10.0.0.5:7450');
+    thrownWithCode(() => parseWeightsListen('h:70000'), 'LLMGW_BAD_REQUEST');
   });
 });
