@@ -3,6 +3,7 @@
  * `node-<id>`, and at start collects engines a previous agent left that no shard wants.
  */
 import { accessSync, constants, mkdirSync, renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../activities/node';
 import { createEngineSetup } from '../activities/node/engine-setup';
@@ -152,7 +153,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   // What the last probe offered is offered again at once (and its shards' engines adopted); the control plane
   // has every registering node probe again (ensureEngines), which updates both.
   const engines = createEngineSetup({
-    ...opts.engineSetup, stateDir: opts.stateDir, sim: simEngineArgv(), gpus: () => gpus.count, log: opts.log,
+    ...opts.engineSetup, stateDir: join(opts.stateDir, 'engine-setup'), sim: simEngineArgv(), gpus: () => gpus.count, log: opts.log,
   });
   const known = engines.statuses();
   const inventory = await discover(opts, known.length ? known.map((s) => s.engine) : undefined);
