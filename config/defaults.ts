@@ -23,6 +23,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
   listeners: {
     controlPlane: { host: '127.0.0.1', port: 7443 },
     gateway: { host: '127.0.0.1', port: 8080 },
+    temporalDoor: { host: '127.0.0.1', port: 7444 },
   },
   tls: {
     ca: '.llmgw/ca/ca.crt',

@@ -162,7 +162,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
   const root = c.obj(raw, [], ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'catalog']);
   const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
   const m = c.sub(root, ['mysql'], ['url']);
-  const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway']);
+  const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
   const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs']);
   const tls = c.sub(root, ['tls'], TLS_KEYS);
@@ -174,7 +174,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       uiUrl: c.str(t, ['temporal', 'uiUrl'], 'http://127.0.0.1:8233', httpUrlRule).replace(/\/+$/, ''),
     },
     mysql: { url: c.str(m, ['mysql', 'url'], 'mysql://root@127.0.0.1:3306/llmgw', mysqlUrlRule) },
-    listeners: { controlPlane: checkListener(c, l, 'controlPlane', 7443), gateway: checkListener(c, l, 'gateway', 8080) },
+    listeners: { controlPlane: checkListener(c, l, 'controlPlane', 7443), gateway: checkListener(c, l, 'gateway', 8080), temporalDoor: checkListener(c, l, 'temporalDoor', 7444) },
     tls: {
       ca: c.str(tls, ['tls', 'ca'], '.llmgw/ca/ca.crt', pathRule),
       serverCert: c.str(tls, ['tls', 'serverCert'], '/etc/llmgw/control-plane/server.crt', pathRule),
@@ -235,10 +235,17 @@ function checkEnginePorts(c: Checker, p: Obj | undefined): ServerConfig['engineP
 }
 
 function checkPortClashes(c: Checker, cfg: ServerConfig): void {
-  const { controlPlane: cp, gateway: gw } = cfg.listeners;
+  const { controlPlane: cp, gateway: gw, temporalDoor: door } = cfg.listeners;
   if (cp.port === gw.port && cp.host === gw.host) c.add(['listeners', 'gateway', 'port'], `${gw.port} is also the controlPlane port`, 'give the gateway and the control plane different ports');
-  const { base, count } = cfg.enginePorts;
   for (const [name, l] of [['controlPlane', cp], ['gateway', gw]] as const) {
+    if (door.port === l.port && door.host === l.host) c.add(['listeners', 'temporalDoor', 'port'], `${door.port} is also the ${name} port`, `give the Temporal door its own port, e.g. 7444`);
+  }
+  const temporal = HOST_PORT_RE.exec(cfg.temporal.address);
+  if (temporal && Number(temporal[3]) === door.port && (temporal[1] === door.host || ['0.0.0.0', '::'].includes(door.host))) {
+    c.add(['listeners', 'temporalDoor', 'port'], `${door.port} is Temporal's own port (temporal.address ${cfg.temporal.address})`, 'the door stands in front of Temporal on a port of its own, e.g. 7444');
+  }
+  const { base, count } = cfg.enginePorts;
+  for (const [name, l] of [['controlPlane', cp], ['gateway', gw], ['temporalDoor', door]] as const) {
     if (l.port >= base && l.port < base + count) {
       c.add(['listeners', name, 'port'], `${l.port} lies inside enginePorts ${base}..${base + count - 1}`, 'move it outside that range; an engine on this host would be handed the same port');
     }

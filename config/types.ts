@@ -21,6 +21,11 @@ export interface ServerConfig {
   listeners: {
     controlPlane: Listener;
     gateway: Listener;
+    /**
+     * Temporal's front door for nodes (mTLS gRPC, in the control plane): node workers reach Temporal only here,
+     * with their node certificate, and may do their own node's work and nothing else (docs/identity.md)
+     */
+    temporalDoor: Listener;
   };
   /** Mutual TLS at the control plane: file paths (relative ones from the working directory). */
   tls: {

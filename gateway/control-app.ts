@@ -8,8 +8,12 @@ import { DOCTOR_STATUSES, parseNodeId, type NodeId, type NodeInventory } from '.
 
 export interface ControlAppOptions {
   store: Store;
-  /** What the agent gets back: where its worker connects. */
-  temporal: { address: string; namespace: string };
+  /**
+   * What the agent gets back: where its worker connects — a fixed address, or one made from the host the agent
+   * reached the control plane at (the door's, on the control plane's host) — and whether with its node
+   * certificate (`mtls`, the door) or in plain gRPC (a Temporal the node may reach directly: tests).
+   */
+  temporal: { address: string | ((requestHost: string) => string); namespace: string; mtls?: boolean };
   heartbeatMs: number;
   /** Where a refused identity claim is logged (one line: the CN, the claimed id and the reason). */
   log?: (msg: string, fields: Record<string, unknown>) => void;
@@ -34,6 +38,13 @@ export interface NodeCertificate {
   renewAt: string;
   /** true when every certificate of the node is revoked */
   revoked: boolean;
+}
+
+/** Where a node's worker reaches Temporal (the registration's answer); `mtls`: with its node certificate, the door. */
+export interface NodeTemporal {
+  address: string;
+  namespace: string;
+  mtls: boolean;
 }
 
 /** What a renewal returns to the agent. */
@@ -126,7 +137,9 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
     req.log.info({ node: id, gpus: inv.gpus.length, fabrics: inv.fabrics }, 'node registered');
     opts.onNodesChanged?.(id);
     opts.onRegistered?.(id);
-    return { nodeId: id, temporal: opts.temporal, heartbeatMs: opts.heartbeatMs };
+    const { address, namespace, mtls } = opts.temporal;
+    const temporal: NodeTemporal = { address: typeof address === 'string' ? address : address(req.hostname), namespace, mtls: mtls ?? false };
+    return { nodeId: id, temporal, heartbeatMs: opts.heartbeatMs };
   });
 
   app.post<{ Body: { nodeId: string } }>('/v1/agent/heartbeat', {

@@ -23,6 +23,7 @@ export const ERRORS = {
   LLMGW_DRAIN_TIMEOUT: { status: 504, type: 'server_error' },
   LLMGW_NO_DEPLOYMENT: { status: 409, type: 'invalid_request_error' },
   LLMGW_FABRIC_SPLIT: { status: 400, type: 'invalid_request_error' },
+  LLMGW_TEMPORAL_CALL_REFUSED: { status: 403, type: 'invalid_request_error' },
   LLMGW_SSH_UNREACHABLE: { status: 504, type: 'server_error' },
   LLMGW_SSH_REFUSED: { status: 403, type: 'invalid_request_error' },
   LLMGW_HOST_KEY_CHANGED: { status: 409, type: 'invalid_request_error' },

@@ -8,6 +8,7 @@ import { createCaOperations } from '../activities/ca';
 import { createControlActivities, wakeWaitingReplicas } from '../activities/control';
 import type { ServerConfig } from '../config/types';
 import { buildControlServer } from '../gateway/control-server';
+import { doorAddressFor, startTemporalDoor, type TemporalDoor } from '../gateway/temporal-door';
 import { remoteCa } from './ca-remote';
 import { LlmgwError } from '../lib/errors';
 import { QUEUES, workflowIds } from '../lib/names';
@@ -54,6 +55,8 @@ export interface ControlPlane {
   config: ServerConfig;
   store: Store;
   client: Client;
+  /** Temporal's front door for nodes, on listeners.temporalDoor */
+  door: TemporalDoor;
   close(): Promise<void>;
 }
 
@@ -101,12 +104,13 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const caDir = dirname(config.tls.ca);
   const ca = existsSync(join(caDir, 'ca.key')) ? createCaOperations({ caDir, store, log: (msg, f) => log(msg, f ?? {}) }) : null;
   const remote = remoteCa(client);
-  const { app } = await buildControlServer({
+  const { app, gate } = await buildControlServer({
     store,
     tls,
     log,
     logger: opts.logger,
-    temporal: { address: config.temporal.address, namespace: config.temporal.namespace },
+    // Nodes reach Temporal only through the door, with their certificate; they are never told Temporal's address.
+    temporal: { address: (host) => doorAddressFor(config.listeners, host), namespace: config.temporal.namespace, mtls: true },
     heartbeatMs: 2000,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
     onRegistered: ensureEngines,
@@ -129,6 +133,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     }).catch(() => undefined);
   }, 2000);
   sweep.unref();
+  // The same gate as the HTTPS API: one verdict per connection, and a revocation cuts the node's gRPC streams too.
+  const door = await startTemporalDoor({ ...config.listeners.temporalDoor, upstream: config.temporal.address, namespace: config.temporal.namespace, tls, gate, log });
   const { host, port } = config.listeners.controlPlane;
   const url = await app.listen({ host, port });
 
@@ -137,8 +143,10 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     config,
     store,
     client,
+    door,
     async close(): Promise<void> {
       clearInterval(sweep);
+      await door.close();
       await app.close();
       // The SDK may already be draining it (its own signal handling in other embeddings).
       if (worker.getState() === 'RUNNING') worker.shutdown();

@@ -110,12 +110,12 @@ async function issueCertificates(o: ClusterOptions): Promise<string> {
 function writeConfig(o: ClusterOptions): { file: string; config: ServerConfig; temporalPort: number; uiPort: number } {
   const b = o.basePort;
   const ports = b === null
-    ? { temporal: 7233, ui: 8233, control: 7443, gateway: 8080, engines: 20000 }
-    : { temporal: b, ui: b + 1, control: b + 2, gateway: b + 3, engines: b + 10 };
+    ? { temporal: 7233, ui: 8233, control: 7443, gateway: 8080, door: 7444, engines: 20000 }
+    : { temporal: b, ui: b + 1, control: b + 2, gateway: b + 3, door: b + 4, engines: b + 10 };
   const doc = {
     temporal: { address: `127.0.0.1:${ports.temporal}`, namespace: 'default', uiUrl: `http://127.0.0.1:${ports.ui}` },
     mysql: { url: o.mysqlUrl },
-    listeners: { controlPlane: { host: '127.0.0.1', port: ports.control }, gateway: { host: '127.0.0.1', port: ports.gateway } },
+    listeners: { controlPlane: { host: '127.0.0.1', port: ports.control }, gateway: { host: '127.0.0.1', port: ports.gateway }, temporalDoor: { host: '127.0.0.1', port: ports.door } },
     tls: tlsPaths(o.stateDir).tls,
     enginePorts: { base: ports.engines, count: b === null ? 2000 : 200 },
   };

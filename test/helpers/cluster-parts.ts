@@ -31,12 +31,13 @@ export async function dropDatabase(url: string): Promise<void> {
 export async function testConfig(o: { temporalAddress: string; mysqlUrl: string; catalog?: ModelSpec[] }): Promise<ServerConfig> {
   const cp = await freePort();
   const gw = await freePort();
+  const door = await freePort();
   const engineBase = 30000 + Math.floor(Math.random() * 300) * 100;
   return {
     ...DEFAULT_CONFIG,
     temporal: { ...DEFAULT_CONFIG.temporal, address: o.temporalAddress },
     mysql: { url: o.mysqlUrl },
-    listeners: { controlPlane: { host: '127.0.0.1', port: cp }, gateway: { host: '127.0.0.1', port: gw } },
+    listeners: { controlPlane: { host: '127.0.0.1', port: cp }, gateway: { host: '127.0.0.1', port: gw }, temporalDoor: { host: '127.0.0.1', port: door } },
     tls: testTls(),
     enginePorts: { base: engineBase, count: 100 },
     catalog: o.catalog ?? DEFAULT_CONFIG.catalog,

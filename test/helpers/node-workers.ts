@@ -5,7 +5,8 @@ import type { Client } from '@temporalio/client';
 import { nodeQueue, workflowIds } from '../../lib/names';
 import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory } from '../../lib/types';
-import { assignedShards, NODE_WORKER_OPTIONS } from '../../workers/agent';
+import type { TlsCredentials } from '../../lib/tls-client';
+import { assignedShards, NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent';
 import type { ControlPlane } from '../../workers/control';
 import { certClient, closeCertClients } from './tls';
 
@@ -26,6 +27,8 @@ export interface NodeWorker {
   nodeId: string;
   /** Engine pids by `<replica>#<rank>`, latest launch wins. */
   pids: Map<string, number>;
+  /** Settles when the worker stops: null after stop(), the error it failed with otherwise. */
+  ended: Promise<Error | null>;
   stop(): Promise<void>;
 }
 
@@ -33,15 +36,16 @@ export interface NodeWorker {
  * Runs a node worker for `nodeId` against Temporal at `address`, with sim engines as real processes. With
  * `cp` it also does what the agent does beside its worker, over mTLS with the node's certificate: heartbeats to
  * that control plane every 2 s, and asks it which shards stay placed here (so an engine outlives a Temporal
- * restart, as under a real agent).
+ * restart, as under a real agent). With `door`, `address` is Temporal's front door and the worker connects to it
+ * as the agent does, with these credentials (the node's certificate).
  */
-export async function startNodeWorker(address: string, nodeId: string, pids = new Map<string, number>(), o: { cp?: Pick<ControlPlane, 'url' | 'config' | 'store'> } = {}): Promise<NodeWorker> {
-  const conn = await NativeConnection.connect({ address });
+export async function startNodeWorker(address: string, nodeId: string, pids = new Map<string, number>(), o: { cp?: Pick<ControlPlane, 'url' | 'config' | 'store'>; door?: TlsCredentials; queue?: string } = {}): Promise<NodeWorker> {
+  const conn = o.door ? await nodeConnection({ address, namespace: 'default', mtls: true }, o.door) : await NativeConnection.connect({ address });
   const stopping = new AbortController();
   const cpUrl = o.cp?.url;
   const tls = o.cp ? await certClient(o.cp.config, o.cp.store, nodeId) : undefined;
   const worker = await Worker.create({
-    ...NODE_WORKER_OPTIONS, connection: conn, taskQueue: nodeQueue(nodeId),
+    ...NODE_WORKER_OPTIONS, connection: conn, taskQueue: o.queue ?? nodeQueue(nodeId),
     activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stopGraceMs: 3000,
       ...(cpUrl && tls ? { assigned: () => assignedShards(tls.client, cpUrl, nodeId), stopping: stopping.signal } : {}),
       log: (msg, f) => { if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid)); } }),
@@ -50,14 +54,19 @@ export async function startNodeWorker(address: string, nodeId: string, pids = ne
     ? setInterval(() => void tls.fetch(`${cpUrl}/v1/agent/heartbeat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId }) }).catch(() => undefined), 2000)
     : undefined;
   const running = worker.run();
+  const ended = running.then(() => null, (err: Error) => err);
+  let stopped: Promise<void> | undefined;
   return {
-    nodeId, pids,
-    async stop() {
-      clearInterval(beat);
-      stopping.abort();
-      if (worker.getState() === 'RUNNING') worker.shutdown();
-      await running.catch(() => undefined);
-      await conn.close();
+    nodeId, pids, ended,
+    stop() {
+      stopped ??= (async () => {
+        clearInterval(beat);
+        stopping.abort();
+        if (worker.getState() === 'RUNNING') worker.shutdown();
+        await running.catch(() => undefined);
+        await conn.close();
+      })();
+      return stopped;
     },
   };
 }

@@ -69,7 +69,8 @@ describe('mTLS at the control plane (real TLS, MariaDB, Temporal)', () => {
     const n1 = await certClient(config, cp.store, 'n1');
     const r = await post(n1.fetch as typeof fetch, '/v1/agent/register', { nodeId: 'n1', inventory: simInventory() });
     expect(r.status).toBe(200);
-    expect(await r.json()).toMatchObject({ nodeId: 'n1', temporal: { address: temporal.address } });
+    // Told Temporal's front door on the host it reached the control plane at, never Temporal's own address.
+    expect(await r.json()).toMatchObject({ nodeId: 'n1', temporal: { address: `127.0.0.1:${config.listeners.temporalDoor.port}`, namespace: 'default', mtls: true } });
     expect(await ctl('nodes')).toMatch(/^n1 +ready/m);
     expect((await n1.fetch(`${cp.url}/v1/nodes`)).status).toBe(403);
   });

@@ -47,7 +47,7 @@ describe('a drain survives a killed control worker and a Temporal restart', () =
     cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
     // A second control worker, as its own process (so it can be killed for real), on its own control-plane port.
     const file = join(dir, 'server.yaml');
-    writeFileSync(file, stringify({ ...config, listeners: { ...config.listeners, controlPlane: { host: '127.0.0.1', port: await freePort() } }, catalog: config.catalog }));
+    writeFileSync(file, stringify({ ...config, listeners: { ...config.listeners, controlPlane: { host: '127.0.0.1', port: await freePort() }, temporalDoor: { host: '127.0.0.1', port: await freePort() } }, catalog: config.catalog }));
     second = spawn(process.execPath, [LLMGW, 'control-plane', '--config', file], { stdio: ['ignore', 'ignore', 'pipe'] });
     let secondLog = '';
     second.stderr?.on('data', (b: Buffer) => void (secondLog = (secondLog + b.toString()).slice(-4000)));
