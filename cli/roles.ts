@@ -4,6 +4,7 @@ import { resolve } from 'node:path';
 import { Runtime } from '@temporalio/worker';
 import { loadServerConfig } from '../config/load';
 import { parseNodeId } from '../lib/types';
+import { parseWeightsListen } from '../workers/weights';
 import { openDatabase } from '../lib/store/db';
 import { Store } from '../lib/store/store';
 import { RoutingTable } from '../gateway/routing';
@@ -144,6 +145,10 @@ that supervises this node's engine processes.
   --engines-dir DIR      one venv per engine and version (default /var/lib/llmgw/installs)
   --wheelhouse DIR       wheels pip takes first (llama.cpp built once for the cluster, not on every node)
   --python PATH          python that makes the venvs (default python3)
+  --weights-dir DIR      cache of the weights fetched for models whose source is a URL: resumable, sha256-checked,
+                         fetched from a peer node that holds them before the origin (default /var/lib/llmgw/weights)
+  --weights-listen HOST:PORT  where other nodes fetch this node's cached weights, mTLS with node certificates
+                         (default 0.0.0.0:0: any free port, reported to the control plane)
   --cpuinfo PATH         (default /proc/cpuinfo)
   --state-dir DIR        where engines are recorded (pid, start time, exit status, log), so a restarted or
                          upgraded agent adopts the engines the last one left running (default /var/lib/llmgw/engines)
@@ -168,7 +173,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
       node: { type: 'string' }, server: { type: 'string' }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
       'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, sminfo: { type: 'string' }, 'advertise-host': { type: 'string' },
       'llamacpp-bin': { type: 'string' }, 'vllm-bin': { type: 'string' }, 'sglang-python': { type: 'string' },
-      'engines-dir': { type: 'string' }, wheelhouse: { type: 'string' }, python: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
+      'engines-dir': { type: 'string' }, 'weights-dir': { type: 'string' }, 'weights-listen': { type: 'string' }, wheelhouse: { type: 'string' }, python: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
       cert: { type: 'string' }, key: { type: 'string' }, ca: { type: 'string' },
     },
   });
@@ -192,6 +197,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     cpuinfo: values.cpuinfo ?? '/proc/cpuinfo',
     fabrics: values.fabric ?? [],
     advertiseHost: values['advertise-host'] ?? '127.0.0.1',
+    weights: { dir: resolve(values['weights-dir'] ?? '/var/lib/llmgw/weights'), listen: parseWeightsListen(values['weights-listen'] ?? '0.0.0.0:0') },
     engineSetup: {
       enginesDir: resolve(values['engines-dir'] ?? '/var/lib/llmgw/installs'),
       bins: {

@@ -19,8 +19,9 @@ import { queryGpus } from '../lib/hardware/nvidia';
 import { LlmgwError } from '../lib/errors';
 import { certificateInfo, makeNodeCsr, renewAt } from '../lib/pki';
 import { TlsClient, type TlsCredentials } from '../lib/tls-client';
-import type { NodeTemporal, RenewedCertificate } from '../gateway/control-app';
+import type { RenewedCertificate } from '../gateway/control-app';
 import { nodeQueue } from '../lib/names';
+import { startNodeWeights } from './weights';
 import { simEngineArgv } from '../lib/sim/argv';
 import type { EngineName, NodeId, NodeInventory } from '../lib/types';
 
@@ -42,6 +43,8 @@ export interface AgentOptions {
   fabrics: string[];
   /** Address the gateway and other ranks reach this node's engines on */
   advertiseHost: string;
+  /** The weights cache (`--weights-dir`) and where peers fetch from it (`--weights-listen`); absent: no URL sources here */
+  weights?: { dir: string; listen: { host: string; port: number } };
   /** Where and from what the engines server.yaml names are installed (`--engines-dir`, `--llamacpp-bin`, …) */
   engineSetup: { enginesDir: string; bins: OperatorBins; wheelhouse?: string; python?: string };
   /** A node declared to have no GPU: skip nvidia-smi */
@@ -117,18 +120,7 @@ async function post<T>(client: TlsClient, url: string, body: unknown): Promise<{
   return { status: res.status, body: (await res.json()) as T };
 }
 
-interface Registration { temporal: NodeTemporal; heartbeatMs: number }
-
-/**
- * The connection of the node's worker: to Temporal's front door with the node's certificate (mtls), trusting the
- * door by the cluster CA; plain only where the control plane says the node may reach Temporal itself (tests).
- */
-export function nodeConnection(temporal: NodeTemporal, tls: TlsCredentials): Promise<NativeConnection> {
-  return NativeConnection.connect({
-    address: temporal.address,
-    ...(temporal.mtls ? { tls: { serverRootCACertificate: Buffer.from(tls.caPem), clientCertPair: { crt: Buffer.from(tls.certPem), key: Buffer.from(tls.keyPem) } } } : {}),
-  });
-}
+interface Registration { temporal: { address: string; namespace: string }; heartbeatMs: number }
 
 /** Registers, retrying with backoff while the control plane is unreachable. */
 async function register(client: TlsClient, opts: AgentOptions, inventory: NodeInventory, stopped: () => boolean): Promise<Registration> {
@@ -176,27 +168,38 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     await client.close();
     throw err;
   });
-  opts.log('registered', { node: opts.nodeId, gpus: inventory.gpus.length, fabrics: inventory.fabrics, temporal: reg.temporal.address, door: reg.temporal.mtls });
+  opts.log('registered', { node: opts.nodeId, gpus: inventory.gpus.length, fabrics: inventory.fabrics, temporal: reg.temporal.address });
 
-  const connection = await nodeConnection(reg.temporal, opts.tls);
+  const connection = await NativeConnection.connect({ address: reg.temporal.address });
+  const weights = opts.weights
+    ? await startNodeWeights({ nodeId: opts.nodeId, server: opts.server, client, tls: opts.tls, dir: opts.weights.dir, listen: opts.weights.listen, advertiseHost: opts.advertiseHost, log: opts.log })
+      .catch(async (err: unknown) => {
+        await connection.close();
+        await client.close();
+        throw err;
+      })
+    : null;
   const supervised = new Set<string>();
   const stopping = new AbortController();
   const worker = await Worker.create({
     connection,
     namespace: reg.temporal.namespace,
     taskQueue: nodeQueue(opts.nodeId),
-    activities: createNodeActivities({
-      nodeId: opts.nodeId,
-      engineArgv: (engine, program) => engines.programs(engine, program) ?? [],
-      engines,
-      inventory,
-      stateDir: opts.stateDir,
-      stopEnginesOnExit: opts.stopEnginesOnExit,
-      supervised,
-      assigned: () => assignedShards(client, opts.server, opts.nodeId),
-      stopping: stopping.signal,
-      log: opts.log,
-    }),
+    activities: {
+      ...createNodeActivities({
+        nodeId: opts.nodeId,
+        engineArgv: (engine, program) => engines.programs(engine, program) ?? [],
+        engines,
+        inventory,
+        stateDir: opts.stateDir,
+        stopEnginesOnExit: opts.stopEnginesOnExit,
+        supervised,
+        assigned: () => assignedShards(client, opts.server, opts.nodeId),
+        stopping: stopping.signal,
+        log: opts.log,
+      }),
+      ...weights?.activities,
+    },
     ...NODE_WORKER_OPTIONS,
   });
   const running = worker.run();
@@ -209,7 +212,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       if (c.stopped.length || c.pending.length || c.removed.length) opts.log('engine records collected', { stopped: c.stopped, pending: c.pending, removed: c.removed });
     }, (err: Error) => opts.log('engine collection failed', { error: err.message }));
 
-  const renewal = startRenewal(client, opts, () => closing);
+  const renewal = startRenewal(client, opts, () => closing, (creds) => weights?.useCredentials(creds));
   const beat = setInterval(() => {
     void post<{ error?: { message: string } }>(client, `${opts.server}/v1/agent/heartbeat`, { nodeId: opts.nodeId }).then(async (r) => {
       if (r.status === 404) await register(client, opts, inventory, () => closing);
@@ -228,6 +231,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       // The SDK may already be draining it (its own signal handling in other embeddings).
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await running.catch(() => undefined);
+      await weights?.close();
       await connection.close();
       await client.close();
     },
@@ -246,7 +250,7 @@ function writeAtomic(file: string, content: string, mode: number): void {
  * the new certificate while requests in flight finish on the old ones. A failure is logged loudly with the
  * expiry and retried every minute (sooner near the end).
  */
-function startRenewal(client: TlsClient, opts: AgentOptions, closing: () => boolean): { stop(): void } {
+function startRenewal(client: TlsClient, opts: AgentOptions, closing: () => boolean, renewed: (creds: TlsCredentials) => void): { stop(): void } {
   let creds = opts.tls;
   let timer: NodeJS.Timeout | undefined;
   // A timer fires after at most ~24.8 days (2^31 ms): a longer wait is taken in steps.
@@ -272,6 +276,7 @@ function startRenewal(client: TlsClient, opts: AgentOptions, closing: () => bool
         writeAtomic(opts.certFiles.cert, r.body.certPem, 0o644);
       }
       client.use(creds);
+      renewed(creds);
       opts.log('certificate renewed', { serial: r.body.serial, previous: info.serial, notAfter: r.body.notAfter, renewAt: r.body.renewAt });
       schedule(fromNow());
     } catch (err) {

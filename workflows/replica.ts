@@ -6,6 +6,8 @@ import {
 import { TimeoutType } from '@temporalio/common';
 import type { ControlActivities, PlaceResult, ShardPlan } from '../activities/control';
 import type { NodeActivities } from '../activities/node';
+import type { WeightsActivities } from '../activities/node/weights';
+import { needsWeights } from '../lib/weights/source';
 import { nodeQueue, searchAttributes } from '../lib/names';
 import type { ReplicaState } from '../lib/types';
 import { replicaReadySignal } from './contracts/model';
@@ -26,6 +28,19 @@ const serving = proxyActivities<ControlActivities>({
  * Cancelling it waits until the agent reports its engine gone, so 'stopped' (and a rebuild's new placement)
  * never overlaps a live engine; the node worker flushes heartbeats every second, which is how fast a cancel arrives.
  */
+/** fetchWeights on a node: resumable, so retries are cheap; it heartbeats every second with bytes and rate. */
+function weightsActivities(nodeId: string): WeightsActivities {
+  return proxyActivities<WeightsActivities>({
+    taskQueue: nodeQueue(nodeId),
+    scheduleToStartTimeout: '60s',
+    // A large model over a slow link; progress is the heartbeat, not this.
+    startToCloseTimeout: '24h',
+    heartbeatTimeout: '30s',
+    // A wrong sha256, a missing path and HTTP 4xx come back non-retryable.
+    retry: { initialInterval: '2s', backoffCoefficient: 2, maximumInterval: '1m', maximumAttempts: 6 },
+  });
+}
+
 function shardActivities(nodeId: string, scheduleToStartTimeout: '60s' | '10s' = '60s'): NodeActivities {
   return proxyActivities<NodeActivities>({
     taskQueue: nodeQueue(nodeId),
@@ -99,7 +114,21 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       const message = timedOut ? `${nodeId}: ${timeoutText(cause.timeoutType)}` : (cause?.message ?? (err as Error).message ?? String(err));
       failure = { kind: 'failed', message, timedOutNode: timedOut ? nodeId : null };
     };
-    const launch = (s: ShardPlan) => async (): Promise<void> => {
+    // Every rank's address in rank order: llama.cpp's rank 0 reaches its workers' rpc-servers by them.
+    const peers = [...placement.shards].sort((a, b) => a.rank - b.rank).map(({ host, port }) => ({ host, port }));
+    // The health check starts once every shard has its weights: a large download is not a slow engine start.
+    const fetched: Promise<void>[] = [];
+    const launch = (s: ShardPlan, weightsFetched: () => void) => async (): Promise<void> => {
+      // A URL source is fetched into the node's cache first (resumable, coalesced, from a peer that holds it);
+      // sim:// sources and engine-side ids fetch nothing, and schedule nothing.
+      let modelPath: string | undefined;
+      if (needsWeights(input.source, input.profile.engine, s.rank)) {
+        const r = await weightsActivities(s.nodeId).fetchWeights({
+          model: input.model, source: input.source, replicaId: input.replicaId, ...(input.sha256 ? { sha256: input.sha256 } : {}),
+        });
+        modelPath = r.path;
+      }
+      weightsFetched();
       let reruns = 0;
       // A shard run again after a heartbeat timeout goes to an agent that is running: one that does not take
       // it within 10 s was not alive after all, and the replica is rebuilt. After LLMGW_AGENT_STOPPED the next
@@ -111,7 +140,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
           await shardActivities(s.nodeId, wait).runShard({
             replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile, generation: status.rebuilds,
             rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
-            fabric: placement.fabric,
+            fabric: placement.fabric, peers, ...(modelPath ? { modelPath } : {}),
           });
           return;
         } catch (err) {
@@ -129,12 +158,17 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     };
     // Rank 0 first: it binds the dist-init port the other ranks join.
     placement.shards.forEach((s, i) => {
-      const p = (scopes[i] as CancellationScope).run(launch(s));
+      let done = (): void => undefined;
+      fetched.push(new Promise<void>((r) => void (done = r)));
+      const p = (scopes[i] as CancellationScope).run(launch(s, done));
       p.catch(onShardError(s.nodeId));
       shards.push(p);
     });
     const healthScope = new CancellationScope();
-    const health = healthScope.run(() => serving.waitServing({ endpoint: placement.endpoint }));
+    const health = healthScope.run(async () => {
+      await Promise.all(fetched);
+      return serving.waitServing({ endpoint: placement.endpoint });
+    });
     shards.push(health.then(() => void (failure ??= { kind: 'served' }), onShardError('health check')));
     const stopAll = async (): Promise<void> => {
       healthScope.cancel();

@@ -177,7 +177,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     await waitHttp(`${gatewayUrl}/health`, 30_000, 'gateway');
     o.progress(`[4/5] sim nodes ${SIM_NODES.map((n) => n.id).join(', ')}`);
     for (const n of SIM_NODES) {
-      role(n.id, ['agent', '--node', n.id, '--server', controlUrl, '--cert', paths.node(n.id).cert, '--key', paths.node(n.id).key, '--ca', paths.tls.ca, '--nvidia-smi', join(FIXTURES, 'nvidia-smi'), ...n.fabric, '--state-dir', join(o.stateDir, 'engines', n.id), '--stop-engines-on-exit'],
+      role(n.id, ['agent', '--node', n.id, '--server', controlUrl, '--cert', paths.node(n.id).cert, '--key', paths.node(n.id).key, '--ca', paths.tls.ca, '--nvidia-smi', join(FIXTURES, 'nvidia-smi'), ...n.fabric, '--state-dir', join(o.stateDir, 'engines', n.id), '--weights-dir', join(o.stateDir, 'weights', n.id), '--weights-listen', '127.0.0.1:0', '--stop-engines-on-exit'],
         { FAKE_NVIDIA_GPUS: String(n.gpus), FAKE_NVIDIA_SEED: n.id });
     }
     await waitFor(async () => {

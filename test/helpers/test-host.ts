@@ -189,6 +189,8 @@ export async function startTestNetwork(): Promise<TestNetwork> {
       await ip('-n', ns, 'addr', 'add', `${address}/24`, 'dev', 'eth0');
       await ip('-n', ns, 'link', 'set', 'eth0', 'up');
       await ip('-n', ns, 'route', 'add', 'default', 'via', gateway);
+      // A machine started again at an address another one had: this side must not keep sending to the old one's MAC.
+      await ip('neigh', 'flush', 'to', address, 'dev', bridge).catch(() => undefined);
 
       const log = join(dir, 'sshd.log');
       const out = openSync(log, 'a');

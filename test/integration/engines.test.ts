@@ -3,10 +3,10 @@
  * engines (server.yaml engines), the agent's ensureEngines runs each one and offers only those that pass; an
  * engine that cannot start (a binary that exits with a loader error, as a vLLM without its CUDA runtime does)
  * is refused with its own error, shown by `llmgw ctl nodes`; "" without the operator's binary is refused
- * with the flag to pass; a control plane started with other engines has the node probe again; the offered sim
+ * with the flag to pass; a model whose source is a URL has its weights fetched to the node first; a control plane started with other engines has the node probe again; the offered sim
  * engine then serves a replica placed there (its program resolved from the probe's record).
  */
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
@@ -19,6 +19,7 @@ import { startAgent, type Agent as NodeAgent } from '../../workers/agent';
 import { startControlPlane, type ControlPlane } from '../../workers/control';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { startOrigin, type Origin } from '../helpers/origin';
 import { certClient, closeCertClients, writeOperatorCert } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
@@ -33,6 +34,7 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
   let cp: ControlPlane | undefined;
   let agent: NodeAgent | undefined;
   let configFile = '';
+  let origin: Origin | undefined;
 
   // A vLLM whose CUDA runtime is missing: the loader's own message, exit 127, before any help is printed.
   const brokenVllm = join(dir, 'vllm');
@@ -52,8 +54,10 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
   };
 
   beforeAll(async () => {
+    origin = await startOrigin({ size: 3 << 20, name: 'fetched.gguf' });
     temporal = await startTestTemporal();
-    config = await testConfig({ temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(), catalog: [MODEL] });
+    const fetchedModel: ModelSpec = { ...MODEL, name: 'fetched', source: origin.fileUrl, sha256: origin.sha256 };
+    config = await testConfig({ temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(), catalog: [MODEL, fetchedModel] });
     configFile = join(dir, 'server.yaml');
     cp = await startCp({ sim: '1.0.0', vllm: '', llamacpp: '' });
     await writeOperatorCert(config, cp.store);
@@ -64,6 +68,7 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
     await cp?.close();
     await closeCertClients();
     await temporal?.stop();
+    await origin?.close();
     await dropDatabase(config.mysql.url);
     rmSync(dir, { recursive: true, force: true });
   }, 60_000);
@@ -75,6 +80,7 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
       nodeId: NODE, server: (cp as ControlPlane).url, tls: cert, nvidiaSmi: join(ROOT, 'test/fixtures/nvidia-smi'), noGpu: false,
       ibRoot: join(ROOT, 'test/fixtures/sysfs/none'), cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1',
       engineSetup: { enginesDir: join(dir, 'installs'), bins: { vllm: brokenVllm } }, stateDir: join(dir, 'state'), stopEnginesOnExit: true,
+      weights: { dir: join(dir, 'weights'), listen: { host: '127.0.0.1', port: 0 } },
       log: () => undefined,
     });
     // First start: nothing was probed yet, so nothing is offered until ensureEngines has run.
@@ -104,6 +110,18 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
     expect(replicas.find((r) => r.model === MODEL.name)).toMatchObject({ state: 'ready' });
     await ctl('scale', MODEL.name, '0');
     await waitFor(async () => (await (cp as ControlPlane).store.listReplicas()).every((r) => r.model !== MODEL.name || r.state === 'stopped'), { timeoutMs: 30_000, what: 'the replica to stop' });
+  });
+
+  test('a model whose source is a URL: its weights are fetched into the node\'s cache (sha256-checked) before its engine starts, once', async () => {
+    await ctl('deploy', 'fetched', '--timeout', '60');
+    expect((await (cp as ControlPlane).store.listReplicas()).find((r) => r.model === 'fetched')).toMatchObject({ state: 'ready' });
+    const o = origin as Origin;
+    expect(o.requests.filter((r) => r.status === 200 || r.status === 206)).toHaveLength(1);
+    const held = readdirSync(join(dir, 'weights'), { recursive: true }).map(String).filter((f) => f.endsWith('fetched.gguf'));
+    expect(held).toHaveLength(1);
+    expect(statSync(join(dir, 'weights', held[0] as string)).size).toBe(o.data.length);
+    await ctl('scale', 'fetched', '0');
+    await waitFor(async () => (await (cp as ControlPlane).store.listReplicas()).every((r) => r.model !== 'fetched' || r.state === 'stopped'), { timeoutMs: 30_000, what: 'the replica to stop' });
   });
 
   test('a control plane started with other engines has the node probe again, without the agent restarting', async () => {

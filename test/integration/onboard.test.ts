@@ -2,16 +2,10 @@
  * Onboarding over real ssh (issue 4): a test host (OpenSSH sshd in a network namespace with its own address,
  * hostname and filesystem view, no systemd, no checkout) onboarded by `llmgw onboard-node` through the
  * onboardNode workflow and the llmgw-ca worker, with the release artefact — registers, serves a sim replica
- * through the gateway; a rerun changes nothing (and a second start joins the first); a changed host key is
- * refused with both fingerprints until forgotten; a known key type is asked for first, so a second one is no change.
+ * through the gateway; a rerun changes nothing (and a second start joins the first). Host keys: onboard-hostkeys.test.ts.
  */
-import { execFileSync } from 'node:child_process';
-import { join } from 'node:path';
-import { createOnboardActivities } from '../../activities/ca/onboard';
 import { QUEUES, workflowIds } from '../../lib/names';
-import { HostKeyStore } from '../../lib/store/host-keys';
 import { onboardNode } from '../../cli/onboard';
-import { forgetHostKey } from '../../cli/host-keys';
 import type { OnboardResult } from '../../workflows/contracts/onboard';
 import { waitRoutable } from '../helpers/load';
 import { fakeGpu, startOnboardCluster, type OnboardCluster } from '../helpers/onboard-cluster';
@@ -123,54 +117,4 @@ describe('onboarding a node over real ssh', () => {
     for await (const w of c.cp.client.workflow.list({ query: `WorkflowId = '${workflowIds.onboard(nodeId)}'` })) runs.push(w.runId);
     expect(runs).toHaveLength(2);
   }, 120_000);
-
-  test('a known key type is asked for first: a machine that gained an Ed25519 key is no changed host', async () => {
-    const keyFile = (type: string): string => {
-      const f = join(c.dir, `host-${type}`);
-      execFileSync('ssh-keygen', ['-q', '-t', type, '-N', '', '-f', f]);
-      return f;
-    };
-    const [ecdsa, ed25519] = [keyFile('ecdsa'), keyFile('ed25519')];
-    const acts = createOnboardActivities({ caDir: join(c.dir, 'ca'), store: c.cp.store, hostKeys: new HostKeyStore(c.cp.store.pool), ca: { signNodeCsr: () => Promise.reject(new Error('unused')) }, heartbeat: () => undefined });
-    // Known by its ECDSA key only ...
-    const before = await c.lan.startHost({ nodeId: 'node-k', authorizedKeys: [c.sshPub], hostKeyFiles: [ecdsa] });
-    expect((await acts.learnHostKey(c.input('node-k', before.address))).summary).toBe(`learned host key ecdsa-sha2-nistp256 ${before.fingerprints[0]}`);
-    await before.stop();
-    // ... it now has an Ed25519 key too, which a client asks for first unless told otherwise.
-    const after = await c.lan.startHost({ nodeId: 'node-k', address: before.address, authorizedKeys: [c.sshPub], hostKeyFiles: [ecdsa, ed25519] });
-    const r = await acts.learnHostKey(c.input('node-k', after.address));
-    expect(r).toEqual({ summary: `known host key ecdsa-sha2-nistp256 ${before.fingerprints[0]}`, waitedMs: 0, changed: false });
-    await after.stop();
-  }, 60_000);
-
-  test('a changed host key is refused with both fingerprints, until llmgw ctl forget-host-key', async () => {
-    const old = host.fingerprints[0]!;
-    await host.stop();
-    // The machine rebuilt at the same address: same name, new host key.
-    host = await c.lan.startHost({ nodeId, address: address(), authorizedKeys: [c.sshPub] });
-    const handle = await c.cp.client.workflow.start('onboardNode', { taskQueue: QUEUES.control, workflowId: workflowIds.onboard(nodeId), args: [c.input(nodeId, address())], workflowIdConflictPolicy: 'USE_EXISTING' });
-    const err = await handle.result().then(() => null, (e: Error & { cause?: Error & { type?: string } }) => e.cause);
-    expect(err?.type).toBe('LLMGW_HOST_KEY_CHANGED');
-    expect(err?.message).toContain('failed at step "learn the host key"');
-    expect(err?.message).toContain(`presented the ssh host key ssh-ed25519 ${host.fingerprints[0]}`);
-    expect(err?.message).toContain(`known by ssh-ed25519 ${old}`);
-    expect(err?.message).toContain(`llmgw ctl forget-host-key ${nodeId}`);
-    // Nothing was done to the new machine.
-    expect((await host.exec('ls /etc/llmgw 2>&1')).stdout).toMatch(/No such file/);
-
-    // The CLI says the same, and exits 1.
-    const again = await c.cli(['onboard-node', '--config', c.configFile, '--node', nodeId, '--addr', address(), '--server', c.cp.url, '--binary', c.artefact.file, '--ssh-key', c.sshKey]);
-    expect(again.code).toBe(1);
-    expect(again.err).toContain(`presented the ssh host key ssh-ed25519 ${host.fingerprints[0]}`);
-
-    const forgot = await c.cli(['ctl', 'forget-host-key', nodeId, '--config', c.configFile]);
-    expect(forgot.out).toContain(`${nodeId}: forgot ssh-ed25519 ${old}`);
-    expect(await forgetHostKey(c.config, nodeId, () => undefined)).toBe(0);
-    // Now the new key is learned like any new machine's.
-    const keys = new HostKeyStore(c.cp.store.pool);
-    const acts = createOnboardActivities({ caDir: join(c.dir, 'ca'), store: c.cp.store, hostKeys: keys, ca: { signNodeCsr: () => Promise.reject(new Error('unused')) }, heartbeat: () => undefined });
-    // As the workflow does: wait for ssh first (it retries what a moment of the network refuses), then learn.
-    await acts.waitForSsh(c.input(nodeId, address()));
-    expect((await acts.learnHostKey(c.input(nodeId, address()))).summary).toBe(`learned host key ssh-ed25519 ${host.fingerprints[0]}`);
-  }, 90_000);
 });
