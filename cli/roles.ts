@@ -74,6 +74,8 @@ const CA_WORKER_USAGE = `llmgw ca-worker --config FILE [--ca-dir DIR] [--crl-day
 Runs the llmgw-ca worker (queue llmgw-ca) on the CA's host: signs node CSRs (onboarding, and renewals the
 control plane passes on), issues certificates, revokes them, and keeps DIR/crl.pem fresh — a new CRL at half
 of each one's validity, well before its next-update. The CA key (DIR/ca.key) never leaves this host.
+It also runs onboarding's steps (llmgw onboard-node): they ssh to the new node with this host's ssh key, as
+the user running this worker, and read the --binary artefact from this host's disk.
 
 ${CONFIG_HELP}
   --ca-dir DIR    the CA directory made by llmgw ca init (default ${DEFAULT_CA_DIR})
