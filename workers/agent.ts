@@ -19,7 +19,7 @@ import { queryGpus } from '../lib/hardware/nvidia';
 import { LlmgwError } from '../lib/errors';
 import { certificateInfo, makeNodeCsr, renewAt } from '../lib/pki';
 import { TlsClient, type TlsCredentials } from '../lib/tls-client';
-import type { RenewedCertificate } from '../gateway/control-app';
+import type { NodeTemporal, RenewedCertificate } from '../gateway/control-app';
 import { nodeQueue } from '../lib/names';
 import { startNodeWeights } from './weights';
 import { simEngineArgv } from '../lib/sim/argv';
@@ -120,7 +120,18 @@ async function post<T>(client: TlsClient, url: string, body: unknown): Promise<{
   return { status: res.status, body: (await res.json()) as T };
 }
 
-interface Registration { temporal: { address: string; namespace: string }; heartbeatMs: number }
+interface Registration { temporal: NodeTemporal; heartbeatMs: number }
+
+/**
+ * The connection of the node's worker: to Temporal's front door with the node's certificate (mtls), trusting the
+ * door by the cluster CA; plain only where the control plane says the node may reach Temporal itself (tests).
+ */
+export function nodeConnection(temporal: NodeTemporal, tls: TlsCredentials): Promise<NativeConnection> {
+  return NativeConnection.connect({
+    address: temporal.address,
+    ...(temporal.mtls ? { tls: { serverRootCACertificate: Buffer.from(tls.caPem), clientCertPair: { crt: Buffer.from(tls.certPem), key: Buffer.from(tls.keyPem) } } } : {}),
+  });
+}
 
 /** Registers, retrying with backoff while the control plane is unreachable. */
 async function register(client: TlsClient, opts: AgentOptions, inventory: NodeInventory, stopped: () => boolean): Promise<Registration> {
@@ -168,9 +179,9 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     await client.close();
     throw err;
   });
-  opts.log('registered', { node: opts.nodeId, gpus: inventory.gpus.length, fabrics: inventory.fabrics, temporal: reg.temporal.address });
+  opts.log('registered', { node: opts.nodeId, gpus: inventory.gpus.length, fabrics: inventory.fabrics, temporal: reg.temporal.address, door: reg.temporal.mtls });
 
-  const connection = await NativeConnection.connect({ address: reg.temporal.address });
+  const connection = await nodeConnection(reg.temporal, opts.tls);
   const weights = opts.weights
     ? await startNodeWeights({ nodeId: opts.nodeId, server: opts.server, client, tls: opts.tls, dir: opts.weights.dir, listen: opts.weights.listen, advertiseHost: opts.advertiseHost, log: opts.log })
       .catch(async (err: unknown) => {
