@@ -166,7 +166,7 @@ export function createNodeActivities(deps: NodeDeps) {
       const ctx = Context.current();
       const cmd = buildCommand(input);
       const [bin, ...prefix] = deps.engineArgv(cmd.engine, cmd.program);
-      if (!bin) throw ApplicationFailure.nonRetryable(`engine ${cmd.engine} is not installed on node ${deps.nodeId}`, 'LLMGW_ENGINE_MISSING' satisfies ErrorCode);
+      if (!bin) throw ApplicationFailure.nonRetryable(`engine ${cmd.engine} (${cmd.program}) is not offered on node ${deps.nodeId}: it is not named in server.yaml engines, or its install or probe failed (llmgw ctl nodes says why)`, 'LLMGW_ENGINE_MISSING' satisfies ErrorCode);
       const generation = input.generation ?? 0;
       const key = shardKey(input.replicaId, generation, input.rank);
       const where = `engine ${cmd.engine} for ${input.replicaId} rank ${input.rank} on ${deps.nodeId}`;
