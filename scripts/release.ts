@@ -131,6 +131,8 @@ async function bundleProgram(dir: string, define: Omit<ReleaseInfoFile, 'name' |
   const quiet = { info: () => undefined, warn: () => undefined, error: console.error, debug: () => undefined, trace: () => undefined, log: () => undefined };
   const { code } = await bundleWorkflowCode({ workflowsPath: join(ROOT, 'workflows'), logger: quiet });
   writeFileSync(join(dir, 'workflows.js'), code);
+  // source-map (workflow stack traces in the worker) reads its wasm from beside its code, which is now the bundle.
+  copyFileSync(require.resolve('source-map/lib/mappings.wasm'), join(dir, 'mappings.wasm'));
 }
 
 /** Builds one tarball per platform into `outDir`; returns each with its sha256. */

@@ -1,14 +1,20 @@
 /**
  * The release artefact stands alone: unpacked anywhere, it runs with its own Node and its own native addon
  * from a directory with no repository, no node_modules and no node on PATH — `llmgw version` says which release
- * it is, and it can run an engine the way the agent does (the sim engine from its own bundle).
+ * it is, and it can run an engine the way the agent does (the sim engine from its own bundle). Its control-plane
+ * role runs workflows from the workflow bundle built into it.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { RELEASE_NODE_VERSION } from '../../scripts/release';
+import { QUEUES } from '../../lib/names';
+import { dropDatabase, startTestTemporal, testMysqlUrl } from '../helpers/cluster-parts';
+import { freePort } from '../helpers/ports';
 import { testArtefact } from '../helpers/release';
+import { testTls } from '../helpers/tls';
+import { waitFor } from '../helpers/wait';
 
 const ROOT = resolve(__dirname, '../..');
 
@@ -46,5 +52,42 @@ describe('the release artefact', () => {
     expect(help.stdout).toMatch(/--binary ARTEFACT/);
     expect(existsSync(join(empty, '.llmgw'))).toBe(false);
     rmSync(empty, { recursive: true, force: true });
+  }, 180_000);
+
+  test('runs the control plane, whose worker runs workflows from the bundle built into the artefact', async () => {
+    const a = await testArtefact();
+    const bin = join(dir, a.info.name, 'bin/llmgw');
+    if (!existsSync(bin)) execFileSync('tar', ['-xzf', a.file, '-C', dir]);
+    const temporal = await startTestTemporal();
+    const mysql = testMysqlUrl();
+    const tls = testTls();
+    const cfg = join(dir, 'server.yaml');
+    const listener = async (): Promise<string> => `{ host: 127.0.0.1, port: ${await freePort()} }`;
+    writeFileSync(cfg, [
+      'temporal:', `  address: "${temporal.address}"`, 'mysql:', `  url: "${mysql}"`, 'tls:', ...Object.entries(tls).map(([k, v]) => `  ${k}: "${v}"`),
+      'listeners:', `  controlPlane: ${await listener()}`, `  gateway: ${await listener()}`, `  temporalDoor: ${await listener()}`, 'catalog: []', '',
+    ].join('\n'));
+    const cp = spawn(bin, ['control-plane', '--config', cfg], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    cp.stdout.on('data', (b: Buffer) => void (out += b.toString()));
+    cp.stderr.on('data', (b: Buffer) => void (out += b.toString()));
+    try {
+      await waitFor(() => {
+        if (cp.exitCode !== null) throw new Error(`the artefact's control plane exited ${cp.exitCode}: ${out}`);
+        return out.includes('control plane listening');
+      }, { timeoutMs: 60_000, what: `the artefact's control plane to listen (${out.slice(-2000)})` });
+      // publishCrl runs on llmgw-control and schedules its one activity on llmgw-ca: seeing that activity
+      // pending means the workflow code ran, from lib/workflows.js.
+      const { Client, Connection } = await import('@temporalio/client');
+      const connection = await Connection.connect({ address: temporal.address });
+      const handle = await new Client({ connection }).workflow.start('publishCrl', { taskQueue: QUEUES.control, workflowId: 'release-smoke', args: [{ why: 'release test' }] });
+      await waitFor(async () => (await handle.describe()).raw.pendingActivities?.some((p) => p.activityType?.name === 'currentCrl'), { timeoutMs: 30_000, what: 'publishCrl to schedule currentCrl' });
+      await handle.terminate();
+      await connection.close();
+    } finally {
+      cp.kill('SIGTERM');
+      await temporal.stop();
+      await dropDatabase(mysql);
+    }
   }, 180_000);
 });
