@@ -54,7 +54,7 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
   };
   const startAgentProc = async (node: string): Promise<AgentProc> => {
     const child = spawn(process.execPath, [LLMGW, 'agent', '--node', node, '--server', cp.url, ...(await certFlags(node)), '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi'),
-      '--engines', 'sim', '--state-dir', stateDir(node)], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FAKE_NVIDIA_GPUS: '1', FAKE_NVIDIA_SEED: node } });
+      '--state-dir', stateDir(node)], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FAKE_NVIDIA_GPUS: '1', FAKE_NVIDIA_SEED: node } });
     const a: AgentProc = { child, lines: [] };
     const take = (b: Buffer): void => void a.lines.push(...b.toString().split('\n').filter(Boolean));
     child.stdout?.on('data', take);
