@@ -41,6 +41,8 @@ export interface TestHostOptions {
   hostKeyTypes?: HostKeyType[];
   /** sshd starts only this long after the machine (its address answers with refusals meanwhile) */
   sshdAfterMs?: number;
+  /** sshd starts only when the test calls `startSshd()` (the address answers with refusals until then) */
+  sshdHeld?: boolean;
   /** files removed from the machine's view, e.g. a library it "lacks" */
   remove?: string[];
 }
@@ -56,6 +58,8 @@ export interface TestHost {
   exec(command: string, o?: { stdin?: string }): Promise<{ code: number; stdout: string; stderr: string }>;
   /** sshd's log */
   sshdLog(): string;
+  /** Lets a held sshd (`sshdHeld`) start. */
+  startSshd(): void;
   /** Kills every process of the machine and removes it (its address is free again). */
   stop(): Promise<void>;
 }
@@ -175,6 +179,7 @@ export async function startTestNetwork(): Promise<TestNetwork> {
         ...(o.remove ?? []).map((f) => `rm -f ${q(f)}`),
         'echo "machine booted"',
         `${o.sshdAfterMs ? `sleep ${o.sshdAfterMs / 1000}` : 'true'}`,
+        o.sshdHeld ? `while [ ! -e ${q(join(dir, 'sshd.go'))} ]; do sleep 0.05; done` : 'true',
         `exec ${SSHD} -D -e -f ${dir}/sshd_config`,
         '',
       ].join('\n'));
@@ -215,6 +220,7 @@ export async function startTestNetwork(): Promise<TestNetwork> {
           c.stdin.end(eo.stdin ?? '');
         }),
         sshdLog: () => (existsSync(log) ? readFileSync(log, 'utf8') : ''),
+        startSshd: () => writeFileSync(join(dir, 'sshd.go'), ''),
         async stop() {
           hosts.delete(host);
           await removeNetns(ns);
@@ -224,7 +230,7 @@ export async function startTestNetwork(): Promise<TestNetwork> {
       hosts.add(host);
       // The namespaces are made at once; sshd listens now, or after sshdAfterMs.
       await waitFor(() => /machine booted/.test(host.sshdLog()), { timeoutMs: 10_000, intervalMs: 50, what: `test host ${o.nodeId} to boot (${log}: ${host.sshdLog()})` });
-      if (!o.sshdAfterMs) await waitFor(() => /Server listening/.test(host.sshdLog()), { timeoutMs: 10_000, intervalMs: 50, what: `sshd of ${o.nodeId} to listen (log: ${host.sshdLog()})` });
+      if (!o.sshdAfterMs && !o.sshdHeld) await waitFor(() => /Server listening/.test(host.sshdLog()), { timeoutMs: 10_000, intervalMs: 50, what: `sshd of ${o.nodeId} to listen (log: ${host.sshdLog()})` });
       return host;
     },
     async close() {

@@ -32,7 +32,10 @@ describe('onboarding machines that are not ready or not right', () => {
   }, 60_000);
 
   test('a machine refusing connections for its first seconds is waited for (reached as a sudo user); Ctrl-C detaches, ctl follow reattaches', async () => {
-    const host = await c.lan.startHost({ nodeId: 'node-slow', authorizedKeys: [c.sshPub], sshdAfterMs: 5000 });
+    // sshd is held until the test lets it start: however long the CLI takes to start on a loaded machine, its
+    // first attempts meet refusals.
+    const host = await c.lan.startHost({ nodeId: 'node-slow', authorizedKeys: [c.sshPub], sshdHeld: true });
+    const booted = Date.now();
     await fakeGpu(host);
     // As a cloud image's default user: not root, passwordless sudo ('*': no password, but not a locked account).
     const user = await host.exec("useradd -M -d /var/lib/ops -s /bin/sh ops && usermod -p '*' ops && echo 'ops ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/ops && chmod 440 /etc/sudoers.d/ops");
@@ -50,6 +53,9 @@ describe('onboarding machines that are not ready or not right', () => {
     expect(first.out).toMatch(/waiting for: ssh ops@[\d.]+:22, attempt 1/);
     expect(first.out).toContain('detached: onboard/node-slow goes on in Temporal; follow it again with llmgw ctl follow onboard/node-slow');
     expect({ code: first.code, err: first.err }).toEqual({ code: 0, err: '' });
+    // The machine's ssh comes up 5 s after it booted (or now, if the CLI took longer to be interrupted).
+    await new Promise((r) => setTimeout(r, Math.max(0, booted + 5000 - Date.now())));
+    host.startSshd();
     const follow = await c.cli(['ctl', 'follow', 'onboard/node-slow', '--config', c.configFile]);
     expect({ code: follow.code, err: follow.err }).toEqual({ code: 0, err: '' });
     expect(follow.out).toMatch(/✓ wait for ssh \([\d.]+ s\): ssh answered after \d+ attempts, [\d.]+ s of waiting/);
