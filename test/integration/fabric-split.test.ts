@@ -43,8 +43,8 @@ describe('one fabric name over two subnet managers (sim nodes, real Temporal and
     chmodSync(sminfo, 0o755);
     return discover({
       nodeId: parseNodeId(node), server: cp.url, nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(FIXTURES, 'sysfs/ndr-a'), sminfo,
-      cpuinfo: '/proc/cpuinfo', fabrics: ['ib-a'], advertiseHost: '127.0.0.1', engines: ['sim'], stateDir: join(dir, node), stopEnginesOnExit: true, log: () => undefined,
-    } as Parameters<typeof discover>[0]);
+      cpuinfo: '/proc/cpuinfo', fabrics: ['ib-a'], advertiseHost: '127.0.0.1', stateDir: join(dir, node), stopEnginesOnExit: true, log: () => undefined,
+    }, ['sim']);
   };
   /** Joins `node` as its agent would: the inventory in the store (as registration keeps it), and its node worker. */
   const join_ = async (node: string, sm: string): Promise<NodeInventory> => {
