@@ -87,7 +87,7 @@ describe('ctl nodes and ctl fabrics over the node list', () => {
   it('ctl nodes: the FABRIC cell says a name is split, CHECKS names failing and warning checks', () => {
     const lines = formatNodes(rows).split('\n');
     expect(lines[0]).toMatch(/^NODE\s+STATE\s+GPUS\s+FABRIC\s+ENGINES\s+REPLICAS\s+CHECKS\s+CERT\s+LAST SEEN$/);
-    expect(lines[1]).toMatch(new RegExp(`^gpu-a\\s+ready\\s+1/0\\s+ib-a\\(mlx5_0,mlx5_1\\)\\[split: SM ${A}\\]\\s+sim\\s+m-0\\s+fail: cpu-flags,libgomp warn: gpudirect-rdma\\s+-\\s+never$`));
+    expect(lines[1]).toMatch(new RegExp(`^gpu-a\\s+ready\\s+1/0\\s+ib-a\\(mlx5_0,mlx5_1\\)\\[split: SM ${A}\\]\\s+sim \\(not probed yet\\)\\s+m-0\\s+fail: cpu-flags,libgomp warn: gpudirect-rdma\\s+-\\s+never$`));
     expect(lines[2]).toMatch(/^gpu-b\s.*\s+-\s+ok\s+-\s+never$/);
   });
   it('ctl fabrics prints the table and --json the view, from GET /v1/nodes', async () => {
