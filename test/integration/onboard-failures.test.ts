@@ -53,8 +53,9 @@ describe('onboarding machines that are not ready or not right', () => {
     expect(first.out).toMatch(/waiting for: ssh ops@[\d.]+:22, attempt 1/);
     expect(first.out).toContain('detached: onboard/node-slow goes on in Temporal; follow it again with llmgw ctl follow onboard/node-slow');
     expect({ code: first.code, err: first.err }).toEqual({ code: 0, err: '' });
-    // The machine's ssh comes up 5 s after it booted (or now, if the CLI took longer to be interrupted).
-    await new Promise((r) => setTimeout(r, Math.max(0, booted + 5000 - Date.now())));
+    // The machine's ssh comes up 5 s after it booted, and at least 3.5 s after the step began waiting (it had
+    // begun before the interrupt: its second attempt was seen), however long the CLI took to start.
+    await new Promise((r) => setTimeout(r, Math.max(3500, booted + 5000 - Date.now())));
     host.startSshd();
     const follow = await c.cli(['ctl', 'follow', 'onboard/node-slow', '--config', c.configFile]);
     expect({ code: follow.code, err: follow.err }).toEqual({ code: 0, err: '' });
