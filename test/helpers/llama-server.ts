@@ -4,11 +4,12 @@
  * stopped by its handle; a wait ends in an error that names what was waited for and the process's stderr.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { join } from 'node:path';
 import { PINNED_ENGINES } from '../../config/defaults';
-import { localLlamacpp } from '../../lib/engines/llamacpp-install';
-import { stopProcess } from '../../lib/process';
+import { localLlamacpp, TOOLS_DIR } from '../../lib/engines/llamacpp-install';
+import { pidAlive, stopProcess } from '../../lib/process';
 import { freePort } from './ports';
 import { waitFor } from './wait';
 
@@ -24,13 +25,44 @@ export interface EngineProc {
   stop(): Promise<void>;
 }
 
+const LOG = join(TOOLS_DIR, 'llama-cpp.log');
+const PID = join(TOOLS_DIR, 'llama-cpp.pid');
+const tail = (file: string): string => (existsSync(file) ? readFileSync(file, 'utf8').split('\n').slice(-15).join('\n') : '(no log)');
+
 /** The pinned build's two programs in this machine's install; throws with the fix when set-up has not built them. */
 export function llamacppPrograms(): { 'llama-server': string; 'ggml-rpc-server': string } {
   const l = localLlamacpp(PINNED_ENGINES.llamacpp);
-  for (const p of [l['llama-server'], l['ggml-rpc-server']]) {
-    if (!existsSync(p)) throw new Error(`${p} not found: llama.cpp ${PINNED_ENGINES.llamacpp} is built by bash scripts/llama-cpp.sh (scripts/setup.sh runs it; see .tools/llama-cpp.log)`);
+  // scripts/llama-cpp.sh writes .llmgw-key last: without it an install is missing or half made.
+  if (!existsSync(join(l.venv, '.llmgw-key')) || !existsSync(l['llama-server']) || !existsSync(l['ggml-rpc-server'])) {
+    throw new Error(`llama.cpp ${PINNED_ENGINES.llamacpp} is not installed in ${l.venv}: run bash scripts/llama-cpp.sh (scripts/setup.sh starts it in the background); ${LOG}:\n${tail(LOG)}`);
   }
   return l;
+}
+
+/**
+ * The programs, once set-up's background build (scripts/llama-cpp.sh --background) has made them: on a fresh
+ * machine the tests get here while it still runs (~14 min of two cores). Waits while the build's process lives,
+ * at most `timeoutMs` (20 min: past that, CI's budget is gone anyway); fails at once when no build runs, and when
+ * the build ended without an install, with its log's tail.
+ */
+export async function awaitLlamacpp(timeoutMs = 20 * 60_000): Promise<{ 'llama-server': string; 'ggml-rpc-server': string }> {
+  const building = (): boolean => {
+    const pid = existsSync(PID) ? Number(readFileSync(PID, 'utf8').trim()) : 0;
+    return pid > 0 && pidAlive(pid);
+  };
+  const started = Date.now();
+  for (;;) {
+    try {
+      return llamacppPrograms();
+    } catch (e) {
+      if (!building()) {
+        // The build may have finished between the two looks.
+        try { return llamacppPrograms(); } catch { throw e; }
+      }
+      if (Date.now() - started > timeoutMs) throw new Error(`llama.cpp's build (pid ${readFileSync(PID, 'utf8').trim()}) still runs after ${Math.round(timeoutMs / 60_000)} min; ${LOG}:\n${tail(LOG)}`);
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  }
 }
 
 function start(bin: string, args: string[], port: number): EngineProc {

@@ -13,7 +13,7 @@ import OpenAI from 'openai';
 import { PINNED_ENGINES } from '../../config/defaults';
 import { llamacppPackagePrograms, llamacppPipInstallArgs, llamacppWheelhouse } from '../../lib/engines/llamacpp-install';
 import { writeTinyLlamaGguf } from '../helpers/gguf';
-import { startLlamaServer, startRpcServer, TINY_MODEL_ARGS, type EngineProc } from '../helpers/llama-server';
+import { awaitLlamacpp, startLlamaServer, startRpcServer, TINY_MODEL_ARGS, type EngineProc } from '../helpers/llama-server';
 
 const run = promisify(execFile);
 const MODEL = 'tiny-llama';
@@ -25,12 +25,14 @@ let model: string;
 const procs: EngineProc[] = [];
 
 beforeAll(async () => {
+  // On a fresh machine set-up's background build may still run: wait for it (bounded, failing with its log).
+  await awaitLlamacpp();
   dir = await mkdtemp(join(tmpdir(), 'llmgw-llama-'));
   model = join(dir, 'tiny.gguf');
   const bytes = await writeTinyLlamaGguf(model);
   expect(bytes).toBeGreaterThan(100_000);
   expect(bytes).toBeLessThan(1_000_000);
-});
+}, 21 * 60_000);
 
 afterAll(async () => {
   await Promise.all(procs.splice(0).map((p) => p.stop()));
