@@ -32,7 +32,9 @@ export async function testConfig(o: { temporalAddress: string; mysqlUrl: string;
   const cp = await freePort();
   const gw = await freePort();
   const door = await freePort();
-  const engineBase = 30000 + Math.floor(Math.random() * 300) * 100;
+  // Below Linux's ephemeral range (32768-60999: every free port and outgoing connection of every test comes from
+  // there, and one taken there made an engine fail with EADDRINUSE) and above the local cluster's 20000-21999.
+  const engineBase = 22000 + Math.floor(Math.random() * 107) * 100;
   return {
     ...DEFAULT_CONFIG,
     temporal: { ...DEFAULT_CONFIG.temporal, address: o.temporalAddress },

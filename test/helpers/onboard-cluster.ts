@@ -71,7 +71,7 @@ export async function startOnboardCluster(o: { catalog: ModelSpec[] }): Promise<
     mysql: { url: testMysqlUrl() },
     listeners,
     tls: { ca: join(caDir, 'ca.crt'), serverCert: file('server.crt', server.certPem), serverKey: file('server.key', server.keyPem), clientCert: file('operator.crt', operator.certPem), clientKey: file('operator.key', operator.keyPem) },
-    enginePorts: { base: 30000 + Math.floor(Math.random() * 300) * 100, count: 100 },
+    enginePorts: { base: 22000 + Math.floor(Math.random() * 107) * 100, count: 100 },
     catalog: o.catalog,
   };
   const configFile = join(dir, 'server.yaml');
