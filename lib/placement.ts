@@ -74,7 +74,10 @@ export function place(input: PlaceInput): Placement {
   const why = new Map(input.nodes.map((n) => [n.id as string, unusable(n, p, used, exclude)]));
 
   if (p.nodes <= 1) {
-    const best = input.nodes.filter((n) => why.get(n.id) === null).sort(byCapacity(used))[0];
+    // Islands first: a node on a fabric is what a multi-node replica needs, and a single-node one taking it (the
+    // local cluster's third start, with a fabric node briefly down) left the multi-node replica no pair.
+    const island = (n: NodeRecord): number => (Object.keys(n.inventory.fabrics).length === 0 ? 0 : 1);
+    const best = input.nodes.filter((n) => why.get(n.id) === null).sort((a, b) => island(a) - island(b) || byCapacity(used)(a, b))[0];
     if (best) return { kind: 'placed', fabric: null, nodes: [best.id] };
     return { kind: 'unplaceable', reason: `${lead}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}` };
   }
