@@ -7,7 +7,7 @@
  * a grpc-message naming the reason, and one log line naming the CN, the call and the reason.
  */
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
-import type { AddressInfo } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { CertificateGate, PeerVerdict } from './mtls';
 import { grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCallVerdict } from './door-policy';
@@ -95,11 +95,15 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
   const sessions = new Set<ServerHttp2Session>();
   let upstreamSession: ClientHttp2Session | null = null;
   let lastUpstreamLog = 0;
+  const hostPort = /^(\[[^\]]+\]|[^:]+):(\d+)$/.exec(o.upstream);
+  if (!hostPort) throw new Error(`the Temporal door's upstream ${JSON.stringify(o.upstream)} is not host:port`);
+  const upHost = (hostPort[1] as string).replace(/^\[|\]$/g, '');
+  const upPort = Number(hostPort[2]);
 
   /** One shared HTTP/2 connection to Temporal, made again after Temporal closes it (a restart, a GOAWAY). */
   const upstream = (): ClientHttp2Session => {
     if (upstreamSession && !upstreamSession.closed && !upstreamSession.destroyed) return upstreamSession;
-    const s = http2.connect(`http://${o.upstream}`);
+    const s = http2.connect(`http://${o.upstream}`, { createConnection: () => connect({ host: upHost, port: upPort, noDelay: true }) });
     const drop = (): void => void (upstreamSession === s && (upstreamSession = null));
     s.on('error', (err: Error) => {
       drop();
@@ -247,6 +251,7 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
   const server = http2.createSecureServer({ key: o.tls.keyPem, cert: o.tls.certPem, ca: o.tls.caPem, requestCert: true, rejectUnauthorized: false, allowHTTP1: false });
   // Before http2's own listener: every stream of the connection then finds the verdict on its socket.
   server.prependListener('secureConnection', (socket: Judged) => {
+    socket.setNoDelay(true);
     socket[VERDICT] = o.gate.verify(socket);
   });
   server.on('session', (s: ServerHttp2Session) => {
