@@ -108,6 +108,13 @@ export function judgeNodeCall(c: NodeCall): NodeCallVerdict {
   return refuse(otherCall(c.method, queue));
 }
 
+/** The task token an activity-task answer carries (null for any other call, or none given): what the door recalls first. */
+export function answerToken(method: string, request: Uint8Array): Uint8Array | null {
+  if (!(method in ANSWERS)) return null;
+  const t = ANSWERS[method as keyof typeof ANSWERS].type.decode(request).taskToken;
+  return t && t.length > 0 ? t : null;
+}
+
 /** Every task token in a PollActivityTaskQueue answer (none when the long poll ended empty). */
 export function pollResponseToken(response: Uint8Array): Uint8Array | null {
   const r = ws.PollActivityTaskQueueResponse.decode(response);

@@ -10,7 +10,7 @@ import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHt
 import { connect, type AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { CertificateGate, PeerVerdict } from './mtls';
-import { grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCallVerdict } from './door-policy';
+import { answerToken, grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCallVerdict } from './door-policy';
 import { encodeGrpcMessage, GRPC, messageBytes, parseFrames } from './grpc-frames';
 import { TaskTokenMemory } from './task-tokens';
 
@@ -240,6 +240,9 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
       const frames = parseFrames(body);
       if (frames.length !== 1) throw new Error(`${frames.length} messages where a unary call has one`);
       const request = await messageBytes(frames[0] as (typeof frames)[0], headers['grpc-encoding'] as string | undefined);
+      // A token this process does not hold may have been handed out before a restart, or by another control plane.
+      const token = call.service === WORKFLOW_SERVICE ? answerToken(call.method, request) : null;
+      if (token) await tokens.recall(cn, token);
       judged = judgeNodeCall({ cn, namespace: o.namespace, service: call.service, method: call.method, request, tokens });
     } catch (err) {
       judged = { kind: 'refuse', code: GRPC.INVALID_ARGUMENT, reason: `the request does not read as ${call.method}: ${(err as Error).message}` };

@@ -8,6 +8,7 @@ import { createCaOperations } from '../activities/ca';
 import { createControlActivities, wakeWaitingReplicas } from '../activities/control';
 import type { ServerConfig } from '../config/types';
 import { buildControlServer } from '../gateway/control-server';
+import { TaskTokenMemory } from '../gateway/task-tokens';
 import { doorAddressFor, startTemporalDoor, type TemporalDoor } from '../gateway/temporal-door';
 import { remoteCa } from './ca-remote';
 import { LlmgwError } from '../lib/errors';
@@ -134,7 +135,14 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   }, 2000);
   sweep.unref();
   // The same gate as the HTTPS API: one verdict per connection, and a revocation cuts the node's gRPC streams too.
-  const door = await startTemporalDoor({ ...config.listeners.temporalDoor, upstream: config.temporal.address, namespace: config.temporal.namespace, tls, gate, log });
+  // Its task tokens also go to MySQL, so a restarted control plane (or another one) lets running shards answer on.
+  const tokens = new TaskTokenMemory({ backing: store, log });
+  const door = await startTemporalDoor({ ...config.listeners.temporalDoor, upstream: config.temporal.address, namespace: config.temporal.namespace, tls, gate, log, tokens });
+  // Tokens of tasks nobody answered (their worker died) go after 90 days, a node certificate's lifetime.
+  const pruneTokens = (): void => void store.pruneTaskTokens(new Date(Date.now() - 90 * 86_400_000)).catch(() => undefined);
+  pruneTokens();
+  const prune = setInterval(pruneTokens, 3_600_000);
+  prune.unref();
   const { host, port } = config.listeners.controlPlane;
   const url = await app.listen({ host, port });
 
@@ -146,6 +154,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     door,
     async close(): Promise<void> {
       clearInterval(sweep);
+      clearInterval(prune);
       await door.close();
       await app.close();
       // The SDK may already be draining it (its own signal handling in other embeddings).

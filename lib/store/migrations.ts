@@ -154,4 +154,19 @@ export const MIGRATIONS: Migration[] = [
       `ALTER TABLE nodes ADD COLUMN engines_config CHAR(16) NULL`,
     ],
   },
+  {
+    version: 8,
+    name: 'temporal door task tokens',
+    statements: [
+      // Which activity task token (its SHA-256, never the token) the Temporal door handed to which node, so a
+      // restarted control plane, or another one, still lets a running shard heartbeat and answer its task.
+      `CREATE TABLE door_task_tokens (
+        cn VARCHAR(64) NOT NULL,
+        digest CHAR(43) NOT NULL,
+        handed_at DATETIME(3) NOT NULL,
+        PRIMARY KEY (cn, digest),
+        KEY door_task_tokens_handed (handed_at)
+      )`,
+    ],
+  },
 ];

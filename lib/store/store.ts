@@ -304,6 +304,28 @@ export class Store {
     return rows[0] ? certificateRow(rows[0]) : null;
   }
 
+  /** Records that the Temporal door handed the task token with this digest to node `cn`. */
+  async rememberTaskToken(cn: string, digest: string): Promise<void> {
+    await this.pool.query('INSERT IGNORE INTO door_task_tokens (cn, digest, handed_at) VALUES (?, ?, ?)', [cn, digest, new Date()]);
+  }
+
+  /** True when the door handed this token to `cn` and it is not over yet. */
+  async hasTaskToken(cn: string, digest: string): Promise<boolean> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT 1 FROM door_task_tokens WHERE cn = ? AND digest = ?', [cn, digest]);
+    return rows.length > 0;
+  }
+
+  /** Forgets a token whose task is over. */
+  async forgetTaskToken(cn: string, digest: string): Promise<void> {
+    await this.pool.query('DELETE FROM door_task_tokens WHERE cn = ? AND digest = ?', [cn, digest]);
+  }
+
+  /** Drops tokens handed out before `before` (tasks whose worker died unanswered); returns how many. */
+  async pruneTaskTokens(before: Date): Promise<number> {
+    const [r] = await this.pool.query<ResultSetHeader>('DELETE FROM door_task_tokens WHERE handed_at < ?', [before]);
+    return r.affectedRows;
+  }
+
   /** Every revoked certificate: what the CRL lists. */
   async revokedSerials(): Promise<RevokedSerial[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>(

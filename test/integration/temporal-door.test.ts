@@ -5,13 +5,16 @@
  * node certificate may not start or terminate workflows; a task token handed to one node is refused from another;
  * a revoked node's open poll is cut; a Temporal restart behind the door is survived by a node worker.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Connection, type Client } from '@temporalio/client';
 import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
 import { startTemporalDev, type DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
+import { CertificateGate } from '../../gateway/mtls';
+import { TaskTokenMemory, tokenDigest } from '../../gateway/task-tokens';
+import { startTemporalDoor } from '../../gateway/temporal-door';
 import { nodeQueue, QUEUES, workflowIds } from '../../lib/names';
 import type { TlsCredentials } from '../../lib/tls-client';
 import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent';
@@ -59,8 +62,8 @@ describe("Temporal's front door for nodes (real Temporal, control plane, node wo
 
   const creds = async (cn: string, fresh = false): Promise<TlsCredentials> => (await certClient(config, cp.store, cn, { fresh })).cert;
   /** A plain gRPC client (grpc-js) to the door presenting `cn`'s node certificate. */
-  const grpcAs = async (c: TlsCredentials): Promise<Connection> => {
-    const conn = await Connection.connect({ address: cp.door.address, tls: { serverNameOverride: 'localhost', serverRootCACertificate: Buffer.from(c.caPem), clientCertPair: { crt: Buffer.from(c.certPem), key: Buffer.from(c.keyPem) } } });
+  const grpcAs = async (c: TlsCredentials, address = cp.door.address): Promise<Connection> => {
+    const conn = await Connection.connect({ address, tls: { serverNameOverride: 'localhost', serverRootCACertificate: Buffer.from(c.caPem), clientCertPair: { crt: Buffer.from(c.certPem), key: Buffer.from(c.keyPem) } } });
     connections.push(conn);
     return conn;
   };
@@ -162,6 +165,37 @@ describe("Temporal's front door for nodes (real Temporal, control plane, node wo
     // Completed, the token is forgotten: not even A may use it again.
     expect((await grpcError(a.workflowService.recordActivityTaskHeartbeat({ namespace: 'default', taskToken: task.taskToken }))).code).toBe(7);
     expect(refusals('tb')).toContainEqual(expect.objectContaining({ method: 'RespondActivityTaskCompleted' }));
+  });
+
+  test('a restarted door (new memory, the same MySQL) takes A\'s task token from A and still refuses it from B', async () => {
+    const a = await grpcAs(await creds('ra'));
+    const run = echo('ra', 'restart');
+    const task = await a.withDeadline(Date.now() + 30_000, () => a.workflowService.pollActivityTaskQueue({ namespace: 'default', taskQueue: { name: nodeQueue('ra') }, identity: 'raw-ra' }));
+    const token = task.taskToken as Uint8Array;
+    await waitFor(() => cp.store.hasTaskToken('ra', tokenDigest(token)), { timeoutMs: 5000, what: 'the token recorded in MySQL' });
+    // What a restarted control plane runs: a gate and a door of its own, nothing in memory.
+    const read = (f: string): string => readFileSync(f, 'utf8');
+    const gate = new CertificateGate({
+      caPem: read(config.tls.ca), log: () => undefined,
+      lookup: { bySerial: async (s) => { const c = await cp.store.certificateBySerial(s); return c && { cn: c.cn, role: c.role, revokedAt: c.revokedAt }; }, revokedSerials: async () => (await cp.store.revokedSerials()).map((r) => r.serial) },
+    });
+    await gate.start();
+    const restarted = await startTemporalDoor({
+      host: '127.0.0.1', port: 0, upstream: temporal.address, namespace: 'default', gate, log: (msg, fields) => void logs.push({ msg, fields }),
+      tls: { caPem: read(config.tls.ca), certPem: read(config.tls.serverCert), keyPem: read(config.tls.serverKey) }, tokens: new TaskTokenMemory({ backing: cp.store }),
+    });
+    try {
+      const b2 = await grpcAs(await creds('rb'), restarted.address);
+      expect((await grpcError(b2.workflowService.recordActivityTaskHeartbeat({ namespace: 'default', taskToken: token }))).code).toBe(7);
+      const a2 = await grpcAs(await creds('ra'), restarted.address);
+      await a2.workflowService.recordActivityTaskHeartbeat({ namespace: 'default', taskToken: token });
+      await a2.workflowService.respondActivityTaskCompleted({ namespace: 'default', taskToken: token, result: { payloads: [{ metadata: { encoding: Buffer.from('json/plain') }, data: Buffer.from('"after the restart"') }] } });
+      expect(await run).toBe('after the restart');
+      await waitFor(async () => !(await cp.store.hasTaskToken('ra', tokenDigest(token))), { timeoutMs: 5000, what: 'the completed task\'s token gone from MySQL' });
+    } finally {
+      await restarted.close();
+      gate.stop();
+    }
   });
 
   test('a revoked node\'s open poll is cut at once, and its worker is refused after', async () => {

@@ -44,13 +44,36 @@ describe('task-token memory', () => {
   });
 
   test('bounded per node, least recently used first: a token in use stays', () => {
-    const m = new TaskTokenMemory(3);
+    const m = new TaskTokenMemory({ perNode: 3 });
     for (const t of ['t1', 't2', 't3']) m.remember('a', token(t));
     expect(m.has('a', token('t1'))).toBe(true); // a heartbeat: t1 is now the newest
     m.remember('a', token('t4'));
     expect(['t1', 't2', 't3', 't4'].map((t) => m.has('a', token(t)))).toEqual([true, false, true, true]);
     m.remember('b', token('t1'));
     expect(m.stats()).toEqual({ tokens: 4, nodes: 2, evicted: 1 });
+  });
+
+  test('with a backing store, a new memory (a restarted door, another control plane) recalls a running task\'s token', async () => {
+    const rows = new Set<string>();
+    const backing = {
+      rememberTaskToken: async (cn: string, d: string) => void rows.add(`${cn}/${d}`),
+      hasTaskToken: async (cn: string, d: string) => rows.has(`${cn}/${d}`),
+      forgetTaskToken: async (cn: string, d: string) => void rows.delete(`${cn}/${d}`),
+    };
+    new TaskTokenMemory({ backing }).remember('a', token('t1'));
+    await new Promise((r) => setImmediate(r));
+    const restarted = new TaskTokenMemory({ backing });
+    expect(restarted.has('a', token('t1'))).toBe(false);
+    expect(await restarted.recall('b', token('t1'))).toBe(false);
+    expect(await restarted.recall('a', token('t1'))).toBe(true);
+    expect(restarted.has('a', token('t1'))).toBe(true);
+    restarted.forget('a', token('t1'));
+    await new Promise((r) => setImmediate(r));
+    expect(rows.size).toBe(0);
+    const logs: string[] = [];
+    const broken = new TaskTokenMemory({ backing: { ...backing, hasTaskToken: () => Promise.reject(new Error('MySQL down')) }, log: (msg, f) => void logs.push(`${msg}: ${String(f.error)}`) });
+    expect(await broken.recall('a', token('t2'))).toBe(false);
+    expect(logs).toEqual(['task token store failed: MySQL down']);
   });
 });
 
