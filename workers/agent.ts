@@ -192,28 +192,47 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     : null;
   const supervised = new Set<string>();
   const stopping = new AbortController();
-  const worker = await Worker.create({
-    connection,
-    namespace: reg.temporal.namespace,
-    taskQueue: nodeQueue(opts.nodeId),
-    activities: {
-      ...createNodeActivities({
-        nodeId: opts.nodeId,
-        engineArgv: (engine, program) => engines.programs(engine, program) ?? [],
-        engines,
-        inventory,
-        stateDir: opts.stateDir,
-        stopEnginesOnExit: opts.stopEnginesOnExit,
-        supervised,
-        assigned: () => assignedShards(client, opts.server, opts.nodeId),
-        stopping: stopping.signal,
-        log: opts.log,
-      }),
-      ...weights?.activities,
-    },
-    ...NODE_WORKER_OPTIONS,
-  });
-  const running = worker.run();
+  const activities = {
+    ...createNodeActivities({
+      nodeId: opts.nodeId,
+      engineArgv: (engine, program) => engines.programs(engine, program) ?? [],
+      engines,
+      inventory,
+      stateDir: opts.stateDir,
+      stopEnginesOnExit: opts.stopEnginesOnExit,
+      supervised,
+      assigned: () => assignedShards(client, opts.server, opts.nodeId),
+      stopping: stopping.signal,
+      log: opts.log,
+    }),
+    ...weights?.activities,
+  };
+  const startWorker = async (conn: NativeConnection): Promise<{ conn: NativeConnection; worker: Worker; running: Promise<void> }> => {
+    const w = await Worker.create({ connection: conn, namespace: reg.temporal.namespace, taskQueue: nodeQueue(opts.nodeId), activities, ...NODE_WORKER_OPTIONS });
+    return { conn, worker: w, running: w.run() };
+  };
+  let current = await startWorker(connection);
+  /**
+   * A renewed certificate reaches the node worker too: a NativeConnection keeps the certificate it was made with,
+   * and the door refuses the old one once it expires. A worker on a new connection polls first, then the old one
+   * stops; its shards leave their engines running (LLMGW_AGENT_STOPPED) and the new worker adopts them, as across
+   * an agent restart (with --stop-engines-on-exit their engines stop and are rebuilt).
+   */
+  const moveWorker = async (creds: TlsCredentials): Promise<void> => {
+    if (!reg.temporal.mtls || closing) return;
+    const next = await startWorker(await nodeConnection(reg.temporal, creds));
+    if (closing) {
+      next.worker.shutdown();
+      await next.running.catch(() => undefined);
+      return next.conn.close();
+    }
+    const old = current;
+    current = next;
+    if (old.worker.getState() === 'RUNNING') old.worker.shutdown();
+    await old.running.catch(() => undefined);
+    await old.conn.close();
+    opts.log('node worker moved to the renewed certificate', { temporal: reg.temporal.address });
+  };
   // After the worker polls, so a shard rescheduled for this node is adopted rather than collected.
   let gc: Collection | undefined;
   void collectOrphans({ stateDir: opts.stateDir, assigned: () => assignedShards(client, opts.server, opts.nodeId), supervised, log: opts.log })
@@ -223,7 +242,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       if (c.stopped.length || c.pending.length || c.removed.length) opts.log('engine records collected', { stopped: c.stopped, pending: c.pending, removed: c.removed });
     }, (err: Error) => opts.log('engine collection failed', { error: err.message }));
 
-  const renewal = startRenewal(client, opts, () => closing, (creds) => weights?.useCredentials(creds));
+  const renewal = startRenewal(client, opts, () => closing, (creds) => {
+    weights?.useCredentials(creds);
+    void moveWorker(creds).catch((err: Error) => opts.log('NODE WORKER NOT MOVED to the renewed certificate: it keeps the old one until the agent restarts', { error: err.message }));
+  });
   const beat = setInterval(() => {
     void post<{ error?: { message: string } }>(client, `${opts.server}/v1/agent/heartbeat`, { nodeId: opts.nodeId }).then(async (r) => {
       if (r.status === 404) await register(client, opts, inventory, () => closing);
@@ -240,10 +262,10 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       renewal.stop();
       gc?.cancel();
       // The SDK may already be draining it (its own signal handling in other embeddings).
-      if (worker.getState() === 'RUNNING') worker.shutdown();
-      await running.catch(() => undefined);
+      if (current.worker.getState() === 'RUNNING') current.worker.shutdown();
+      await current.running.catch(() => undefined);
       await weights?.close();
-      await connection.close();
+      await current.conn.close();
       await client.close();
     },
   };

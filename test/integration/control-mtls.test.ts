@@ -191,6 +191,8 @@ describe('mTLS at the control plane (real TLS, MariaDB, Temporal)', () => {
       expect(onDisk.notAfter.getTime()).toBeGreaterThan(Date.now() + 80 * DAY);
       expect(readFileSync(files.key, 'utf8')).not.toBe(old.keyPem);
       expect((await cp.store.listCertificates({ cn: 'r1' })).map((c) => c.serial).sort()).toEqual([old.serial, serial].sort());
+      // Its node worker moves to the new certificate too (a NativeConnection keeps the one it was made with).
+      await waitFor(() => lines.some((l) => l.msg === 'node worker moved to the renewed certificate'), { timeoutMs: 15_000, what: 'the node worker to move to the new certificate' });
       // The old certificate revoked: the agent goes on heartbeating, so it no longer presents it.
       const { options, database } = parseMysqlUrl(config.mysql.url);
       const db = await mysql.createConnection({ ...options, database });
@@ -198,6 +200,8 @@ describe('mTLS at the control plane (real TLS, MariaDB, Temporal)', () => {
       await db.end();
       const count = seen.length;
       await waitFor(() => seen.length >= count + 3, { timeoutMs: 10_000, what: 'three heartbeats after the old certificate was revoked' });
+      // Nor does its node worker: Temporal's door refuses nothing of r1's.
+      expect(linesSince(before, 'temporal call refused').filter((f) => f.cn === 'r1')).toEqual([]);
     } finally {
       clearInterval(sample);
       await r1.close();
