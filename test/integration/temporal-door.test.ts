@@ -148,6 +148,23 @@ describe("Temporal's front door for nodes (real Temporal, control plane, node wo
     expect((await client.workflow.getHandle(workflowIds.model(MODEL)).describe()).status.name).toBe('RUNNING');
   });
 
+  test('an operator certificate passes unread; a deadline passes through (a long poll ends when its caller said)', async () => {
+    const op = await grpcAs((await certClient(config, cp.store, 'door-operator', { role: 'operator' })).cert);
+    const d = await op.workflowService.describeWorkflowExecution({ namespace: 'default', execution: { workflowId: workflowIds.model(MODEL) } });
+    expect(d.workflowExecutionInfo?.type?.name).toBe('modelDeployment');
+    const na = await grpcAs(await creds('na'));
+    const t0 = Date.now();
+    // Temporal ends a long poll empty just before its caller's deadline (and refuses one given under 2 s): an empty
+    // answer after ~3 s, not a minute, shows the 4 s deadline reached it through the door.
+    // (Under load the client's own deadline may fire first: DEADLINE_EXCEEDED, as late.)
+    const ended = await na.withDeadline(Date.now() + 4000, () => na.workflowService.pollActivityTaskQueue({ namespace: 'default', taskQueue: { name: nodeQueue('na') } }))
+      .then((r) => ({ code: 0, tokenBytes: r.taskToken?.length ?? 0 }), (err: { code?: number }) => ({ code: err.code, tokenBytes: 0 }));
+    expect([0, 4]).toContain(ended.code);
+    expect(ended.tokenBytes).toBe(0);
+    expect(Date.now() - t0).toBeGreaterThan(2000);
+    expect(Date.now() - t0).toBeLessThan(10_000);
+  });
+
   test('a task token handed to node A is refused from node B, and accepted from A', async () => {
     const a = await grpcAs(await creds('ta'));
     const b = await grpcAs(await creds('tb'));
