@@ -7,7 +7,7 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { checkFlags, widestFlags } from '../../lib/engines/check';
-import { PROGRAMS_OF, binPrograms, programHelp, programVersion, runProgram, tailLines, type EnginePrograms } from '../../lib/engines/help';
+import { PROGRAMS_OF, binPrograms, programHelp, programVersion, runArgv, tailLines, type EnginePrograms } from '../../lib/engines/help';
 import { planEngines, venvPrograms, type EnginePlan, type OperatorBins } from '../../lib/engines/install';
 import type { EngineProgram } from '../../lib/engines/launch';
 import type { EngineName, EngineStatus, ModelSpec } from '../../lib/types';
@@ -70,11 +70,11 @@ export function createEngineSetup(deps: EngineSetupDeps) {
     rmSync(p.dir, { recursive: true, force: true });
     mkdirSync(p.dir, { recursive: true });
     progress(`python -m venv ${p.dir}`);
-    const venv = await runProgram([deps.python ?? 'python3', '-m', 'venv', p.dir], { timeoutMs: 300_000 });
+    const venv = await runArgv([deps.python ?? 'python3', '-m', 'venv', p.dir], { timeoutMs: 300_000 });
     if (venv.code !== 0) return `could not make a venv with ${deps.python ?? 'python3'} (${venv.error ?? `exit ${venv.code}`}):\n${tailLines(venv.output, 8)}\nfix: install python3-venv, or pass --python PATH`;
     const find = deps.wheelhouse ? ['--find-links', deps.wheelhouse, '--prefer-binary'] : [];
     progress(`pip install ${p.spec}${deps.wheelhouse ? ` (wheels first from ${deps.wheelhouse})` : ''}`);
-    const pip = await runProgram([join(p.dir, 'bin', 'pip'), 'install', '--disable-pip-version-check', '--no-input', ...find, p.spec], { timeoutMs: 3_600_000 });
+    const pip = await runArgv([join(p.dir, 'bin', 'pip'), 'install', '--disable-pip-version-check', '--no-input', ...find, p.spec], { timeoutMs: 3_600_000 });
     if (pip.code !== 0) {
       rmSync(p.dir, { recursive: true, force: true });
       return `pip install ${p.spec} failed (${pip.error ?? `exit ${pip.code}`}):\n${tailLines(pip.output, 12)}`;

@@ -3,10 +3,10 @@
  * version. Used by `llmgw ctl engine-check --bin` and by the node agent's engine probe, which runs every engine
  * it offers before offering it — so a missing library or a removed flag fails there, not at a model load.
  */
-import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { helpDocuments } from './check';
 import type { EngineProgram } from './launch';
+import { runCommand } from '../hardware/exec';
 import type { EngineName } from '../types';
 
 /** Each program of an installed engine -> the argv prefix that runs it on this machine. */
@@ -37,41 +37,14 @@ const VERSION_ARGS: Readonly<Record<EngineName, readonly string[]>> = {
   sglang: ['-c', 'import sglang; print(sglang.__version__)'],
 };
 
-export interface ProgramRun {
-  /** null: killed (timeout) or could not be spawned */
-  code: number | null;
-  /** stdout and stderr together, in arrival order */
-  output: string;
-  /** spawn error (ENOENT, EACCES) or the timeout */
-  error?: string;
-}
-
-/** Runs argv with a timeout, output and errors together (capped), never throwing. */
-export function runProgram(argv: readonly string[], o: { env?: NodeJS.ProcessEnv; timeoutMs?: number; maxBytes?: number } = {}): Promise<ProgramRun> {
+/** Runs an argv (lib/hardware/exec's runCommand), output and errors together: what a help or an error message reads. */
+export async function runArgv(argv: readonly string[], o: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<{ code: number | null; output: string; error?: string }> {
   const [file, ...args] = argv;
-  if (!file) return Promise.resolve({ code: null, output: '', error: 'no program to run' });
-  const max = o.maxBytes ?? 16 << 20;
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let error: string | undefined;
-    const child = spawn(file, args, { env: o.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
-    const take = (b: Buffer): void => {
-      if (size < max) chunks.push(b);
-      size += b.length;
-    };
-    child.stdout.on('data', take);
-    child.stderr.on('data', take);
-    const timer = setTimeout(() => {
-      error = `no answer within ${(o.timeoutMs ?? 120_000) / 1000}s`;
-      child.kill('SIGKILL');
-    }, o.timeoutMs ?? 120_000);
-    child.once('error', (err) => void (error = `cannot run ${file}: ${err.message}`));
-    child.once('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code: error ? null : code, output: Buffer.concat(chunks).toString('utf8'), ...(error ? { error } : {}) });
-    });
-  });
+  if (!file) return { code: null, output: '', error: 'no program to run' };
+  const r = await runCommand(file, args, { timeoutMs: o.timeoutMs ?? 120_000, maxBuffer: 64 << 20, ...(o.env ? { env: o.env } : {}) });
+  const output = `${r.stdout}${r.stderr}`;
+  if (r.error) return { code: null, output, error: r.error === 'ETIMEDOUT' ? `no answer within ${(o.timeoutMs ?? 120_000) / 1000}s` : `cannot run ${file}: ${r.error}` };
+  return { code: r.code, output };
 }
 
 /** The environment a help run needs: vLLM infers its device at import and exits 1 on a machine with no accelerator. */
@@ -91,7 +64,7 @@ export function tailLines(text: string, n: number): string {
 export async function programHelp(program: EngineProgram, prefix: readonly string[]): Promise<{ kind: 'help'; text: string } | { kind: 'failed'; command: string; why: string }> {
   const argv = [...prefix, ...HELP_ARGS[program]];
   const command = [...prefix.slice(-1), ...HELP_ARGS[program]].join(' ');
-  const r = await runProgram(argv, { env: helpEnv(program) });
+  const r = await runArgv(argv, { env: helpEnv(program) });
   if (r.error) return { kind: 'failed', command, why: r.error };
   if (!r.output.trim()) return { kind: 'failed', command, why: `printed nothing (exit ${r.code})` };
   if (r.code !== 0 && !helpDocuments(r.output, '--help')) return { kind: 'failed', command, why: `failed (exit ${r.code}) without printing its help:\n${tailLines(r.output, 8)}` };
@@ -100,7 +73,7 @@ export async function programHelp(program: EngineProgram, prefix: readonly strin
 
 /** What the engine's main program says its version is (its first line that names one), or null. */
 export async function programVersion(engine: EngineName, prefix: readonly string[]): Promise<string | null> {
-  const r = await runProgram([...prefix, ...VERSION_ARGS[engine]], { timeoutMs: 60_000 });
+  const r = await runArgv([...prefix, ...VERSION_ARGS[engine]], { timeoutMs: 60_000 });
   if (r.code !== 0) return null;
   return parseVersion(engine, r.output);
 }
