@@ -126,17 +126,19 @@ describe('the local cluster', () => {
 
   test('ctl drain of a node whose replica fits nowhere else waits, says why, and times out naming it', async () => {
     const ctl = (...args: string[]): Promise<{ stdout: string; stderr: string }> => run(process.execPath, [LLMGW, 'ctl', ...args, '--config', configFile]);
-    // A third sim-small replica lands on sim-c, the only node with free GPUs; sim-a and sim-b are then full.
-    await ctl('scale', 'sim-small', '3');
+    // Single-node replicas take the island first: sim-small's two sit on sim-c. Two more take the GPU sim-large left
+    // free on sim-a and on sim-b, and then every GPU of the cluster is held.
+    await ctl('scale', 'sim-small', '4');
     await waitFor(async () => {
       const { stdout } = await ctl('replicas', '--json');
-      return (JSON.parse(stdout) as { state: string; shards: { nodeId: string }[] }[]).some((r) => r.state === 'ready' && r.shards[0]?.nodeId === 'sim-c');
-    }, { timeoutMs: 30_000, what: 'a sim-small replica ready on sim-c' });
+      const ready = (JSON.parse(stdout) as { model: string; state: string; shards: { nodeId: string }[] }[]).filter((r) => r.model === 'sim-small' && r.state === 'ready');
+      return ready.length === 4 && ready.filter((r) => r.shards[0]?.nodeId === 'sim-c').length === 2;
+    }, { timeoutMs: 30_000, what: '4 sim-small replicas ready, 2 of them on sim-c' });
     const err = await ctl('drain', 'sim-c', '--timeout', '4').then(() => null, (e: { code: number; stdout: string; stderr: string }) => e);
     expect(err).not.toBeNull();
     expect(err?.code).toBe(1);
     expect(err?.stdout).toMatch(/workflow drain\/sim-c/);
-    expect(err?.stdout).toMatch(/sim-c: moving, moved 0 of 1; moving sim-small-\d → sim-small-\d waiting — no node can take sim-small\/default/);
+    expect(err?.stdout).toMatch(/sim-c: moving, moved 0 of 2; moving sim-small-\d → sim-small-\d waiting — no node can take sim-small\/default/);
     expect(err?.stderr).toMatch(/drain of sim-c timed out after 4s moving sim-small-\d: its replacement sim-small-\d is waiting — .*0 of 1 GPUs free.*the node stays cordoned \(llmgw ctl uncordon sim-c to undo\)/);
     expect((await ctl('uncordon', 'sim-c')).stdout).toBe('sim-c: ready\n');
     await ctl('scale', 'sim-small', '2');
