@@ -8,7 +8,7 @@ module.exports = {
   testEnvironment: 'node',
   transform: { '^.+\\.ts$': 'ts-jest' },
   testMatch: ['<rootDir>/test/**/*.test.ts'],
-  testPathIgnorePatterns: llama ? ['/node_modules/'] : ['/node_modules/', '<rootDir>/test/integration/llama-server.test.ts'],
+  testPathIgnorePatterns: llama ? ['/node_modules/'] : ['/node_modules/', '<rootDir>/test/integration/llama-server.test.ts', '<rootDir>/test/integration/llama-gateway.test.ts'],
   testTimeout: 120000,
   maxWorkers: 2,
   setupFiles: ['<rootDir>/test/setup.ts'],

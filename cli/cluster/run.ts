@@ -4,8 +4,12 @@ import { chmodSync, closeSync, copyFileSync, existsSync, mkdirSync, openSync, re
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
 import { createCaOperations } from '../../activities/ca';
+import { DEFAULT_CONFIG, PINNED_ENGINES } from '../../config/defaults';
 import { parseServerConfig } from '../../config/load';
 import type { ServerConfig } from '../../config/types';
+import { localLlamacpp } from '../../lib/engines/llamacpp-install';
+import { writeTinyLlamaGguf } from '../../lib/engines/tiny-gguf';
+import type { ModelSpec } from '../../lib/types';
 import { EXIT_WITH_PARENT, stopProcess } from '../../lib/process';
 import { caPaths, certificateInfo, initCa, renewAt } from '../../lib/pki';
 import { openDatabase, parseMysqlUrl } from '../../lib/store/db';
@@ -23,6 +27,26 @@ export const SIM_NODES = [
   { id: 'sim-b', gpus: 2, fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr'), '--sminfo', join(FIXTURES, 'sminfo')] },
   { id: 'sim-c', gpus: 2, fabric: ['--ib-root', join(FIXTURES, 'sysfs/none')] },
 ] as const;
+
+/**
+ * The real llama.cpp this machine built (scripts/llama-cpp.sh: .tools/llama.cpp-<build>), or null while it is not
+ * there. With it the cluster also serves a tiny generated llama model on a real llama-server, placed like any other.
+ */
+export function localLlamaServer(): string | null {
+  const l = localLlamacpp(PINNED_ENGINES.llamacpp);
+  // The script writes .llmgw-key last: without it the install is missing or half made.
+  return existsSync(join(l.venv, '.llmgw-key')) && existsSync(l['llama-server']) ? l['llama-server'] : null;
+}
+
+/** The model the local cluster adds when llama.cpp is built: the tiny GGUF (lib/engines/tiny-gguf.ts) on CPU, any node. */
+export const TINY_LLAMA = 'tiny-llama';
+function tinyLlamaSpec(stateDir: string): ModelSpec {
+  return {
+    name: TINY_LLAMA, source: join(stateDir, 'models', `${TINY_LLAMA}.gguf`), replicas: 1,
+    // No GPU: llama.cpp's CPU backend; a small context, one slot, two threads (this machine's cores).
+    profiles: [{ name: 'cpu', engine: 'llamacpp', nodes: 1, gpusPerNode: 0, args: ['-c', '512', '-np', '1', '-t', '2', '--no-warmup', '--no-webui'] }],
+  };
+}
 
 export interface ClusterOptions {
   stateDir: string;
@@ -107,7 +131,7 @@ async function issueCertificates(o: ClusterOptions): Promise<string> {
 }
 
 /** Writes server.yaml for this cluster (only what differs from the embedded defaults). */
-function writeConfig(o: ClusterOptions): { file: string; config: ServerConfig; temporalPort: number; uiPort: number } {
+function writeConfig(o: ClusterOptions, llama: boolean): { file: string; config: ServerConfig; temporalPort: number; uiPort: number } {
   const b = o.basePort;
   const ports = b === null
     ? { temporal: 7233, ui: 8233, control: 7443, gateway: 8080, door: 7444, engines: 20000 }
@@ -118,6 +142,8 @@ function writeConfig(o: ClusterOptions): { file: string; config: ServerConfig; t
     listeners: { controlPlane: { host: '127.0.0.1', port: ports.control }, gateway: { host: '127.0.0.1', port: ports.gateway }, temporalDoor: { host: '127.0.0.1', port: ports.door } },
     tls: tlsPaths(o.stateDir).tls,
     enginePorts: { base: ports.engines, count: b === null ? 2000 : 200 },
+    // With llama.cpp built: the operator's own binary ("", each agent's --llamacpp-bin) and the tiny model.
+    ...(llama ? { engines: { ...DEFAULT_CONFIG.engines, llamacpp: '' }, catalog: [...DEFAULT_CONFIG.catalog, tinyLlamaSpec(o.stateDir)] } : {}),
   };
   const text = `# Written by \`llmgw cluster\` on every start; edit config/server.example.yaml's copy instead.\n${stringify(doc)}`;
   const file = join(o.stateDir, 'server.yaml');
@@ -129,7 +155,8 @@ function writeConfig(o: ClusterOptions): { file: string; config: ServerConfig; t
 export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   mkdirSync(join(o.stateDir, 'logs'), { recursive: true });
   parseMysqlUrl(o.mysqlUrl);
-  const { file, config, temporalPort, uiPort } = writeConfig(o);
+  const llamaServer = localLlamaServer();
+  const { file, config, temporalPort, uiPort } = writeConfig(o, llamaServer !== null);
   const processes = new Map<string, ChildProcess>();
   let temporal: DevServer | null = null;
 
@@ -176,8 +203,18 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     const gatewayUrl = `http://${config.listeners.gateway.host}:${config.listeners.gateway.port}`;
     await waitHttp(`${gatewayUrl}/health`, 30_000, 'gateway');
     o.progress(`[4/5] sim nodes ${SIM_NODES.map((n) => n.id).join(', ')}`);
+    if (llamaServer) {
+      const gguf = tinyLlamaSpec(o.stateDir).source;
+      if (!existsSync(gguf)) {
+        mkdirSync(join(gguf, '..'), { recursive: true });
+        await writeTinyLlamaGguf(gguf);
+      }
+      o.progress(`      llama.cpp ${PINNED_ENGINES.llamacpp} found (${llamaServer}): every node offers it, and the catalog adds ${TINY_LLAMA} (${gguf})`);
+    } else {
+      o.progress(`      llama.cpp not built here: ${TINY_LLAMA} is left out (bash scripts/llama-cpp.sh builds it once, ~14 min of two cores)`);
+    }
     for (const n of SIM_NODES) {
-      role(n.id, ['agent', '--node', n.id, '--server', controlUrl, '--cert', paths.node(n.id).cert, '--key', paths.node(n.id).key, '--ca', paths.tls.ca, '--nvidia-smi', join(FIXTURES, 'nvidia-smi'), ...n.fabric, '--state-dir', join(o.stateDir, 'engines', n.id), '--weights-dir', join(o.stateDir, 'weights', n.id), '--weights-listen', '127.0.0.1:0', '--stop-engines-on-exit'],
+      role(n.id, ['agent', '--node', n.id, '--server', controlUrl, '--cert', paths.node(n.id).cert, '--key', paths.node(n.id).key, '--ca', paths.tls.ca, '--nvidia-smi', join(FIXTURES, 'nvidia-smi'), ...n.fabric, '--state-dir', join(o.stateDir, 'engines', n.id), '--weights-dir', join(o.stateDir, 'weights', n.id), '--weights-listen', '127.0.0.1:0', '--stop-engines-on-exit', ...(llamaServer ? ['--llamacpp-bin', llamaServer] : [])],
         { FAKE_NVIDIA_GPUS: String(n.gpus), FAKE_NVIDIA_SEED: n.id });
     }
     await waitFor(async () => {

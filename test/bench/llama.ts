@@ -9,13 +9,13 @@
  *
  * Per completion: tokens (usage.completion_tokens), end-to-end tokens/s (tokens / request time), decode tokens/s
  * (tokens after the first / time from first to last token), and time to first token. The tiny model never stops
- * early (test/helpers/gguf.ts), so every completion is exactly --max-tokens long.
+ * early (lib/engines/tiny-gguf.ts), so every completion is exactly --max-tokens long.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { writeTinyLlamaGguf } from '../helpers/gguf';
+import { writeTinyLlamaGguf } from '../../lib/engines/tiny-gguf';
 import { startLlamaServer, type EngineProc } from '../helpers/llama-server';
 
 /** One place requests go: a /v1 base URL, the model name it routes, and its headers. */

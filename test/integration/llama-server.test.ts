@@ -12,12 +12,12 @@ import { promisify } from 'node:util';
 import OpenAI from 'openai';
 import { PINNED_ENGINES } from '../../config/defaults';
 import { llamacppPackagePrograms, llamacppPipInstallArgs, llamacppWheelhouse } from '../../lib/engines/llamacpp-install';
-import { writeTinyLlamaGguf } from '../helpers/gguf';
+import { writeTinyLlamaGguf } from '../../lib/engines/tiny-gguf';
 import { awaitLlamacpp, startLlamaServer, startRpcServer, TINY_MODEL_ARGS, type EngineProc } from '../helpers/llama-server';
 
 const run = promisify(execFile);
 const MODEL = 'tiny-llama';
-// The tiny model writes only a-z and spaces, and never ends a reply itself (test/helpers/gguf.ts).
+// The tiny model writes only a-z and spaces, and never ends a reply itself (lib/engines/tiny-gguf.ts).
 const TEXT = /^[a-z ]+$/;
 
 let dir: string;

@@ -1,5 +1,5 @@
-/** The tiny GGUF writer (test/helpers/gguf.ts), read back by a minimal GGUF v3 reader: header, metadata, aligned tensors. */
-import { tinyLlamaGguf } from '../helpers/gguf';
+/** The tiny GGUF writer (lib/engines/tiny-gguf.ts), read back by a minimal GGUF v3 reader: header, metadata, aligned tensors. */
+import { tinyLlamaGguf } from '../../lib/engines/tiny-gguf';
 
 interface Parsed {
   version: number;
