@@ -5,7 +5,9 @@
  */
 import { WorkflowFailedError, type Client, type WorkflowHandle } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
-import { onboardProgressQuery, type OnboardHeartbeat, type OnboardProgress, type OnboardResult, type StepProgress } from '../workflows/contracts/onboard';
+import type { QueryDefinition } from '@temporalio/common';
+import { onboardProgressQuery, type OnboardHeartbeat, type OnboardResult } from '../workflows/contracts/onboard';
+import { provisionProgressQuery, type ProvisionResult, type StepLine } from '../workflows/contracts/provision';
 
 export interface FollowOptions {
   out: (s: string) => void;
@@ -40,7 +42,7 @@ async function pendingActivities(handle: WorkflowHandle): Promise<{ status: stri
 const secs = (ms: number | null): string => (ms === null ? '' : `${(ms / 1000).toFixed(1)} s`);
 
 /** The line for a step that finished or failed. */
-export function formatStep(s: StepProgress): string {
+export function formatStep(s: StepLine): string {
   if (s.state === 'done') return `  ✓ ${s.title} (${secs(s.ms)}): ${s.summary ?? ''}`;
   if (s.state === 'failed') return `  ✗ ${s.title} (${secs(s.ms)}): failed`;
   if (s.state === 'running') return `  … ${s.title}`;
@@ -69,12 +71,22 @@ const pause = (ms: number, signal?: AbortSignal): Promise<void> => new Promise((
  * Follows onboarding `handle` step by step until it ends: resolves with its result, 'detached' when the signal
  * stopped following, or throws its failure (whose message names the step, why and what to do).
  */
-export async function followOnboarding(handle: WorkflowHandle, o: FollowOptions): Promise<OnboardResult | 'detached'> {
+export function followOnboarding(handle: WorkflowHandle, o: FollowOptions): Promise<OnboardResult | 'detached'> {
+  return followSteps<OnboardResult>(handle, onboardProgressQuery, o);
+}
+
+/** The same for provisioning (`provision/<node>`). */
+export function followProvisioning(handle: WorkflowHandle, o: FollowOptions): Promise<ProvisionResult | 'detached'> {
+  return followSteps<ProvisionResult>(handle, provisionProgressQuery, o);
+}
+
+/** A workflow whose progress query lists steps, followed step by step with what each running activity waits for. */
+async function followSteps<R extends { steps: StepLine[] }>(handle: WorkflowHandle, query: QueryDefinition<{ steps: StepLine[] }, []>, o: FollowOptions): Promise<R | 'detached'> {
   const printed = new Map<string, string>();
   let lastWait = '';
   for (;;) {
     if (o.signal?.aborted) return 'detached';
-    const progress: OnboardProgress | null = await handle.query(onboardProgressQuery).catch(() => null);
+    const progress = await handle.query(query).catch(() => null);
     for (const s of progress?.steps ?? []) {
       const line = s.state === 'pending' ? '' : formatStep(s);
       if (line && printed.get(s.id) !== line) {
@@ -93,7 +105,7 @@ export async function followOnboarding(handle: WorkflowHandle, o: FollowOptions)
     await pause(o.pollMs ?? 500, o.signal);
   }
   try {
-    const r = (await handle.result()) as OnboardResult;
+    const r = (await handle.result()) as R;
     for (const s of r.steps) if (printed.get(s.id) !== formatStep(s)) o.out(`${formatStep(s)}\n`);
     return r;
   } catch (err) {
@@ -117,6 +129,11 @@ export async function followWorkflow(client: Client, workflowId: string, o: Foll
   if (first.type === 'onboardNode') {
     const r = await followOnboarding(handle, o);
     o.out(r === 'detached' ? detachedLine(workflowId) : `${onboardedLine(r)}\n`);
+    return;
+  }
+  if (first.type === 'provisionNode') {
+    const r = await followProvisioning(handle, o);
+    o.out(r === 'detached' ? detachedLine(workflowId) : `${provisionedLine(r)}\n`);
     return;
   }
   let last = '';
@@ -144,4 +161,9 @@ export function detachedLine(workflowId: string): string {
 export function onboardedLine(r: OnboardResult): string {
   return `${r.nodeId} onboarded${r.changed ? '' : ' (nothing changed: it already was)'} in ${secs(r.totalMs)}: ` +
     `${secs(r.waitedMs)} waiting on the node, ${secs(r.totalMs - r.waitedMs)} llmgw's own work; llmgw ctl nodes lists it`;
+}
+
+/** The last line of a finished provisioning. */
+export function provisionedLine(r: ProvisionResult): string {
+  return `${r.nodeId} provisioned: VM ${r.vmid} runs at ${r.address} (${secs(r.totalMs)}: ${secs(r.waitedMs)} waiting on Proxmox and the VM)`;
 }

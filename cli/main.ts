@@ -10,6 +10,9 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
   llmgw control-plane    run the control plane API and the control worker
   llmgw ca-worker        run the llmgw-ca worker beside the CA key (llmgw ca-worker --help)
   llmgw onboard-node     give a machine its identity and agent over ssh (llmgw onboard-node --help)
+  llmgw provision-node   create a node's VM on Proxmox (llmgw provision-node --help)
+  llmgw add-node         both: create the VM, then onboard it (llmgw add-node --help)
+  llmgw proxmox-worker   run the llmgw-proxmox worker, the one holder of the Proxmox API token
   llmgw gateway          run the inference gateway
   llmgw agent            run the node agent (llmgw agent --help)
   llmgw doctor           check what this node lacks before it joins (llmgw doctor --help)
@@ -31,6 +34,9 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   doctor: async () => (argv) => (require('./doctor') as typeof import('./doctor')).doctorCommand(argv),
   'sim-engine': async () => (require('./roles') as typeof import('./roles')).simEngineCommand,
   'onboard-node': async () => (argv) => (require('./onboard') as typeof import('./onboard')).onboardNodeCommand(argv),
+  'provision-node': async () => (argv) => (require('./provision') as typeof import('./provision')).provisionNodeCommand(argv),
+  'add-node': async () => (argv) => (require('./provision') as typeof import('./provision')).addNodeCommand(argv),
+  'proxmox-worker': async () => (require('./roles') as typeof import('./roles')).proxmoxWorkerCommand,
   // Node-side helpers onboarding and the agent run (not in the usage above).
   'engine-probe': async () => (argv) => (require('./engine-probe') as typeof import('./engine-probe')).engineProbeCommand(argv),
   'engine-shim': async () => async (argv) => (require('../workers/engine-shim') as typeof import('../workers/engine-shim')).engineShimMain(argv),

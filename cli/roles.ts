@@ -12,6 +12,7 @@ import { startGateway } from '../gateway/server';
 import { startAgent } from '../workers/agent';
 import { startCaWorker } from '../workers/ca';
 import { startControlPlane } from '../workers/control';
+import { startProxmoxWorker } from '../workers/proxmox';
 import { main as simMain } from '../workers/sim-engine';
 import { CRL_VALIDITY_DAYS, DEFAULT_CA_DIR } from '../lib/pki';
 import { NODE_CA_PATH } from '../lib/pki/trust';
@@ -96,6 +97,27 @@ export async function caWorkerCommand(argv: string[]): Promise<void> {
   const ca = await startCaWorker({ config, caDir, crlDays, log });
   log('ca worker running', { queue: QUEUES.ca, caDir, temporal: config.temporal.address, crlNextUpdate: ca.crl().nextUpdate });
   await untilSignal(() => ca.close());
+}
+
+/** `llmgw proxmox-worker`: provisioning's activities, with the Proxmox API token. */
+export async function proxmoxWorkerCommand(argv: string[]): Promise<void> {
+  const { values } = parse(argv, {
+    usage: `llmgw proxmox-worker --config FILE
+
+Runs the llmgw-proxmox worker: the activities of provisionNode (create, grow, start and, after a failure,
+remove the VMs llmgw creates). It is the only process that needs the Proxmox API token; run it where you
+keep that token (server.yaml's proxmox section: url, tokenId, tokenSecretFile, ca). At start it calls the
+Proxmox API once, so a wrong token, CA or address fails here, naming the fix.
+
+${CONFIG_HELP}`,
+    options: { config: { type: 'string' } },
+  });
+  const config = loadServerConfig(values.config);
+  const log = makeLog('proxmox-worker');
+  ownSignals();
+  const w = await startProxmoxWorker({ config, log });
+  log('proxmox worker running', { queue: QUEUES.proxmox, proxmox: config.proxmox?.url, version: w.version, temporal: config.temporal.address });
+  await untilSignal(() => w.close());
 }
 
 /** `llmgw gateway`: the OpenAI-compatible inference gateway. */

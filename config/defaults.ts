@@ -52,6 +52,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
       profiles: [{ name: 'tp2', engine: 'sim', nodes: 2, gpusPerNode: 1, args: ['--tokens-per-second', '100'] }],
     },
   ],
+  proxmox: null,
 });
 
 /**

@@ -1,5 +1,6 @@
 /** Loads server.yaml once at the edge into a frozen ServerConfig; every problem names file, key path and fix. */
 import { readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { isNode, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml';
 import { LlmgwError } from '../lib/errors';
 import { ENGINES, type EngineName, type ModelSpec, type Profile } from '../lib/types';
@@ -159,7 +160,7 @@ const TLS_KEYS = ['ca', 'serverCert', 'serverKey', 'clientCert', 'clientKey'] as
 const pathRule: Rule = (s) => (/^\s|\s$|:\/\//.test(s) ? [`${quote(s)} is not a file path`, 'give the path of a PEM file, e.g. .llmgw/ca/ca.crt (no URL, no surrounding spaces)'] : undefined);
 
 function checkConfig(c: Checker, raw: unknown): ServerConfig {
-  const root = c.obj(raw, [], ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'catalog']);
+  const root = c.obj(raw, [], ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'catalog', 'proxmox']);
   const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
   const m = c.sub(root, ['mysql'], ['url']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
@@ -191,10 +192,39 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       refreshMs: c.int(g, ['gateway', 'refreshMs'], 50, 60000, '500 (how stale the routing table may get)'),
     },
     catalog: checkCatalog(c, root?.catalog, engines),
+    proxmox: checkProxmox(c, root?.proxmox),
   };
   // Cross-key checks only on otherwise valid values, so they never report on placeholders.
   if (c.issues.length === 0) checkPortClashes(c, config);
   return config;
+}
+
+const PROXMOX_KEYS = ['url', 'node', 'tokenId', 'tokenSecretFile', 'ca', 'storage', 'image', 'bridge', 'gateway', 'nameserver', 'cores', 'memoryMiB', 'disk'] as const;
+
+function checkProxmox(c: Checker, raw: unknown): ServerConfig['proxmox'] {
+  if (raw === undefined || raw === null) return null;
+  const o = c.obj(raw, ['proxmox'], PROXMOX_KEYS);
+  const at = (k: string): Seg[] => ['proxmox', k];
+  const opt = (k: string, rule: Rule): string | null => (o?.[k] === undefined || o[k] === null ? null : c.str(o, at(k), '10.0.0.1', rule));
+  const ipRule: Rule = (s) => (isIP(s) ? undefined : [`${quote(s)} is not an IP address`, 'give an address such as 10.0.0.1']);
+  return {
+    url: c.str(o, at('url'), 'https://pve.example.net:8006', (s) => (/^https:\/\/[^/\s]+$/.test(s.replace(/\/+$/, ''))
+      ? undefined : [`${quote(s)} is not an https://HOST:PORT URL`, 'give the Proxmox API\'s https://HOST:8006 (llmgw adds /api2/json; plain http is refused: the token would travel in clear)'])).replace(/\/+$/, ''),
+    node: c.str(o, at('node'), 'pve', wordRule),
+    tokenId: c.str(o, at('tokenId'), 'llmgw@pve!provision', (s) => (/^[^@\s]+@[^!\s]+![A-Za-z][A-Za-z0-9._-]*$/.test(s)
+      ? undefined : [`${quote(s)} is not an API token id`, 'write USER@REALM!TOKENNAME, as Datacenter > Permissions > API Tokens shows it, e.g. llmgw@pve!provision'])),
+    tokenSecretFile: c.str(o, at('tokenSecretFile'), '/etc/llmgw/proxmox-token (a file holding the secret)', pathRule),
+    ca: c.str(o, at('ca'), '/etc/llmgw/pve-root-ca.pem (a copy of the host\'s /etc/pve/pve-root-ca.pem)', pathRule),
+    storage: c.str(o, at('storage'), 'local-lvm', wordRule),
+    image: c.str(o, at('image'), 'local:import/debian-12-genericcloud-amd64.qcow2', (s) => (/^[A-Za-z][\w.-]*:import\/\S+\.(qcow2|raw|vmdk)$/.test(s)
+      ? undefined : [`${quote(s)} is not an import volume id`, 'name a cloud image on an import-capable storage, e.g. local:import/debian-12-genericcloud-amd64.qcow2 (download it with Storage > Download from URL, content "import")'])),
+    bridge: c.str(o, at('bridge'), 'vmbr0', wordRule),
+    gateway: opt('gateway', ipRule),
+    nameserver: opt('nameserver', ipRule),
+    cores: o?.cores === undefined ? 4 : c.int(o, at('cores'), 1, 512, '8'),
+    memoryMiB: o?.memoryMiB === undefined ? 8192 : c.int(o, at('memoryMiB'), 512, 16_777_216, '32768 (MiB)'),
+    disk: o?.disk === undefined ? '64G' : c.str(o, at('disk'), '64G', (s) => (/^\d+G$/.test(s) ? undefined : [`${quote(s)} is not a size in GiB`, 'write it as a whole number of GiB, e.g. 64G'])),
+  };
 }
 
 function checkListener(c: Checker, l: Obj | undefined, name: string, port: number): Listener {

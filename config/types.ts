@@ -49,4 +49,34 @@ export interface ServerConfig {
     refreshMs: number;
   };
   catalog: ModelSpec[];
+  /** Where llmgw creates machines (the llmgw-proxmox worker only; null: no Proxmox, provisioning refused) */
+  proxmox: ProxmoxConfig | null;
+}
+
+/** A Proxmox VE host and how llmgw's VMs are made there (docs/provisioning.md). */
+export interface ProxmoxConfig {
+  /** https://HOST:8006 — TLS is verified against `ca`, never switched off */
+  url: string;
+  /** the Proxmox node VMs are created on (`--pve-node` overrides) */
+  node: string;
+  /** API token id, USER@REALM!NAME */
+  tokenId: string;
+  /** a file holding the token's secret (a UUID), so server.yaml holds no credential */
+  tokenSecretFile: string;
+  /** the Proxmox CA certificate (PEM; /etc/pve/pve-root-ca.pem on the host) */
+  ca: string;
+  /** where disks and the cloud-init drive go (`--storage`) */
+  storage: string;
+  /** the cloud image, an import volid such as local:import/debian-12-genericcloud-amd64.qcow2 (`--image`) */
+  image: string;
+  /** the network bridge (`--bridge`) */
+  bridge: string;
+  /** default gateway of the VMs' network (`--gw`); null: none set */
+  gateway: string | null;
+  /** nameserver for the VMs; null: Proxmox's host setting */
+  nameserver: string | null;
+  /** defaults of `--cores`, `--memory` (MiB) and `--disk` (e.g. 64G) */
+  cores: number;
+  memoryMiB: number;
+  disk: string;
 }

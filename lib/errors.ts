@@ -36,6 +36,9 @@ export const ERRORS = {
   LLMGW_WEIGHTS_SHA_MISMATCH: { status: 502, type: 'server_error' },
   LLMGW_WEIGHTS_DISK_FULL: { status: 507, type: 'server_error' },
   LLMGW_WEIGHTS_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  LLMGW_VMID_TAKEN: { status: 409, type: 'invalid_request_error' },
+  LLMGW_PROXMOX_FAILED: { status: 502, type: 'server_error' },
+  LLMGW_PROVISION_FAILED: { status: 500, type: 'server_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -5,3 +5,4 @@ export { drainNode } from './drain';
 export { renewCertificate, publishCrl } from './ca';
 export { ensureEngines } from './engines';
 export { onboardNode } from './onboard';
+export { provisionNode, addNode } from './provision';

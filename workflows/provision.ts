@@ -1,0 +1,112 @@
+/**
+ * provisionNode (`provision/<node>`): creates the node's VM on Proxmox, one activity per step on llmgw-proxmox.
+ * If a step after the create fails, the VM this run created is removed — never one it did not create.
+ * addNode (`add-node/<node>`): provisionNode, then onboardNode, as child workflows under their own ids.
+ */
+import {
+  ActivityFailure, ApplicationFailure, ChildWorkflowFailure, executeChild, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo,
+} from '@temporalio/workflow';
+import type { ProxmoxActivities } from '../activities/proxmox';
+import { runTag } from '../lib/proxmox/plan';
+import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
+import type { OnboardResult } from './contracts/onboard';
+import {
+  PROVISION_STEPS, provisionProgressQuery, type AddNodeInput, type AddNodeResult, type ProvisionInput, type ProvisionProgress, type ProvisionResult,
+  type ProvisionStepId, type ProvisionStepResult, type StepLine,
+} from './contracts/provision';
+
+function steps(startToCloseS: number): ProxmoxActivities {
+  return proxyActivities<ProxmoxActivities>({
+    taskQueue: QUEUES.proxmox,
+    startToCloseTimeout: `${startToCloseS}s`,
+    heartbeatTimeout: '60s',
+    // A lost connection to Proxmox or a proxmox worker that died; Proxmox's own refusals are non-retryable.
+    retry: { initialInterval: '2s', maximumInterval: '20s', maximumAttempts: 5 },
+  });
+}
+
+/** The failure's own message and type, out of Temporal's wrappers. */
+function cause(err: unknown): { message: string; type: string | null } {
+  const c = err instanceof ActivityFailure || err instanceof ChildWorkflowFailure ? err.cause : err;
+  if (c instanceof ApplicationFailure) return { message: c.message, type: c.type ?? null };
+  return { message: c instanceof Error ? c.message : String(c), type: null };
+}
+
+export async function provisionNode(input: ProvisionInput): Promise<ProvisionResult> {
+  const progress: ProvisionProgress = {
+    nodeId: input.nodeId,
+    steps: PROVISION_STEPS.map((s): StepLine => ({ id: s.id, title: s.title, state: 'pending', summary: null, ms: null, waitedMs: null, error: null })),
+    createdVmid: null,
+  };
+  setHandler(provisionProgressQuery, () => progress);
+  upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
+  const show = (): void => setCurrentDetails(`provisioning **${input.nodeId}** (VM ${input.vmid}, ${input.ip}, on ${input.pveNode})\n\n${progress.steps.map((s) =>
+    `- ${s.state === 'done' ? '✓' : s.state === 'failed' ? '✗' : s.state === 'running' ? '…' : ' '} ${s.title}${s.summary ? `: ${s.summary}` : ''}${s.error ? `: ${s.error}` : ''}`).join('\n')}`);
+  const started = Date.now();
+  const act = steps(900);
+  const sshWait = steps(input.sshDeadlineS + 120);
+  const withTag = { ...input, runTag: runTag(workflowInfo().runId) };
+
+  const run = async (id: ProvisionStepId, fn: () => Promise<ProvisionStepResult>): Promise<ProvisionStepResult> => {
+    const step = progress.steps.find((s) => s.id === id)!;
+    step.state = 'running';
+    show();
+    const t = Date.now();
+    try {
+      const r = await fn();
+      Object.assign(step, { state: 'done', summary: r.summary, ms: Date.now() - t, waitedMs: r.waitedMs });
+      show();
+      return r;
+    } catch (err) {
+      const c = cause(err);
+      Object.assign(step, { state: 'failed', ms: Date.now() - t, error: c.message });
+      show();
+      throw Object.assign(new Error(c.message), { step: step.title, type: c.type });
+    }
+  };
+
+  try {
+    await run('checkVmid', () => act.checkVmid(input));
+    const created = await run('createVm', () => act.createVm(withTag));
+    if (created.created) progress.createdVmid = input.vmid;
+    await run('resizeDisk', () => act.resizeDisk(withTag));
+    await run('startVm', () => act.startVm(withTag));
+    await run('waitForSshPort', () => sshWait.waitForSshPort(withTag));
+  } catch (err) {
+    const e = err as Error & { step?: string; type?: string | null };
+    let undo = '';
+    if (progress.createdVmid !== null || progress.steps.find((s) => s.id === 'createVm')?.state === 'failed') {
+      // The create may have gone through even when its activity failed: removeVm checks the VM is this run's.
+      try {
+        undo = ` — ${(await steps(600).removeVm(withTag)).summary}`;
+      } catch (rmErr) {
+        undo = ` — removing the VM it created failed too (${cause(rmErr).message}): remove VM ${input.vmid} on the Proxmox host (qm destroy ${input.vmid})`;
+      }
+    }
+    throw ApplicationFailure.create({
+      type: e.type ?? 'LLMGW_PROVISION_FAILED',
+      message: `provisioning ${input.nodeId} failed at step "${e.step ?? '?'}": ${e.message}${undo}`,
+      nonRetryable: true,
+    });
+  }
+  const waitedMs = progress.steps.reduce((n, s) => n + (s.waitedMs ?? 0), 0);
+  return { nodeId: input.nodeId, vmid: input.vmid, address: input.ip.split('/')[0] as string, steps: progress.steps, totalMs: Date.now() - started, waitedMs };
+}
+
+/** Both halves: the VM, then its identity and agent; each child keeps its own id (provision/<node>, onboard/<node>). */
+export async function addNode(input: AddNodeInput): Promise<AddNodeResult> {
+  upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
+  const started = Date.now();
+  const child = async <R>(what: 'provisionNode' | 'onboardNode', workflowId: string, arg: unknown): Promise<R> => {
+    try {
+      return await executeChild(what, { workflowId, taskQueue: QUEUES.control, args: [arg] as never, typedSearchAttributes: [{ key: searchAttributes.node, value: [input.nodeId] }] }) as R;
+    } catch (err) {
+      const c = cause(err);
+      throw ApplicationFailure.create({ type: c.type ?? 'LLMGW_PROVISION_FAILED', message: `adding ${input.nodeId}: ${c.message}`, nonRetryable: true });
+    }
+  };
+  setCurrentDetails(`adding **${input.nodeId}**: ${input.provision ? 'provision' : ''}${input.provision && input.onboard ? ', then ' : ''}${input.onboard ? 'onboard' : ''}`);
+  const provision = input.provision ? await child<ProvisionResult>('provisionNode', workflowIds.provision(input.nodeId), input.provision) : null;
+  const onboard = input.onboard ? await child<OnboardResult>('onboardNode', workflowIds.onboard(input.nodeId), input.onboard) : null;
+  return { nodeId: input.nodeId, provision, onboard, totalMs: Date.now() - started };
+}
