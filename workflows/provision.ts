@@ -7,7 +7,7 @@ import {
   ActivityFailure, ApplicationFailure, ChildWorkflowFailure, executeChild, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo,
 } from '@temporalio/workflow';
 import type { ProxmoxActivities } from '../activities/proxmox';
-import { runTag } from '../lib/proxmox/plan';
+import { runTag } from '../lib/proxmox/tags';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import type { OnboardResult } from './contracts/onboard';
 import {

@@ -35,10 +35,7 @@ export interface VmSpec {
   runTag: string;
 }
 
-/** The tag naming one provisioning run (`run-<workflow run id>`); PVE tags allow [a-z0-9_+.-]. */
-export function runTag(runId: string): string {
-  return `run-${runId.toLowerCase().replace(/[^a-z0-9]/g, '')}`;
-}
+export { runTag } from './tags';
 
 /** `10.0.0.144/24` → address and prefix; a clear error for anything else. */
 export function parseCidr(s: string): { address: string; prefix: number } {
