@@ -45,6 +45,8 @@ export interface TestHostOptions {
   sshdHeld?: boolean;
   /** files removed from the machine's view, e.g. a library it "lacks" */
   remove?: string[];
+  /** what /proc/cpuinfo reads inside the machine (a file bind-mounted over it), e.g. a VM's CPU model; default: this machine's */
+  cpuinfo?: string;
 }
 
 export interface TestHost {
@@ -164,6 +166,7 @@ export async function startTestNetwork(): Promise<TestNetwork> {
         `PidFile ${join(dir, 'sshd.pid')}`, 'UsePAM no', 'StrictModes no', 'PasswordAuthentication no', 'KbdInteractiveAuthentication no',
         'PermitRootLogin prohibit-password', 'UseDNS no', 'Subsystem sftp internal-sftp', 'MaxStartups 100', '',
       ].join('\n'));
+      if (o.cpuinfo !== undefined) writeFileSync(join(dir, 'cpuinfo'), o.cpuinfo, { mode: 0o444 });
       for (const d of ['etc', 'opt', 'usr', 'var']) for (const layer of ['up', 'work']) mkdirSync(join(dir, layer, d), { recursive: true });
       const q = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
       writeFileSync(join(dir, 'boot.sh'), [
@@ -176,6 +179,7 @@ export async function startTestNetwork(): Promise<TestNetwork> {
         'mount -t tmpfs tmpfs /run',
         `mount -t tmpfs tmpfs ${q(ROOT)}`,
         'mkdir -p /run/sshd',
+        ...(o.cpuinfo !== undefined ? [`mount --bind ${q(join(dir, 'cpuinfo'))} /proc/cpuinfo`] : []),
         ...(o.remove ?? []).map((f) => `rm -f ${q(f)}`),
         'echo "machine booted"',
         `${o.sshdAfterMs ? `sleep ${o.sshdAfterMs / 1000}` : 'true'}`,
