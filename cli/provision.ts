@@ -251,6 +251,7 @@ async function cpuVerdict(config: ServerConfig, nodeId: string, server: string):
   try {
     const api = controlApi(config, server);
     const res = await api.fetch(`${api.server}/v1/nodes`, { signal: AbortSignal.timeout(10_000) });
+    if (!res.ok) throw new Error(`HTTP ${res.status}: ${(await res.text()).slice(0, 300)}`);
     const { nodes } = (await res.json()) as { nodes: { id: string; inventory: { doctor?: DoctorResult[] } }[] };
     const cpu = nodes.find((x) => x.id === nodeId)?.inventory.doctor?.find((d) => d.id === 'cpu-flags');
     if (!cpu) return `  CPU: ${nodeId} reported no CPU check (an older agent?): see llmgw ctl nodes\n`;

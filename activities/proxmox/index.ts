@@ -88,17 +88,16 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
 
   const findVm = async (vmid: number): Promise<VmResource | undefined> => (await pve.vms()).find((v) => Number(v.vmid) === vmid);
 
-  /** Until the VM's config lock is gone (a create, resize or start in progress); the VM vanishing is an error. */
-  async function waitUnlocked(step: ProvisionHeartbeat['step'], input: ProvisionStepInput, what: string): Promise<void> {
+  /**
+   * The VM at `vmid` once no create runs on it. Proxmox reserves the VMID with a config holding only `lock: create`
+   * and writes name and tags at the create's end, so whose VM it is can be told only then. Undefined: it is gone
+   * (a create that failed is removed by Proxmox).
+   */
+  async function settledVm(step: ProvisionHeartbeat['step'], vmid: number): Promise<VmResource | undefined> {
     for (;;) {
-      const st = await pve.status(input.pveNode, input.vmid).catch((err: unknown) => {
-        if (err instanceof ProxmoxError && err.kind === 'missing') {
-          throw ApplicationFailure.nonRetryable(`VM ${input.vmid} is gone while ${what}: its create task failed on Proxmox (see the task log in the Proxmox UI)`, 'LLMGW_PROXMOX_FAILED' satisfies ErrorCode);
-        }
-        throw err;
-      });
-      if (!st.lock) return;
-      beat(step, `${what}: VM ${input.vmid} is locked (${st.lock})`);
+      const vm = await findVm(vmid);
+      if (!vm || vm.lock !== 'create') return vm;
+      beat(step, `VM ${vmid} is being created (locked: create); its name and tags show whose it is only when that ends`);
       await sleep(pollMs);
     }
   }
@@ -136,12 +135,13 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
     async createVm(input: ProvisionStepInput): Promise<ProvisionStepResult> {
       const t0 = Date.now();
       const key = `${pve.url}/${input.pveNode}`;
+      let queuedMs = 0;
       const q = serialised(key, async () => {
         const started = Date.now();
-        const existing = await findVm(input.vmid);
+        queuedMs = started - t0;
+        const existing = await settledVm('createVm', input.vmid);
         if (existing && isOwnVm(existing, input.nodeId, input.runTag)) {
-          // A retry of this activity after its create went through: wait for that create instead of a second one.
-          await waitUnlocked('createVm', input, 'the create of this run');
+          // A retry of this activity after its create went through: that create has ended, so no second one.
           return { summary: `VM ${input.vmid} "${input.nodeId}" was already created by this run (a retry found it)`, waitedMs: Date.now() - started, changed: true, vmid: input.vmid, created: true };
         }
         const params = createParams({ ...input, name: input.nodeId, vmid: input.vmid });
@@ -152,12 +152,13 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
             upid = await pve.createVm(input.pveNode, params);
           } catch (err) {
             if (!(err instanceof ProxmoxError) || err.kind !== 'exists') throw err;
-            const holder = await findVm(input.vmid);
+            // A re-sent create (proxmox-api sends a POST again after a lost answer) meets the first one: whose
+            // VM it is shows once that create has ended.
+            const holder = await settledVm('createVm', input.vmid);
             if (!holder || !isOwnVm(holder, input.nodeId, input.runTag)) {
-              throw ApplicationFailure.nonRetryable(`VMID ${input.vmid} was taken between the check and the create: ${holder ? describeVm(holder) : err.call.reason}. Pass another --vmid N`, 'LLMGW_VMID_TAKEN' satisfies ErrorCode);
+              throw ApplicationFailure.nonRetryable(`VMID ${input.vmid} was taken between the check and the create: ${holder ? describeVm(holder) : `${err.call.reason}, and then it was gone`}. Pass another --vmid N`, 'LLMGW_VMID_TAKEN' satisfies ErrorCode);
             }
-            log('create answered "already exists" for our own VM (a re-sent request); waiting for it', { vmid: input.vmid });
-            await waitUnlocked('createVm', input, 'our own create (the request was re-sent and met the first)');
+            log('create answered "already exists" for our own VM (a re-sent request); its first create ended', { vmid: input.vmid });
             return { summary: `VM ${input.vmid} "${input.nodeId}" created (the create was re-sent and Proxmox's "already exists" was our own first one)`, waitedMs: Date.now() - started, changed: true, vmid: input.vmid, created: true };
           }
           await waitTask('createVm', upid, `importing ${input.image} into ${input.storage} for VM ${input.vmid}`);
@@ -168,7 +169,7 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
       const timer = setInterval(() => Context.current().heartbeat(), 5000);
       try {
         const r = await q.run;
-        return { ...r, summary: Date.now() - t0 > r.waitedMs + 1000 ? `${r.summary}; queued ${((Date.now() - t0 - r.waitedMs) / 1000).toFixed(1)} s behind another create` : r.summary };
+        return q.waiting ? { ...r, summary: `${r.summary}; queued ${(queuedMs / 1000).toFixed(1)} s behind another create on ${input.pveNode}`, waitedMs: r.waitedMs + queuedMs } : r;
       } catch (err) {
         return asFailure(err, `creating VM ${input.vmid}`);
       } finally {

@@ -118,6 +118,8 @@ export interface VmResource {
   status: string;
   tags?: string;
   template?: number;
+  /** a config lock; `create` while a create runs: the VMID is reserved but name and tags are written only at its end */
+  lock?: string;
 }
 
 const tagsOf = (vm: Pick<VmResource, 'tags'>): string[] => (vm.tags ?? '').split(/[;,\s]+/).filter(Boolean);

@@ -81,6 +81,8 @@ export async function startOnboardCluster(o: { catalog: ModelSpec[] }): Promise<
     'listeners:', ...Object.entries(listeners).map(([k, v]) => `  ${k}: { host: ${JSON.stringify(v.host)}, port: ${v.port} }`), '',
   ].join('\n'));
   const cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
+  // The operator certificate the CLI presents (ctl, add-node's CPU check) is one this cluster issued: recorded.
+  await cp.store.recordCertificate({ serial: operator.serial, cn: operator.cn, role: operator.role, notBefore: operator.notBefore, notAfter: operator.notAfter, pem: operator.certPem });
   const caWorker = await startCaWorker({ config, caDir });
   const gateway = await startGateway({ host: '127.0.0.1', port: 0, routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }), apiKeys: [] });
   const sshKey = join(dir, 'id_ed25519');

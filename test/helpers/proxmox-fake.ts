@@ -115,6 +115,8 @@ export interface ProxmoxFakeOptions {
   images?: string[];
   /** default ['local', 'local-lvm'] */
   storages?: string[];
+  /** what the cloud image holds beyond sshd (a driver's nvidia-smi, say): run on each VM's machine once it is up */
+  onBoot?: (host: TestHost, vm: FakeVm) => Promise<void>;
 }
 
 /** Flags kvm64 lacks that a modern host has (SSSE3 and later, AVX*, FMA, F16C, …). */
@@ -304,6 +306,7 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
           sshdAfterMs: o.bootMs ?? 1500, cpuinfo: model === 'kvm64' || model === 'qemu64' ? kvm64Cpuinfo(real) : real,
         });
         vm.running = true;
+        await o.onBoot?.(vm.host, vmView(vm));
       } finally {
         vm.starting = false;
       }
