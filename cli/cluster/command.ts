@@ -10,8 +10,8 @@ Brings up a whole llmgw cluster on this machine: the Temporal dev server with it
 the control plane and control worker, the gateway, and three simulated nodes
 (sim-a and sim-b on fabric ib-a with fake GPUs, sim-c an island), then deploys the
 example catalog (sim-small: 2 single-node replicas; sim-large: 1 replica over sim-a+sim-b).
-When this machine has built llama.cpp (bash scripts/llama-cpp.sh, once, ~14 min of two
-cores), the nodes also offer it and the catalog adds tiny-llama: a real llama-server on a
+When this machine has built llama.cpp (set-up starts the build in the background, about
+6 min of two idle cores, once per machine), the nodes also offer it and the catalog adds tiny-llama: a real llama-server on a
 tiny generated model (CPU, no GPU), served through the same gateway.
 Ctrl-C stops every process it started; running it again reuses the state.
 

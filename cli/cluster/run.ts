@@ -211,7 +211,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       }
       o.progress(`      llama.cpp ${PINNED_ENGINES.llamacpp} found (${llamaServer}): every node offers it, and the catalog adds ${TINY_LLAMA} (${gguf})`);
     } else {
-      o.progress(`      llama.cpp not built here: ${TINY_LLAMA} is left out (bash scripts/llama-cpp.sh builds it once, ~14 min of two cores)`);
+      o.progress(`      llama.cpp not built here: ${TINY_LLAMA} is left out (set-up builds it in the background, about 6 min of two idle cores the first time: bash scripts/llama-cpp.sh waits for it; start the cluster again after)`);
     }
     for (const n of SIM_NODES) {
       role(n.id, ['agent', '--node', n.id, '--server', controlUrl, '--cert', paths.node(n.id).cert, '--key', paths.node(n.id).key, '--ca', paths.tls.ca, '--nvidia-smi', join(FIXTURES, 'nvidia-smi'), ...n.fabric, '--state-dir', join(o.stateDir, 'engines', n.id), '--weights-dir', join(o.stateDir, 'weights', n.id), '--weights-listen', '127.0.0.1:0', '--stop-engines-on-exit', ...(llamaServer ? ['--llamacpp-bin', llamaServer] : [])],
