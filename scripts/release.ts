@@ -29,10 +29,12 @@ const LAUNCHER = `#!/bin/sh
 here=$(dirname "$(readlink -f "$0")")
 exec "$here/../node/bin/node" "$here/../lib/llmgw.js" "$@"
 `;
-const ONBOARD_LAUNCHER = `#!/bin/sh
-# llmgw-onboard-node: the same as llmgw onboard-node.
+/** The operator commands that also have a dash-named launcher (llmgw-onboard-node = llmgw onboard-node, …). */
+const DASH_COMMANDS = ['onboard-node', 'provision-node', 'add-node'] as const;
+const dashLauncher = (command: string): string => `#!/bin/sh
+# llmgw-${command}: the same as llmgw ${command}.
 here=$(dirname "$(readlink -f "$0")")
-exec "$here/llmgw" onboard-node "$@"
+exec "$here/llmgw" ${command} "$@"
 `;
 
 /**
@@ -163,7 +165,7 @@ export async function buildRelease(o: { platforms: readonly Platform[]; outDir: 
       copyFileSync(nodeBinary(platform, cacheDir, log), join(stage, 'node/bin/node'));
       chmodSync(join(stage, 'node/bin/node'), 0o755);
       writeFileSync(join(stage, 'bin/llmgw'), LAUNCHER, { mode: 0o755 });
-      writeFileSync(join(stage, 'bin/llmgw-onboard-node'), ONBOARD_LAUNCHER, { mode: 0o755 });
+      for (const c of DASH_COMMANDS) writeFileSync(join(stage, `bin/llmgw-${c}`), dashLauncher(c), { mode: 0o755 });
       writeFileSync(join(stage, 'release.json'), `${JSON.stringify(info, null, 2)}\n`);
       const file = join(o.outDir, `${info.name}.tar.gz`);
       // gzip -1: a third faster than the default level for a few percent more bytes (mostly the node binary).

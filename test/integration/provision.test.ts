@@ -180,8 +180,16 @@ describe('provisioning on Proxmox (the API fake), and llmgw add-node end to end'
     expect(vm(153)).toMatchObject({ name: 'pve-flaky', status: 'running' });
   }, 90_000);
 
-  test('two provisionings on one Proxmox node run their creates one at a time, and both succeed', async () => {
-    const [a, b] = await Promise.all([provision(input('pve-par-a', 160)), provision(input('pve-par-b', 161))]);
+  test('two add-nodes on one Proxmox node run their creates one at a time, and both succeed', async () => {
+    // add-node --provision-only: the addNode workflow with its provisionNode child alone.
+    const addNode = async (i: ProvisionInput): Promise<ProvisionResult> => {
+      started.push(ids.addNode(i.nodeId), ids.provision(i.nodeId));
+      const h = await c.cp.client.workflow.start('addNode', { taskQueue: QUEUES.control, workflowId: ids.addNode(i.nodeId), args: [{ nodeId: i.nodeId, provision: i, onboard: null }] });
+      const r = (await h.result()) as AddNodeResult;
+      expect(r.onboard).toBeNull();
+      return r.provision!;
+    };
+    const [a, b] = await Promise.all([addNode(input('pve-par-a', 160)), addNode(input('pve-par-b', 161))]);
     expect([a.vmid, b.vmid]).toEqual([160, 161]);
     expect(pve.maxConcurrentImports()).toBe(1);
     const summaries = [a, b].map((x) => x.steps.find((s) => s.id === 'createVm')?.summary ?? '');

@@ -26,7 +26,7 @@ describe('the release artefact', () => {
     const a = await testArtefact();
     const listing = execFileSync('tar', ['-tzf', a.file], { encoding: 'utf8', maxBuffer: 1 << 24 }).split('\n');
     const top = a.info.name;
-    expect(listing).toEqual(expect.arrayContaining([`${top}/bin/llmgw`, `${top}/bin/llmgw-onboard-node`, `${top}/node/bin/node`, `${top}/lib/llmgw.js`,
+    expect(listing).toEqual(expect.arrayContaining([`${top}/bin/llmgw`, `${top}/bin/llmgw-onboard-node`, `${top}/bin/llmgw-provision-node`, `${top}/bin/llmgw-add-node`, `${top}/node/bin/node`, `${top}/lib/llmgw.js`,
       `${top}/lib/workflows.js`, `${top}/lib/workflow-worker-thread.js`, `${top}/lib/releases/x86_64-unknown-linux-gnu/index.node`, `${top}/release.json`]));
     expect(listing.filter((f) => f.includes('node_modules'))).toEqual([]);
     expect(execFileSync('sha256sum', [a.file], { encoding: 'utf8' }).split(' ')[0]).toBe(a.sha256);
@@ -50,6 +50,10 @@ describe('the release artefact', () => {
     expect(probe.stdout).toMatch(/^sim: serving after \d+ ms\n$/);
     const help = spawnSync(join(dir, top, 'bin/llmgw-onboard-node'), ['--help'], { cwd: empty, env, encoding: 'utf8' });
     expect(help.stdout).toMatch(/--binary ARTEFACT/);
+    const addHelp = spawnSync(join(dir, top, 'bin/llmgw-add-node'), ['--help'], { cwd: empty, env, encoding: 'utf8' });
+    expect(addHelp.stdout).toMatch(/--provision-only/);
+    const provisionHelp = spawnSync(join(dir, top, 'bin/llmgw-provision-node'), ['--help'], { cwd: empty, env, encoding: 'utf8' });
+    expect(provisionHelp.stdout).toMatch(/--vmid N/);
     expect(existsSync(join(empty, '.llmgw'))).toBe(false);
     rmSync(empty, { recursive: true, force: true });
   }, 180_000);
