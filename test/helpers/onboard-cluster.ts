@@ -45,7 +45,7 @@ export interface OnboardCluster {
   /** onboarding input for a test host at `addr` (what the CLI would send) */
   input(nodeId: string, addr: string, o?: Partial<OnboardInput>): OnboardInput;
   /** runs `llmgw ARGS…` from the checkout; resolves with its exit and output */
-  cli(args: string[], o?: { onOutput?: (s: string, kill: (sig: NodeJS.Signals) => void) => void; timeoutMs?: number }): Promise<{ code: number | null; out: string; err: string }>;
+  cli(args: string[], o?: { onOutput?: (s: string, kill: (sig: NodeJS.Signals) => void) => void; onErrOutput?: (s: string, kill: (sig: NodeJS.Signals) => void) => void; timeoutMs?: number }): Promise<{ code: number | null; out: string; err: string }>;
   close(): Promise<void>;
 }
 
@@ -105,7 +105,10 @@ export async function startOnboardCluster(o: { catalog: ModelSpec[] }): Promise<
         out += b.toString();
         co.onOutput?.(out, (sig) => child.kill(sig));
       });
-      child.stderr.on('data', (b: Buffer) => void (err += b.toString()));
+      child.stderr.on('data', (b: Buffer) => {
+        err += b.toString();
+        co.onErrOutput?.(err, (sig) => child.kill(sig));
+      });
       child.on('close', (code) => {
         clearTimeout(timer);
         res({ code, out, err });

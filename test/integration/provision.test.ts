@@ -4,7 +4,7 @@
  * VMs that the fake "starts" as real test hosts (network namespaces running sshd) — so `llmgw add-node` runs end
  * to end: provision → onboard → registered node → a sim replica served on it.
  */
-import { writeFileSync, appendFileSync } from 'node:fs';
+import { appendFileSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
 import { QUEUES, workflowIds } from '../../lib/names';
@@ -81,6 +81,22 @@ describe('provisioning on Proxmox (the API fake), and llmgw add-node end to end'
     await expect(startProxmoxWorker({ config: { temporal: c.config.temporal, proxmox: { ...proxmox, ca: c.config.tls.ca } } }))
       .rejects.toThrow(/TLS: the host's certificate is not signed by proxmox.ca/);
   });
+
+  test('llmgw proxmox-worker, the process: up once Proxmox answered; a wrong token ends it, naming the fix', async () => {
+    const up = await c.cli(['proxmox-worker', '--config', c.configFile], {
+      timeoutMs: 60_000,
+      onErrOutput: (err, kill) => void (err.includes('proxmox worker running') && kill('SIGTERM')),
+    });
+    expect(up.err).toMatch(/proxmox reachable.*8\.4\.1/);
+    expect(up.err).toContain('proxmox worker running');
+    const badFile = join(c.dir, 'server-bad-token.yaml');
+    const bad = join(c.dir, 'bad-token-2');
+    writeFileSync(bad, '00000000-0000-4000-8000-000000000000\n', { mode: 0o600 });
+    writeFileSync(badFile, readFileSync(c.configFile, 'utf8').replace(JSON.stringify(proxmox.tokenSecretFile), JSON.stringify(bad)));
+    const refused = await c.cli(['proxmox-worker', '--config', badFile], { timeoutMs: 60_000 });
+    expect(refused.code).not.toBe(0);
+    expect(refused.err).toMatch(/401 authentication failure — check proxmox.tokenId and tokenSecretFile/);
+  }, 90_000);
 
   test('llmgw add-node: the VM on Proxmox, then onboarding, to a node that serves a sim replica', async () => {
     const nodeId = 'pve-a';
