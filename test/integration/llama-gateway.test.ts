@@ -24,6 +24,7 @@ import { startControlPlane, type ControlPlane } from '../../workers/control';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
 import { awaitLlamacpp, TINY_MODEL_ARGS } from '../helpers/llama-server';
+import { waitRoutable } from '../helpers/load';
 import { certClient, closeCertClients, writeOperatorCert } from '../helpers/tls';
 
 const ROOT = resolve(__dirname, '../..');
@@ -106,6 +107,8 @@ describe('the tiny model on a real llama-server, installed and placed by llmgw, 
       if (!models.includes(MODEL)) await new Promise((r) => setTimeout(r, 100));
     }
     expect(models).toContain(MODEL);
+    // /v1/models lists the catalog's models; a route to the ready replica comes with the next refresh.
+    await waitRoutable(gateway.url, MODEL, 30_000);
 
     const stream = await client.chat.completions.create({ model: MODEL, stream: true, max_tokens: 16, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hello there' }] });
     let text = '';
