@@ -128,13 +128,16 @@ export async function onboardNodeCommand(argv: string[]): Promise<void> {
     sshKeyPath: sshKey(values['ssh-key']), server, advertiseHost: values['advertise-host'] ?? values.addr!,
     fabrics: values.fabric ?? [], noGpu: values['no-gpu'] ?? false,
     ...(values['nvidia-smi'] ? { nvidiaSmi: values['nvidia-smi'] } : {}), ...(values['ib-root'] ? { ibRoot: values['ib-root'] } : {}),
-    bins: {
-      ...(values['llamacpp-bin'] ? { llamacpp: values['llamacpp-bin'] } : {}), ...(values['vllm-bin'] ? { vllm: values['vllm-bin'] } : {}),
-      ...(values['sglang-python'] ? { sglang: values['sglang-python'] } : {}),
-    },
+    bins: engineBins(values),
     artefact, sshDeadlineS: intOption(values['ssh-timeout'], '--ssh-timeout', 600), registerTimeoutS: intOption(values['register-timeout'], '--register-timeout', 120),
   };
   const config = loadServerConfig(values.config);
+  await withTemporalClient(config, (client, signal) =>
+    onboardNode(client, input, { uiLink: workflowLink(config, workflowIds.onboard(nodeId)), out: (s) => process.stdout.write(s), follow: !values['no-follow'], signal }));
+}
+
+/** Runs `fn` with a Temporal client; Ctrl-C aborts `signal` (the command then detaches, the workflow goes on). */
+export async function withTemporalClient<T>(config: ServerConfig, fn: (client: Client, signal: AbortSignal) => Promise<T>): Promise<T> {
   const connection = await Connection.connect({ address: config.temporal.address, connectTimeout: 5000 }).catch((err: Error) => {
     throw new UsageError(`cannot reach Temporal at ${config.temporal.address} (${err.message}): is it running? check temporal.address in server.yaml (--config FILE)`);
   });
@@ -142,10 +145,17 @@ export async function onboardNodeCommand(argv: string[]): Promise<void> {
   const onSigint = (): void => detach.abort();
   process.on('SIGINT', onSigint);
   try {
-    const client = new Client({ connection, namespace: config.temporal.namespace });
-    await onboardNode(client, input, { uiLink: workflowLink(config, workflowIds.onboard(nodeId)), out: (s) => process.stdout.write(s), follow: !values['no-follow'], signal: detach.signal });
+    return await fn(new Client({ connection, namespace: config.temporal.namespace }), detach.signal);
   } finally {
     process.off('SIGINT', onSigint);
     await connection.close();
   }
+}
+
+/** The engine flags (--llamacpp-bin, --vllm-bin, --sglang-python) as onboarding's `bins`. */
+export function engineBins(values: { 'llamacpp-bin'?: string; 'vllm-bin'?: string; 'sglang-python'?: string }): OnboardInput['bins'] {
+  return {
+    ...(values['llamacpp-bin'] ? { llamacpp: values['llamacpp-bin'] } : {}), ...(values['vllm-bin'] ? { vllm: values['vllm-bin'] } : {}),
+    ...(values['sglang-python'] ? { sglang: values['sglang-python'] } : {}),
+  };
 }

@@ -6,7 +6,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { Client, Connection, type WorkflowHandle } from '@temporalio/client';
+import type { Client, WorkflowHandle } from '@temporalio/client';
 import { loadServerConfig } from '../config/load';
 import type { ServerConfig } from '../config/types';
 import { LlmgwError } from '../lib/errors';
@@ -19,7 +19,7 @@ import type { DoctorResult } from '../lib/types';
 import { intOption, parse, UsageError } from './args';
 import { controlApi } from './control-api';
 import { detachedLine, failureMessage, followOnboarding, followProvisioning, onboardedLine, provisionedLine } from './follow';
-import { artefactRef, workflowLink } from './onboard';
+import { artefactRef, engineBins, withTemporalClient, workflowLink } from './onboard';
 
 const PROVISION_FLAGS = `
   --name ID               the node id: VM name, hostname (cloud-init) and certificate CN (a-z, 0-9, '-')
@@ -124,21 +124,6 @@ export function provisionInput(values: Values, config: ServerConfig): ProvisionI
   }
 }
 
-async function withClient<T>(config: ServerConfig, fn: (client: Client, signal: AbortSignal) => Promise<T>): Promise<T> {
-  const connection = await Connection.connect({ address: config.temporal.address, connectTimeout: 5000 }).catch((err: Error) => {
-    throw new UsageError(`cannot reach Temporal at ${config.temporal.address} (${err.message}): is it running? check temporal.address in server.yaml (--config FILE)`);
-  });
-  const detach = new AbortController();
-  const onSigint = (): void => detach.abort();
-  process.on('SIGINT', onSigint);
-  try {
-    return await fn(new Client({ connection, namespace: config.temporal.namespace }), detach.signal);
-  } finally {
-    process.off('SIGINT', onSigint);
-    await connection.close();
-  }
-}
-
 const out = (s: string): void => void process.stdout.write(s);
 
 /** Entry for `llmgw provision-node`. */
@@ -147,7 +132,7 @@ export async function provisionNodeCommand(argv: string[]): Promise<void> {
   for (const f of ['name', 'ip'] as const) if (!values[f]) throw new UsageError(`--${f} is required\n${PROVISION_USAGE}`);
   const config = loadServerConfig(values.config);
   const input = provisionInput(values, config);
-  await withClient(config, async (client, signal) => {
+  await withTemporalClient(config, async (client, signal) => {
     const workflowId = workflowIds.provision(input.nodeId);
     const handle = await client.workflow.start('provisionNode', {
       taskQueue: QUEUES.control, workflowId, args: [input], workflowIdConflictPolicy: 'USE_EXISTING',
@@ -204,16 +189,13 @@ export async function addNodeCommand(argv: string[]): Promise<void> {
       nodeId, addr, sshPort: 22, sshUser: values['ssh-user'] ?? 'root', sshKeyPath: key, server, advertiseHost: addr,
       fabrics: values.fabric ?? [], noGpu: values['no-gpu'] ?? false,
       ...(values['nvidia-smi'] ? { nvidiaSmi: values['nvidia-smi'] } : {}), ...(values['ib-root'] ? { ibRoot: values['ib-root'] } : {}),
-      bins: {
-        ...(values['llamacpp-bin'] ? { llamacpp: values['llamacpp-bin'] } : {}), ...(values['vllm-bin'] ? { vllm: values['vllm-bin'] } : {}),
-        ...(values['sglang-python'] ? { sglang: values['sglang-python'] } : {}),
-      },
+      bins: engineBins(values),
       artefact: await artefactRef(values.binary), sshDeadlineS: intOption(values['ssh-timeout'], '--ssh-timeout', 600),
       registerTimeoutS: intOption(values['register-timeout'], '--register-timeout', 120),
     };
   }
   const input: AddNodeInput = { nodeId, provision, onboard };
-  await withClient(config, async (client, signal) => {
+  await withTemporalClient(config, async (client, signal) => {
     const workflowId = workflowIds.addNode(nodeId);
     const since = new Date();
     const handle = await client.workflow.start('addNode', {

@@ -2,10 +2,11 @@
  * The onboardNode workflow (`onboard/<node>`): gives a machine its identity and agent, one activity per step on
  * llmgw-ca (the CA key and the ssh key live there). A failure names its step, why, and what to do.
  */
-import { ActivityFailure, ApplicationFailure, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
+import { ApplicationFailure, proxyActivities, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
 import type { OnboardActivities } from '../activities/ca/onboard';
 import { QUEUES, searchAttributes } from '../lib/names';
 import { ONBOARD_STEPS, onboardProgressQuery, type OnboardInput, type OnboardProgress, type OnboardResult, type StepId, type StepProgress, type StepResult } from './contracts/onboard';
+import { stepRunner, type StepFailed } from './steps';
 
 /**
  * Each step on llmgw-ca: a dropped connection or a CA worker that died (heartbeat timeout) is retried; the
@@ -28,33 +29,18 @@ export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
   };
   setHandler(onboardProgressQuery, () => progress);
   upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
-  const show = (): void => setCurrentDetails(`onboarding **${input.nodeId}** (${input.addr})\n\n${progress.steps.map((s) =>
-    `- ${s.state === 'done' ? '✓' : s.state === 'failed' ? '✗' : s.state === 'running' ? '…' : ' '} ${s.title}${s.summary ? `: ${s.summary}` : ''}${s.error ? `: ${s.error}` : ''}`).join('\n')}`);
   const started = Date.now();
   const steps = stepActivities(600);
   const sshWait = stepActivities(input.sshDeadlineS + 120);
   const registerWait = stepActivities(input.registerTimeoutS + 120);
 
+  const step = stepRunner<StepId>(progress.steps, () => `onboarding **${input.nodeId}** (${input.addr})`);
   const run = async <R extends StepResult>(id: StepId, fn: () => Promise<R>): Promise<R> => {
-    const step = progress.steps.find((s) => s.id === id)!;
-    step.state = 'running';
-    show();
-    const t = Date.now();
     try {
-      const r = await fn();
-      Object.assign(step, { state: 'done', summary: r.summary, ms: Date.now() - t, waitedMs: r.waitedMs });
-      show();
-      return r;
+      return await step(id, fn);
     } catch (err) {
-      const cause = err instanceof ActivityFailure && err.cause instanceof ApplicationFailure ? err.cause : err instanceof ApplicationFailure ? err : null;
-      const why = cause?.message ?? (err instanceof ActivityFailure && err.cause ? err.cause.message : (err as Error).message);
-      Object.assign(step, { state: 'failed', ms: Date.now() - t, error: why });
-      show();
-      throw ApplicationFailure.create({
-        type: cause?.type ?? 'LLMGW_ONBOARD_FAILED',
-        message: `onboarding ${input.nodeId} failed at step "${step.title}": ${why}`,
-        nonRetryable: true,
-      });
+      const e = err as StepFailed;
+      throw ApplicationFailure.create({ type: e.type ?? 'LLMGW_ONBOARD_FAILED', message: `onboarding ${input.nodeId} failed at step "${e.step}": ${e.message}`, nonRetryable: true });
     }
   };
 

@@ -3,17 +3,16 @@
  * If a step after the create fails, the VM this run created is removed — never one it did not create.
  * addNode (`add-node/<node>`): provisionNode, then onboardNode, as child workflows under their own ids.
  */
-import {
-  ActivityFailure, ApplicationFailure, ChildWorkflowFailure, executeChild, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo,
-} from '@temporalio/workflow';
+import { ApplicationFailure, executeChild, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import type { ProxmoxActivities } from '../activities/proxmox';
 import { runTag } from '../lib/proxmox/tags';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import type { OnboardResult } from './contracts/onboard';
 import {
   PROVISION_STEPS, provisionProgressQuery, type AddNodeInput, type AddNodeResult, type ProvisionInput, type ProvisionProgress, type ProvisionResult,
-  type ProvisionStepId, type ProvisionStepResult, type StepLine,
+  type ProvisionStepId, type StepLine,
 } from './contracts/provision';
+import { failureCause, stepRunner, StepFailed } from './steps';
 
 function steps(startToCloseS: number): ProxmoxActivities {
   return proxyActivities<ProxmoxActivities>({
@@ -25,13 +24,6 @@ function steps(startToCloseS: number): ProxmoxActivities {
   });
 }
 
-/** The failure's own message and type, out of Temporal's wrappers. */
-function cause(err: unknown): { message: string; type: string | null } {
-  const c = err instanceof ActivityFailure || err instanceof ChildWorkflowFailure ? err.cause : err;
-  if (c instanceof ApplicationFailure) return { message: c.message, type: c.type ?? null };
-  return { message: c instanceof Error ? c.message : String(c), type: null };
-}
-
 export async function provisionNode(input: ProvisionInput): Promise<ProvisionResult> {
   const progress: ProvisionProgress = {
     nodeId: input.nodeId,
@@ -40,30 +32,12 @@ export async function provisionNode(input: ProvisionInput): Promise<ProvisionRes
   };
   setHandler(provisionProgressQuery, () => progress);
   upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
-  const show = (): void => setCurrentDetails(`provisioning **${input.nodeId}** (VM ${input.vmid}, ${input.ip}, on ${input.pveNode})\n\n${progress.steps.map((s) =>
-    `- ${s.state === 'done' ? '✓' : s.state === 'failed' ? '✗' : s.state === 'running' ? '…' : ' '} ${s.title}${s.summary ? `: ${s.summary}` : ''}${s.error ? `: ${s.error}` : ''}`).join('\n')}`);
   const started = Date.now();
   const act = steps(900);
   const sshWait = steps(input.sshDeadlineS + 120);
   const withTag = { ...input, runTag: runTag(workflowInfo().runId) };
 
-  const run = async (id: ProvisionStepId, fn: () => Promise<ProvisionStepResult>): Promise<ProvisionStepResult> => {
-    const step = progress.steps.find((s) => s.id === id)!;
-    step.state = 'running';
-    show();
-    const t = Date.now();
-    try {
-      const r = await fn();
-      Object.assign(step, { state: 'done', summary: r.summary, ms: Date.now() - t, waitedMs: r.waitedMs });
-      show();
-      return r;
-    } catch (err) {
-      const c = cause(err);
-      Object.assign(step, { state: 'failed', ms: Date.now() - t, error: c.message });
-      show();
-      throw Object.assign(new Error(c.message), { step: step.title, type: c.type });
-    }
-  };
+  const run = stepRunner<ProvisionStepId>(progress.steps, () => `provisioning **${input.nodeId}** (VM ${input.vmid}, ${input.ip}, on ${input.pveNode})`);
 
   try {
     await run('checkVmid', () => act.checkVmid(input));
@@ -73,19 +47,19 @@ export async function provisionNode(input: ProvisionInput): Promise<ProvisionRes
     await run('startVm', () => act.startVm(withTag));
     await run('waitForSshPort', () => sshWait.waitForSshPort(withTag));
   } catch (err) {
-    const e = err as Error & { step?: string; type?: string | null };
+    const e = err instanceof StepFailed ? err : new StepFailed('?', failureCause(err).message, null);
     let undo = '';
     if (progress.createdVmid !== null || progress.steps.find((s) => s.id === 'createVm')?.state === 'failed') {
       // The create may have gone through even when its activity failed: removeVm checks the VM is this run's.
       try {
         undo = ` — ${(await steps(600).removeVm(withTag)).summary}`;
       } catch (rmErr) {
-        undo = ` — removing the VM it created failed too (${cause(rmErr).message}): remove VM ${input.vmid} on the Proxmox host (qm destroy ${input.vmid})`;
+        undo = ` — removing the VM it created failed too (${failureCause(rmErr).message}): remove VM ${input.vmid} on the Proxmox host (qm destroy ${input.vmid})`;
       }
     }
     throw ApplicationFailure.create({
       type: e.type ?? 'LLMGW_PROVISION_FAILED',
-      message: `provisioning ${input.nodeId} failed at step "${e.step ?? '?'}": ${e.message}${undo}`,
+      message: `provisioning ${input.nodeId} failed at step "${e.step}": ${e.message}${undo}`,
       nonRetryable: true,
     });
   }
@@ -101,7 +75,7 @@ export async function addNode(input: AddNodeInput): Promise<AddNodeResult> {
     try {
       return await executeChild(what, { workflowId, taskQueue: QUEUES.control, args: [arg] as never, typedSearchAttributes: [{ key: searchAttributes.node, value: [input.nodeId] }] }) as R;
     } catch (err) {
-      const c = cause(err);
+      const c = failureCause(err);
       throw ApplicationFailure.create({ type: c.type ?? 'LLMGW_PROVISION_FAILED', message: `adding ${input.nodeId}: ${c.message}`, nonRetryable: true });
     }
   };

@@ -60,8 +60,9 @@ export interface StepResult {
   changed: boolean;
 }
 
-export interface StepProgress {
-  id: StepId;
+/** A step as the CLI and the UI show it (provisioning's steps have the same shape, with their own ids). */
+export interface StepProgress<Id extends string = StepId> {
+  id: Id;
   title: string;
   state: 'pending' | 'running' | 'done' | 'failed';
   summary: string | null;

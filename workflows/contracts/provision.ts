@@ -1,6 +1,6 @@
 /** Contract of provisionNode (`provision/<node>`) and addNode (`add-node/<node>`): inputs, steps, progress, results. */
 import { defineQuery } from '@temporalio/workflow';
-import type { OnboardInput, OnboardResult, StepResult } from './onboard';
+import type { OnboardInput, OnboardResult, StepProgress, StepResult } from './onboard';
 
 export interface ProvisionInput {
   nodeId: string;
@@ -36,16 +36,8 @@ export const PROVISION_STEPS = [
 
 export type ProvisionStepId = (typeof PROVISION_STEPS)[number]['id'];
 
-/** A step as the CLI and the UI show it (onboarding's steps have the same shape). */
-export interface StepLine {
-  id: string;
-  title: string;
-  state: 'pending' | 'running' | 'done' | 'failed';
-  summary: string | null;
-  ms: number | null;
-  waitedMs: number | null;
-  error: string | null;
-}
+/** A step as the CLI and the UI show it: the same shape as onboarding's. */
+export type StepLine = StepProgress<string>;
 
 export interface ProvisionProgress {
   nodeId: string;
