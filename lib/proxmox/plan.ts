@@ -158,7 +158,8 @@ export interface PveCallError {
 
 export function parsePveError(err: unknown): PveCallError {
   const msg = err instanceof Error ? err.message : String(err);
-  const m = /^(GET|POST|PUT|DELETE) (\S+) (?:return Error|connection failed with) (\d{3}) ([^:]*?)(?:: (?:return: )?(.*))?$/s.exec(msg);
+  // The reason may hold colons (a volid, "import failed: …"): the body is what follows the last ": " before JSON.
+  const m = /^(GET|POST|PUT|DELETE) (\S+) (?:return Error|connection failed with) (\d{3}) (.*?)(?:(?: return)?: ((?:\{|\[|null\b).*))?$/s.exec(msg);
   if (!m) {
     const net = /^FaILED to call (\w+) (\S+)(?: cause by:(.*))?$/s.exec(msg);
     if (net) return { method: net[1] as string, url: net[2] as string, status: null, reason: net[3] ? `connection failed: ${net[3]}` : 'connection failed' };
@@ -188,6 +189,7 @@ export function diskSizeGiB(line: string | undefined): number | null {
   const m = /(?:^|,)size=(\d+(?:\.\d+)?)([KMGT])?(?:,|$)/.exec(line ?? '');
   if (!m) return null;
   const n = Number(m[1]);
-  const unit = { K: 1 / (1024 * 1024), M: 1 / 1024, G: 1, T: 1024 }[(m[2] ?? 'G') as 'K' | 'M' | 'G' | 'T'];
+  // No unit: bytes (pve-common's format_size writes a size that is no whole KiB so).
+  const unit = { B: 1 / 2 ** 30, K: 1 / (1024 * 1024), M: 1 / 1024, G: 1, T: 1024 }[(m[2] ?? 'B') as 'B' | 'K' | 'M' | 'G' | 'T'];
   return n * unit;
 }

@@ -335,11 +335,10 @@ describe('parsePveError / classifyPve (proxmox-api 1.1.1 messages)', () => {
   });
 
   test('other statuses ("connection failed with"): method, url and status read', () => {
-    // proxmox-api writes `<reason> return: <body>` here; the reason's exact text is not asserted (see the report:
-    // plan.ts keeps a trailing " return" on it).
+    // proxmox-api writes `<reason> return: <body>` here.
     const e = parsePveError(new Error(`POST ${URL}/nodes/pve/qemu connection failed with 403 Permission check failed (/vms/144, VM.Allocate) return: {"data":null}`));
     expect(e).toMatchObject({ method: 'POST', url: `${URL}/nodes/pve/qemu`, status: 403 });
-    expect(e.reason.startsWith('Permission check failed (/vms/144, VM.Allocate)')).toBe(true);
+    expect(e.reason).toBe('Permission check failed (/vms/144, VM.Allocate)');
     expect(classifyPve(e.reason)).toBe('other');
   });
 
@@ -348,8 +347,8 @@ describe('parsePveError / classifyPve (proxmox-api 1.1.1 messages)', () => {
     expect(e).toEqual({ method: 'DELETE', url: `${URL}/nodes/pve/qemu/144`, status: 500, reason: 'VM 144 is running - destroy failed' });
   });
 
-  test('a body that is not JSON leaves the reason alone', () => {
-    expect(parsePveError(new Error(`GET ${URL}/version return Error 500 Internal Server Error: not json`)).reason).toBe('Internal Server Error');
+  test('a body that is not JSON (a proxy page) stays in the reason, so it is seen', () => {
+    expect(parsePveError(new Error(`GET ${URL}/version return Error 500 Internal Server Error: not json`)).reason).toBe('Internal Server Error: not json');
   });
 
   test('network failures ("FaILED to call"): no status', () => {
@@ -400,7 +399,22 @@ describe('tasks', () => {
   });
 });
 
+describe('parsePveError: reasons that hold colons', () => {
+  const URL = 'https://pve.example.net:8006/api2/json';
+  test('a volid in the reason is not a lost connection', () => {
+    const e = parsePveError(new Error(`POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 144 - volume 'local:import/x.qcow2' does not exist: {"data":null}`));
+    expect(e).toEqual({ method: 'POST', url: `${URL}/nodes/pve/qemu`, status: 500, reason: "unable to create VM 144 - volume 'local:import/x.qcow2' does not exist" });
+  });
+  test('a reason with ": " inside is kept whole', () => {
+    const e = parsePveError(new Error(`POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 144 - import failed: exit code 1: {"data":null}`));
+    expect(e.reason).toBe('unable to create VM 144 - import failed: exit code 1');
+  });
+});
+
 describe('diskSizeGiB', () => {
+  test('a size without a unit is bytes (pve-common format_size)', () => {
+    expect(diskSizeGiB('local-lvm:vm-144-disk-0,size=2147483648')).toBe(2);
+  });
   test('size= in G, M, T, K', () => {
     expect(diskSizeGiB('local-lvm:vm-144-disk-0,iothread=1,size=2G')).toBe(2);
     expect(diskSizeGiB('local-lvm:vm-144-disk-0,discard=on,size=64G,iothread=1')).toBe(64);
