@@ -85,6 +85,12 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       status: 'ok', models: routing.models().length,
     }));
 
+    // What this gateway routes now (its table lags the store by up to gateway.refreshMs): for whoever must know a
+    // replica is reachable here, not only ready in the store — the local cluster waits on it before it says "up".
+    app.get('/health/routes', { schema: { response: { 200: { type: 'object', properties: { models: { type: 'object', additionalProperties: { type: 'integer' } } } }, ...errorResponses } } }, async () => ({
+      models: routing.readyCounts(),
+    }));
+
     app.get('/v1/models', { schema: { response: { 200: modelsSchema, ...errorResponses } } }, async () => ({
       object: 'list',
       data: routing.models().map((id) => ({ id, object: 'model', created, owned_by: 'llmgw' })),

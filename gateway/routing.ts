@@ -92,6 +92,11 @@ export class RoutingTable {
     this.routes = next;
   }
 
+  /** Routable (ready) replicas per model, as this table holds them now. */
+  readyCounts(): Record<string, number> {
+    return Object.fromEntries([...this.routes].map(([model, r]) => [model, r.ready.length]));
+  }
+
   /** Model names the gateway knows, sorted. */
   models(): string[] {
     return [...this.routes.keys()].sort();

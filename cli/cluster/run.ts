@@ -225,6 +225,14 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     for (const spec of config.catalog) {
       await runCli(['ctl', 'deploy', spec.name, '--config', file, '--timeout', '120'], (line) => o.progress(`      ${line}`));
     }
+    // Ready in the store is not yet routed: the gateway's table follows it within gateway.refreshMs. Up means a
+    // client's first request is answered, so wait for the gateway's own table.
+    const key = config.gateway.apiKeys[0];
+    await waitFor(async () => {
+      const r = await fetch(`${gatewayUrl}/health/routes`, { headers: key ? { authorization: `Bearer ${key}` } : {}, signal: AbortSignal.timeout(1000) });
+      const { models } = (await r.json()) as { models: Record<string, number> };
+      return r.ok && config.catalog.every((m) => (models[m.name] ?? 0) >= m.replicas);
+    }, 10_000, 'the gateway to route every catalog replica');
     return { config, configFile: file, gatewayUrl, controlUrl, uiUrl: temporal.uiUrl, processes, close };
   } catch (err) {
     await close();

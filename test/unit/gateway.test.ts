@@ -149,6 +149,13 @@ describe('routes', () => {
     expect(wrong.statusCode).toBe(401);
     expect((await call({ method: 'GET', url: '/health' })).json()).toEqual({ status: 'ok', models: 3 });
   });
+
+  it('reports what it routes now on /health/routes, behind the API key', async () => {
+    expect((await call({ method: 'GET', url: '/health/routes' })).statusCode).toBe(401);
+    const r = await call({ method: 'GET', url: '/health/routes', headers: auth });
+    expect(r.statusCode).toBe(200);
+    expect(r.json()).toEqual({ models: { 'sim-large': 0, 'sim-small': 1, 'sim-empty': 0 } });
+  });
 });
 
 describe('RoutingTable', () => {
