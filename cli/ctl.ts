@@ -5,7 +5,7 @@ import type { ServerConfig } from '../config/types';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import { doctorColumn } from '../lib/doctor';
 import type { NodeRecord, ReplicaRecord } from '../lib/types';
-import type { NodeCertificate } from '../gateway/control-app';
+import type { NodeCertificate } from '../gateway/control/routes';
 import type { WeightCopy } from '../lib/store/weights';
 import { scaleUpdate, type ModelDeploymentInput } from '../workflows/contracts/model';
 import { intOption, parse, UsageError } from './args';

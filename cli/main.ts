@@ -39,7 +39,7 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   'proxmox-worker': async () => (require('./roles') as typeof import('./roles')).proxmoxWorkerCommand,
   // Node-side helpers onboarding and the agent run (not in the usage above).
   'engine-probe': async () => (argv) => (require('./engine-probe') as typeof import('./engine-probe')).engineProbeCommand(argv),
-  'engine-shim': async () => async (argv) => (require('../workers/engine-shim') as typeof import('../workers/engine-shim')).engineShimMain(argv),
+  'engine-shim': async () => async (argv) => (require('./engine-shim') as typeof import('./engine-shim')).engineShimMain(argv),
   version: async () => async () => {
     const pkg = require('../package.json') as { version: string; dependencies: Record<string, string> };
     const r = (require('../lib/release') as typeof import('../lib/release')).release();

@@ -142,5 +142,5 @@ export function sameProcess(pid: number, startTime: string): boolean {
  * flags and `--` and the engine command.
  */
 export function engineShimArgv(): string[] {
-  return releaseSelfArgv('engine-shim') ?? [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../workers/engine-shim.ts')];
+  return releaseSelfArgv('engine-shim') ?? [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../cli/engine-shim.ts')];
 }

@@ -10,7 +10,7 @@ import { releaseSelfArgv } from '../release';
  * artefact: its own Node and bundled program, `sim-engine`.
  */
 export function simEngineArgv(): string[] {
-  return releaseSelfArgv('sim-engine') ?? [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../../workers/sim-engine.ts')];
+  return releaseSelfArgv('sim-engine') ?? [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../../cli/sim-engine.ts')];
 }
 
 /** The sim engine's version: what `sim-engine --version` prints, and what server.yaml names under engines.sim. */

@@ -5,7 +5,7 @@
  */
 import { createInterface } from 'node:readline';
 import { CertificateGate } from '../../gateway/mtls';
-import { startTemporalDoor } from '../../gateway/temporal-door';
+import { startTemporalDoor } from '../../gateway/door/door';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 

@@ -8,8 +8,8 @@ import { spawn } from 'node:child_process';
 import { Agent, request } from 'node:http';
 import { createServer as createNetServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { RoutingTable } from '../../gateway/routing';
-import { startGateway } from '../../gateway/server';
+import { RoutingTable } from '../../gateway/inference/routing';
+import { startGateway } from '../../gateway/inference/server';
 import { stopProcess } from '../../lib/process';
 import { simEngineArgv } from '../../lib/sim/argv';
 

@@ -6,7 +6,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Agent, fetch } from 'undici';
-import { buildControlServer } from '../../gateway/control-server';
+import { buildControlServer } from '../../gateway/control/server';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';

@@ -6,8 +6,8 @@ import { nodeQueue, workflowIds } from '../../lib/names';
 import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory } from '../../lib/types';
 import type { TlsCredentials } from '../../lib/tls-client';
-import { assignedShards, NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent';
-import type { ControlPlane } from '../../workers/control';
+import { assignedShards, NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/index';
+import type { ControlPlane } from '../../workers/control/index';
 import { certClient, closeCertClients } from './tls';
 
 /** A node's inventory for tests: `gpus` fake A100s, optionally on fabric ib-a, offering the sim engine. */

@@ -10,12 +10,12 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { ServerConfig } from '../../config/types';
-import { RoutingTable } from '../../gateway/routing';
-import { startGateway, type RunningGateway } from '../../gateway/server';
+import { RoutingTable } from '../../gateway/inference/routing';
+import { startGateway, type RunningGateway } from '../../gateway/inference/server';
 import { listEngineKeys, readEngineState, type EngineState } from '../../lib/engine-state';
 import { pidAlive } from '../../lib/process';
 import { QUEUES, workflowIds } from '../../lib/names';
-import { startControlPlane, type ControlPlane } from '../../workers/control';
+import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';

@@ -8,7 +8,7 @@ import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { QUEUES, workflowIds } from '../../lib/names';
 import type { ReplicaRecord } from '../../lib/types';
-import { startControlPlane, type ControlPlane } from '../../workers/control';
+import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { drainProgressQuery, type DrainResult } from '../../workflows/contracts/drain';
 import { deploymentQuery } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';

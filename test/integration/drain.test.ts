@@ -4,13 +4,13 @@
  * draining a node that holds two replicas fails no request; a killed engine is rebuilt while the other
  * replica takes the requests.
  */
-import { RoutingTable } from '../../gateway/routing';
-import { startGateway, type RunningGateway } from '../../gateway/server';
+import { RoutingTable } from '../../gateway/inference/routing';
+import { startGateway, type RunningGateway } from '../../gateway/inference/server';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { QUEUES, workflowIds } from '../../lib/names';
 import type { ReplicaRecord } from '../../lib/types';
-import { startControlPlane, type ControlPlane } from '../../workers/control';
+import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { drainProgressQuery, type DrainProgress, type DrainResult } from '../../workflows/contracts/drain';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';

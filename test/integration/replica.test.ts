@@ -11,7 +11,7 @@ import type { ServerConfig } from '../../config/types';
 import { QUEUES, workflowIds } from '../../lib/names';
 import { pidAlive } from '../../lib/process';
 import type { ReplicaRecord } from '../../lib/types';
-import { startControlPlane, type ControlPlane } from '../../workers/control';
+import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { scaleUpdate } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';

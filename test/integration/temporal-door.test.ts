@@ -13,12 +13,12 @@ import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker
 import { startTemporalDev, type DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { CertificateGate } from '../../gateway/mtls';
-import { TaskTokenMemory, tokenDigest } from '../../gateway/task-tokens';
-import { startTemporalDoor } from '../../gateway/temporal-door';
+import { TaskTokenMemory, tokenDigest } from '../../gateway/door/task-tokens';
+import { startTemporalDoor } from '../../gateway/door/door';
 import { nodeQueue, QUEUES, workflowIds } from '../../lib/names';
 import type { TlsCredentials } from '../../lib/tls-client';
-import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent';
-import { startControlPlane, type ControlPlane } from '../../workers/control';
+import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/index';
+import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { scaleUpdate } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, testConfig, testMysqlUrl } from '../helpers/cluster-parts';

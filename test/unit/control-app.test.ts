@@ -1,6 +1,6 @@
 /** The control plane's registration schema: fabric identity and doctor results are accepted, kept and listed; malformed ones are refused. */
 import Fastify, { type FastifyInstance } from 'fastify';
-import { controlRoutes } from '../../gateway/control-app';
+import { controlRoutes } from '../../gateway/control/routes';
 import { LlmgwError } from '../../lib/errors';
 import type { Store } from '../../lib/store/store';
 import type { NodeInventory, NodeRecord } from '../../lib/types';

@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { stringify } from 'yaml';
 import { certColumn, ctlCommand, formatNodes } from '../../cli/ctl';
 import { fabricColumn, fabricsView, formatFabrics, type NodeListEntry } from '../../cli/fabrics';
-import type { NodeCertificate } from '../../gateway/control-app';
+import type { NodeCertificate } from '../../gateway/control/routes';
 import { issueOperatorCertificate, loadCa, renewAt } from '../../lib/pki';
 import type { DoctorResult, FabricIdentity } from '../../lib/types';
 import { testTls } from '../helpers/tls';

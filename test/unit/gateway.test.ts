@@ -4,9 +4,9 @@ import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import OpenAI from 'openai';
 import type { RouteRows } from '../../lib/store/store';
-import { buildGatewayApp } from '../../gateway/app';
-import { RoutingTable } from '../../gateway/routing';
-import { startGateway, type RunningGateway } from '../../gateway/server';
+import { buildGatewayApp } from '../../gateway/inference/app';
+import { RoutingTable } from '../../gateway/inference/routing';
+import { startGateway, type RunningGateway } from '../../gateway/inference/server';
 import { freePort } from '../helpers/ports';
 
 type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void | Promise<void>;

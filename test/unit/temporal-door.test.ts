@@ -2,10 +2,10 @@
 import { gzipSync } from 'node:zlib';
 import { temporal } from '@temporalio/proto';
 import { parseServerConfig } from '../../config/load';
-import { grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCall } from '../../gateway/door-policy';
-import { decodeGrpcMessage, encodeGrpcMessage, frameMessage, messageBytes, parseFrames } from '../../gateway/grpc-frames';
-import { TaskTokenMemory } from '../../gateway/task-tokens';
-import { doorAddressFor } from '../../gateway/temporal-door';
+import { grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCall } from '../../gateway/door/policy';
+import { decodeGrpcMessage, encodeGrpcMessage, frameMessage, messageBytes, parseFrames } from '../../gateway/door/grpc-frames';
+import { TaskTokenMemory } from '../../gateway/door/task-tokens';
+import { doorAddressFor } from '../../gateway/door/door';
 
 const ws = temporal.api.workflowservice.v1;
 const token = (s: string): Uint8Array => Buffer.from(s);

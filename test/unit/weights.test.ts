@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { type ApplicationFailure } from '@temporalio/common';
 import { createWeightsActivities, type WeightsHeartbeat } from '../../activities/node/weights';
-import { parseWeightsListen } from '../../workers/weights';
+import { parseWeightsListen } from '../../workers/agent/weights';
 import { parseServerConfig, type ConfigError } from '../../config/load';
 import { cacheFileName, isWeightsKey, weightsKey, WeightsCache } from '../../lib/weights/cache';
 import { parseContentRange } from '../../lib/weights/http';

@@ -4,9 +4,9 @@
  * control routes, which know a node only by its certificate's CN.
  */
 import Fastify, { type FastifyInstance } from 'fastify';
-import type { Store } from '../lib/store/store';
-import { controlRoutes, type ControlAppOptions } from './control-app';
-import { CertificateGate, installGate, mtlsServerOptions, type CertRole } from './mtls';
+import type { Store } from '../../lib/store/store';
+import { controlRoutes, type ControlAppOptions } from './routes';
+import { CertificateGate, installGate, mtlsServerOptions, type CertRole } from '../mtls';
 import { weightsRoutes } from './weights-routes';
 
 export interface ControlServerOptions extends Omit<ControlAppOptions, 'log' | 'revoke'> {

@@ -4,19 +4,19 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker, type WorkflowBundleOption } from '@temporalio/worker';
-import { createCaOperations } from '../activities/ca';
-import { createControlActivities, wakeWaitingReplicas } from '../activities/control';
-import type { ServerConfig } from '../config/types';
-import { buildControlServer } from '../gateway/control-server';
-import { TaskTokenMemory } from '../gateway/task-tokens';
-import { doorAddressFor, startTemporalDoor, type TemporalDoor } from '../gateway/temporal-door';
-import { remoteCa } from './ca-remote';
-import { LlmgwError } from '../lib/errors';
-import { QUEUES, workflowIds } from '../lib/names';
-import { release } from '../lib/release';
-import { openDatabase } from '../lib/store/db';
-import { Store } from '../lib/store/store';
-import type { EnsureEnginesWorkflowInput } from '../workflows/contracts/engines';
+import { createCaOperations } from '../../activities/ca';
+import { createControlActivities, wakeWaitingReplicas } from '../../activities/control';
+import type { ServerConfig } from '../../config/types';
+import { buildControlServer } from '../../gateway/control/server';
+import { TaskTokenMemory } from '../../gateway/door/task-tokens';
+import { doorAddressFor, startTemporalDoor, type TemporalDoor } from '../../gateway/door/door';
+import { remoteCa } from '../../gateway/control/ca-client';
+import { LlmgwError } from '../../lib/errors';
+import { QUEUES, workflowIds } from '../../lib/names';
+import { release } from '../../lib/release';
+import { openDatabase } from '../../lib/store/db';
+import { Store } from '../../lib/store/store';
+import type { EnsureEnginesWorkflowInput } from '../../workflows/contracts/engines';
 
 export interface ControlPlaneOptions {
   config: ServerConfig;
@@ -32,7 +32,7 @@ export interface ControlPlaneOptions {
 /** Workflows from a checkout's workflows/ (bundled at start), or from a release artefact the bundle built with it. */
 function defaultWorkflows(): { workflowBundle: WorkflowBundleOption } | { workflowsPath: string } {
   const r = release();
-  return r ? { workflowBundle: { codePath: join(dirname(r.program), 'workflows.js') } } : { workflowsPath: require.resolve('../workflows') };
+  return r ? { workflowBundle: { codePath: join(dirname(r.program), 'workflows.js') } } : { workflowsPath: require.resolve('../../workflows') };
 }
 
 /** Reads one PEM file named by `tls.<key>` in server.yaml; a missing one names the key and the fix. */

@@ -1,5 +1,5 @@
 /** The gateway's in-memory routing table: ready replicas per model, refreshed from the store, with in-flight counts. */
-import type { RouteRows } from '../lib/store/store';
+import type { RouteRows } from '../../lib/store/store';
 
 /** A replica the gateway can send a request to. */
 export interface RoutableReplica {

@@ -4,10 +4,10 @@
  * copies (`llmgw ctl weights`). Agent routes know a node only by its certificate's CN (nodeIdentity).
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { openAiError, type ErrorCode, type LlmgwError } from '../lib/errors';
-import type { Store } from '../lib/store/store';
-import { WeightsStore, type WeightCopyReport } from '../lib/store/weights';
-import { nodeIdentity } from './control-app';
+import { openAiError, type ErrorCode, type LlmgwError } from '../../lib/errors';
+import type { Store } from '../../lib/store/store';
+import { WeightsStore, type WeightCopyReport } from '../../lib/store/weights';
+import { nodeIdentity } from './routes';
 
 const errorSchema = { type: 'object', properties: { error: { type: 'object', additionalProperties: true } } } as const;
 const KEY = '^(sha256-[0-9a-f]{64}|url-[0-9a-f]{32})$';

@@ -1,10 +1,10 @@
 /** The control plane's HTTP API: agent registration and heartbeat, and the read API the CLI uses. */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { LlmgwError, openAiError, type ErrorCode } from '../lib/errors';
-import { renewAt } from '../lib/pki/issue';
-import { checkNodeId } from '../lib/pki/node-id';
-import type { Store } from '../lib/store/store';
-import { DOCTOR_STATUSES, parseNodeId, type NodeId, type NodeInventory } from '../lib/types';
+import { LlmgwError, openAiError, type ErrorCode } from '../../lib/errors';
+import { renewAt } from '../../lib/pki/issue';
+import { checkNodeId } from '../../lib/pki/node-id';
+import type { Store } from '../../lib/store/store';
+import { DOCTOR_STATUSES, parseNodeId, type NodeId, type NodeInventory } from '../../lib/types';
 
 export interface ControlAppOptions {
   store: Store;

@@ -1,7 +1,7 @@
 /** The inference gateway's OpenAI-compatible API as a fastify plugin: models, completions, embeddings, health. */
 import { Agent } from 'node:http';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { ERRORS, openAiError, type ErrorCode } from '../lib/errors';
+import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
 import { proxyRequest } from './proxy';
 import type { RoutingTable } from './routing';
 

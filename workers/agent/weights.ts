@@ -4,12 +4,12 @@
  * asked of the control plane, and the fetchWeights activity for the node worker.
  */
 import { accessSync, constants, mkdirSync } from 'node:fs';
-import { createWeightsActivities, type WeightsActivities } from '../activities/node/weights';
-import { LlmgwError } from '../lib/errors';
-import type { WeightCopyReport } from '../lib/store/weights';
-import type { TlsClient, TlsCredentials } from '../lib/tls-client';
-import { WeightsCache, type HeldFile, type PeerCandidate } from '../lib/weights/cache';
-import { startWeightsServer } from '../lib/weights/serve';
+import { createWeightsActivities, type WeightsActivities } from '../../activities/node/weights';
+import { LlmgwError } from '../../lib/errors';
+import type { WeightCopyReport } from '../../lib/store/weights';
+import type { TlsClient, TlsCredentials } from '../../lib/tls-client';
+import { WeightsCache, type HeldFile, type PeerCandidate } from '../../lib/weights/cache';
+import { startWeightsServer } from '../../lib/weights/serve';
 
 export interface NodeWeightsOptions {
   nodeId: string;

@@ -6,7 +6,7 @@
  * other queues, workflow and Nexus polls, the *ById calls that name a task without its token — is refused.
  */
 import { temporal } from '@temporalio/proto';
-import { nodeQueue } from '../lib/names';
+import { nodeQueue } from '../../lib/names';
 import type { TaskTokenMemory } from './task-tokens';
 
 const ws = temporal.api.workflowservice.v1;

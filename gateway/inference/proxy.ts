@@ -1,6 +1,6 @@
 /** Forwards one inference request to a replica and streams the answer back, retrying elsewhere before the first byte. */
 import { request, type Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
-import { openAiError } from '../lib/errors';
+import { openAiError } from '../../lib/errors';
 import type { RoutableReplica, RoutingTable } from './routing';
 
 /** What a proxied request needs besides the request itself. */

@@ -4,11 +4,11 @@
  */
 import { ApplicationFailure, TimeoutFailure } from '@temporalio/common';
 import { type Client, WorkflowFailedError } from '@temporalio/client';
-import { ERRORS, type ErrorCode, LlmgwError } from '../lib/errors';
-import { QUEUES, workflowIds } from '../lib/names';
-import type { RenewedCertificate } from '../gateway/control-app';
-import type { publishCrl, renewCertificate } from '../workflows/ca';
-import type { PublishCrlResult, RenewInput } from '../workflows/contracts/ca';
+import { ERRORS, type ErrorCode, LlmgwError } from '../../lib/errors';
+import { QUEUES, workflowIds } from '../../lib/names';
+import type { RenewedCertificate } from './routes';
+import type { publishCrl, renewCertificate } from '../../workflows/ca';
+import type { PublishCrlResult, RenewInput } from '../../workflows/contracts/ca';
 
 export interface RemoteCa {
   /** Signs a renewal on llmgw-ca; a refusal there is thrown with its code (LLMGW_CERT_REFUSED, LLMGW_BAD_CSR, …). */
