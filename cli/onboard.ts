@@ -2,20 +2,15 @@
  * `llmgw onboard-node` (also `llmgw-onboard-node`), run on the CA host: starts onboardNode (`onboard/<node>`),
  * or joins the one running, and follows it step by step. Ctrl-C detaches; the onboarding goes on.
  */
-import { createHash } from 'node:crypto';
-import { createReadStream, existsSync, statSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { join, resolve } from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { loadServerConfig } from '../config/load';
-import type { ServerConfig } from '../config/types';
-import { LlmgwError } from '../lib/errors';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
-import { parseArtefactName } from '../lib/onboard/plan';
 import { checkNodeId } from '../lib/pki';
-import type { ArtefactRef, OnboardInput, OnboardResult } from '../workflows/contracts/onboard';
+import type { OnboardInput, OnboardResult } from '../workflows/contracts/onboard';
 import { intOption, parse, UsageError } from './args';
 import { detachedLine, followOnboarding, onboardedLine } from './follow';
+import { agentFlags, artefactRef, controlPlaneUrl, sshKeyPath } from './node-input';
+import { withTemporalClient, workflowLink } from './temporal';
 
 const USAGE = `
 llmgw onboard-node --node ID --addr ADDR --server URL --binary ARTEFACT [options]
@@ -50,39 +45,6 @@ llmgw ctl follow onboard/ID follows it again.
   --no-follow             start (or join) it and return
   --config FILE           server.yaml: where Temporal is (temporal.address, namespace, uiUrl)
 `;
-
-function sha256File(file: string): Promise<string> {
-  return new Promise((res, rej) => {
-    const h = createHash('sha256');
-    createReadStream(file).on('data', (b) => h.update(b)).on('end', () => res(h.digest('hex'))).on('error', rej);
-  });
-}
-
-/** The artefact `--binary` names, checked here so a wrong one fails before anything is started. */
-export async function artefactRef(file: string | undefined): Promise<ArtefactRef> {
-  if (!file) {
-    throw new LlmgwError('LLMGW_ARTEFACT_INVALID', '--binary ARTEFACT is required: build one with npm run release (dist/llmgw-<version>-linux-x64.tar.gz) or download a release. ' +
-      'Onboarding never copies the program it runs from: that would make this machine the build server and the fleet run whatever is in its working tree');
-  }
-  const path = resolve(file);
-  const name = parseArtefactName(path);
-  if (!name) throw new LlmgwError('LLMGW_ARTEFACT_INVALID', `--binary ${file} is not a release artefact (llmgw-<version>-linux-x64.tar.gz or …-linux-arm64.tar.gz, made by npm run release)`);
-  if (!existsSync(path) || !statSync(path).isFile()) throw new LlmgwError('LLMGW_ARTEFACT_INVALID', `--binary ${file}: no such file`);
-  return { path, sha256: await sha256File(path), ...name };
-}
-
-/** The CA host's ssh key: --ssh-key, or the first of the usual ones. */
-function sshKey(flag: string | undefined): string {
-  if (flag) return resolve(flag);
-  const found = ['id_ed25519', 'id_ecdsa', 'id_rsa'].map((k) => join(homedir(), '.ssh', k)).find((k) => existsSync(k));
-  if (!found) throw new UsageError(`no ssh key in ${join(homedir(), '.ssh')} (id_ed25519, id_ecdsa, id_rsa): pass --ssh-key PATH`);
-  return found;
-}
-
-/** The Temporal UI page of a workflow. */
-export function workflowLink(config: Pick<ServerConfig, 'temporal'>, workflowId: string): string {
-  return `${config.temporal.uiUrl}/namespaces/${config.temporal.namespace}/workflows/${encodeURIComponent(workflowId)}`;
-}
 
 /**
  * Starts onboarding `input.nodeId` or joins the one running (one workflow per node: `onboard/<node>`), prints
@@ -119,43 +81,16 @@ export async function onboardNodeCommand(argv: string[]): Promise<void> {
     },
   });
   for (const f of ['node', 'addr', 'server'] as const) if (!values[f]) throw new UsageError(`--${f} is required\n${USAGE}`);
-  const server = values.server!.replace(/\/$/, '');
-  if (!/^https:\/\/[^/]+$/.test(server)) throw new UsageError(`--server ${values.server}: the control plane's https://HOST:PORT (it speaks mutual TLS only)`);
+  const server = controlPlaneUrl(values.server!);
   const nodeId = checkNodeId(values.node!);
   const artefact = await artefactRef(values.binary);
   const input: OnboardInput = {
     nodeId, addr: values.addr!, sshPort: intOption(values['ssh-port'], '--ssh-port', 22), sshUser: values['ssh-user'] ?? 'root',
-    sshKeyPath: sshKey(values['ssh-key']), server, advertiseHost: values['advertise-host'] ?? values.addr!,
-    fabrics: values.fabric ?? [], noGpu: values['no-gpu'] ?? false,
-    ...(values['nvidia-smi'] ? { nvidiaSmi: values['nvidia-smi'] } : {}), ...(values['ib-root'] ? { ibRoot: values['ib-root'] } : {}),
-    bins: engineBins(values),
+    sshKeyPath: sshKeyPath(values['ssh-key']), server, advertiseHost: values['advertise-host'] ?? values.addr!,
+    ...agentFlags(values),
     artefact, sshDeadlineS: intOption(values['ssh-timeout'], '--ssh-timeout', 600), registerTimeoutS: intOption(values['register-timeout'], '--register-timeout', 120),
   };
   const config = loadServerConfig(values.config);
   await withTemporalClient(config, (client, signal) =>
     onboardNode(client, input, { uiLink: workflowLink(config, workflowIds.onboard(nodeId)), out: (s) => process.stdout.write(s), follow: !values['no-follow'], signal }));
-}
-
-/** Runs `fn` with a Temporal client; Ctrl-C aborts `signal` (the command then detaches, the workflow goes on). */
-export async function withTemporalClient<T>(config: ServerConfig, fn: (client: Client, signal: AbortSignal) => Promise<T>): Promise<T> {
-  const connection = await Connection.connect({ address: config.temporal.address, connectTimeout: 5000 }).catch((err: Error) => {
-    throw new UsageError(`cannot reach Temporal at ${config.temporal.address} (${err.message}): is it running? check temporal.address in server.yaml (--config FILE)`);
-  });
-  const detach = new AbortController();
-  const onSigint = (): void => detach.abort();
-  process.on('SIGINT', onSigint);
-  try {
-    return await fn(new Client({ connection, namespace: config.temporal.namespace }), detach.signal);
-  } finally {
-    process.off('SIGINT', onSigint);
-    await connection.close();
-  }
-}
-
-/** The engine flags (--llamacpp-bin, --vllm-bin, --sglang-python) as onboarding's `bins`. */
-export function engineBins(values: { 'llamacpp-bin'?: string; 'vllm-bin'?: string; 'sglang-python'?: string }): OnboardInput['bins'] {
-  return {
-    ...(values['llamacpp-bin'] ? { llamacpp: values['llamacpp-bin'] } : {}), ...(values['vllm-bin'] ? { vllm: values['vllm-bin'] } : {}),
-    ...(values['sglang-python'] ? { sglang: values['sglang-python'] } : {}),
-  };
 }

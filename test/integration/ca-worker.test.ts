@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { stringify } from 'yaml';
 import { createCaOperations } from '../../activities/ca';
-import { ctlCommand } from '../../cli/ctl';
+import { ctlCommand } from '../../cli/ctl/index';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { certificateInfo, issueNodeCertificate, loadCa, makeNodeCsr } from '../../lib/pki';

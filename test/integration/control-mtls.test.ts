@@ -13,7 +13,7 @@ import { join, resolve } from 'node:path';
 import mysql from 'mysql2/promise';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { stringify } from 'yaml';
-import { ctlCommand } from '../../cli/ctl';
+import { ctlCommand } from '../../cli/ctl/index';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { certificateInfo, initCa, issueNodeCertificate, loadCa } from '../../lib/pki';

@@ -10,7 +10,7 @@ import { chmodSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } 
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
-import { ctlCommand } from '../../cli/ctl';
+import { ctlCommand } from '../../cli/ctl/index';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { workflowIds } from '../../lib/names';

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import OpenAI from 'openai';
 import { stringify } from 'yaml';
-import { ctlCommand } from '../../cli/ctl';
+import { ctlCommand } from '../../cli/ctl/index';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import { PINNED_ENGINES } from '../../config/defaults';
 import type { ServerConfig } from '../../config/types';

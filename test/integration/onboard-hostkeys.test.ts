@@ -6,7 +6,7 @@
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { createOnboardActivities } from '../../activities/ca/onboard';
-import { forgetHostKey } from '../../cli/host-keys';
+import { forgetHostKey } from '../../cli/ctl/forget-host-key';
 import { QUEUES, workflowIds } from '../../lib/names';
 import { HostKeyStore } from '../../lib/store/host-keys';
 import { startOnboardCluster, type OnboardCluster } from '../helpers/onboard-cluster';

@@ -5,7 +5,7 @@
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { engineCheck, runHelp } from '../../cli/engine-check';
+import { engineCheck, runHelp } from '../../cli/ctl/engine-check';
 import { PINNED_ENGINES } from '../../config/defaults';
 import { checkFlags, flagsOf, helpDocuments, widestFlags } from '../../lib/engines/check';
 import type { ModelSpec } from '../../lib/types';

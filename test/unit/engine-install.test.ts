@@ -1,5 +1,5 @@
 /** The engine plan a node carries out (lib/engines/install.ts), the version parser, and ctl nodes' ENGINES cell. */
-import { engineColumn } from '../../cli/ctl';
+import { engineColumn } from '../../cli/ctl/nodes';
 import { parseVersion } from '../../lib/engines/help';
 import { pipSpec, planEngines, venvPrograms } from '../../lib/engines/install';
 import type { NodeInventory } from '../../lib/types';

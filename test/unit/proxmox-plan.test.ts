@@ -6,7 +6,7 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { provisionInput } from '../../cli/provision';
+import { provisionInput } from '../../cli/provision-input';
 import type { ServerConfig } from '../../config/types';
 import { LlmgwError } from '../../lib/errors';
 import {

@@ -1,14 +1,10 @@
-/** `llmgw ctl drain|cordon|uncordon NODE`: maintenance on one node. */
+/** `llmgw ctl drain NODE`: cordon NODE and move its replicas elsewhere, each replacement serving before its original stops. */
 import { WorkflowFailedError, type Client } from '@temporalio/client';
-import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
-import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from '../workflows/contracts/drain';
-import { postControl, type ControlApi } from './control-api';
-
-/** Cordons or uncordons a node through the control plane. */
-export async function setCordon(api: ControlApi, nodeId: string, verb: 'cordon' | 'uncordon', out: (s: string) => void): Promise<void> {
-  const body = await postControl<{ state?: string; changed?: boolean }>(api, `/v1/nodes/${encodeURIComponent(nodeId)}/${verb}`);
-  out(`${nodeId}: ${body.state}${body.changed ? '' : ' (it already was)'}\n`);
-}
+import { QUEUES, searchAttributes, workflowIds } from '../../lib/names';
+import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from '../../workflows/contracts/drain';
+import { intOption } from '../args';
+import { temporalClient, workflowLink } from '../temporal';
+import { nodeArg, type CtlVerb } from './verb';
 
 /** One line per change of a drain's progress. */
 export function formatDrainProgress(p: DrainProgress): string {
@@ -48,3 +44,21 @@ export async function drain(client: Client, o: { nodeId: string; timeoutS: numbe
     throw new Error(cause?.message ?? (err as Error).message);
   }
 }
+
+/** `ctl drain` */
+export const drainVerb: CtlVerb = {
+  help: `  drain NODE [--timeout S] [--no-wait]
+                              cordon NODE and move its replicas elsewhere, one at a time, each replacement
+                              serving before its original stops (workflow drain/NODE; running it again joins it)`,
+  async run(ctx) {
+    const nodeId = nodeArg(ctx);
+    const { values, config, out } = ctx;
+    const timeoutS = values.timeout === undefined ? null : intOption(values.timeout, '--timeout', 1);
+    const { client, close } = await temporalClient(config);
+    try {
+      await drain(client, { nodeId, timeoutS, wait: !values['no-wait'], uiLink: workflowLink(config, workflowIds.drain(nodeId)), out });
+    } finally {
+      await close();
+    }
+  },
+};

@@ -1,8 +1,9 @@
 /** `llmgw ctl forget-host-key NODE`: forgets the ssh host keys onboarding learned for NODE (it was rebuilt on purpose). */
-import type { ServerConfig } from '../config/types';
-import { checkNodeId } from '../lib/pki';
-import { openDatabase } from '../lib/store/db';
-import { HostKeyStore } from '../lib/store/host-keys';
+import type { ServerConfig } from '../../config/types';
+import { checkNodeId } from '../../lib/pki';
+import { openDatabase } from '../../lib/store/db';
+import { HostKeyStore } from '../../lib/store/host-keys';
+import { nodeArg, type CtlVerb } from './verb';
 
 /**
  * Deletes NODE's host keys from MySQL (server.yaml's mysql: the CA host's records), so the next onboarding learns
@@ -23,3 +24,10 @@ export async function forgetHostKey(config: Pick<ServerConfig, 'mysql'>, node: s
     await pool.end();
   }
 }
+
+/** `ctl forget-host-key` */
+export const forgetHostKeyVerb: CtlVerb = {
+  help: `  forget-host-key NODE        forget the ssh host keys onboarding learned for NODE, when the machine was rebuilt on
+                              purpose (server.yaml's mysql: run it on the CA host)`,
+  run: async (ctx) => void (await forgetHostKey(ctx.config, nodeArg(ctx, 'gpu-01'), ctx.out)),
+};

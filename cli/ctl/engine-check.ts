@@ -1,12 +1,13 @@
 /** `llmgw ctl engine-check ENGINE`: every flag llmgw would give the engine, checked against the engine's own help. */
 import { existsSync, readFileSync } from 'node:fs';
-import { PINNED_ENGINES } from '../config/defaults';
-import { loadServerConfig } from '../config/load';
-import { checkFailed, checkFlags, formatCheck, isVllmSummary, widestFlags } from '../lib/engines/check';
-import { binPrograms, programHelp, PROGRAMS_OF } from '../lib/engines/help';
-import type { EngineProgram } from '../lib/engines/launch';
-import type { EngineName, ModelSpec } from '../lib/types';
-import { parse, UsageError } from './args';
+import { PINNED_ENGINES } from '../../config/defaults';
+import { loadServerConfig } from '../../config/load';
+import { checkFailed, checkFlags, formatCheck, isVllmSummary, widestFlags } from '../../lib/engines/check';
+import { binPrograms, programHelp, PROGRAMS_OF } from '../../lib/engines/help';
+import type { EngineProgram } from '../../lib/engines/launch';
+import type { EngineName, ModelSpec } from '../../lib/types';
+import { parse, UsageError } from '../args';
+import type { CtlVerb } from './verb';
 
 const CHECKED = ['llamacpp', 'vllm', 'sglang'] as const satisfies readonly EngineName[];
 type CheckedEngine = (typeof CHECKED)[number];
@@ -85,3 +86,11 @@ export async function engineCheckCommand(argv: string[], out: (s: string) => voi
   out(report);
   if (failed) process.exitCode = 1;
 }
+
+/** `ctl engine-check` (its own options and --help) */
+export const engineCheckVerb: CtlVerb = {
+  help: `  engine-check ENGINE [--help-output FILE | --bin PATH]
+                              check every flag llmgw would give ENGINE (llamacpp, vllm, sglang) against its help`,
+  run: (ctx) => engineCheckCommand([ctx.verb, ...ctx.positionals], ctx.out),
+  raw: engineCheckCommand,
+};

@@ -1,143 +1,13 @@
-/** The role entrypoints: control plane (+ control worker), CA worker, gateway, agent and sim engine. */
+/** `llmgw agent`: the node agent's command line (flags, certificate files), over workers/agent. */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { Runtime } from '@temporalio/worker';
-import { loadServerConfig } from '../config/load';
 import { parseNodeId } from '../lib/types';
 import { parseWeightsListen } from '../workers/agent/weights';
-import { openDatabase } from '../lib/store/db';
-import { Store } from '../lib/store/store';
-import { RoutingTable } from '../gateway/inference/routing';
-import { startGateway } from '../gateway/inference/server';
-import { startAgent } from '../workers/agent/index';
-import { startCaWorker } from '../workers/ca';
-import { startControlPlane } from '../workers/control/index';
-import { startProxmoxWorker } from '../workers/proxmox';
-import { main as simMain } from './sim-engine';
-import { CRL_VALIDITY_DAYS, DEFAULT_CA_DIR } from '../lib/pki';
+import { startAgent } from '../workers/agent';
 import { NODE_CA_PATH } from '../lib/pki/trust';
-import { QUEUES } from '../lib/names';
-import { EXIT_WITH_PARENT } from '../lib/process';
-import { intOption, parse, UsageError } from './args';
+import { parse, UsageError } from './args';
 import { makeLog } from './log';
-
-/**
- * This process's signals are handled by untilSignal alone: the Temporal runtime's own handlers would
- * start draining workers behind the role's back (and before the control plane stopped taking requests).
- */
-function ownSignals(): void {
-  Runtime.install({ shutdownSignals: [] });
-}
-
-/** Keeps the process alive until SIGINT/SIGTERM, then closes `close` and exits. */
-function untilSignal(close: () => Promise<void>): Promise<never> {
-  return new Promise(() => {
-    let stopping = false;
-    const stop = (): void => {
-      if (stopping) return;
-      stopping = true;
-      const force = setTimeout(() => process.exit(1), 30_000);
-      force.unref();
-      void close().then(() => process.exit(0), (err: Error) => {
-        process.stderr.write(`error while stopping: ${err.message}\n`);
-        process.exit(1);
-      });
-    };
-    process.on('SIGINT', stop);
-    process.on('SIGTERM', stop);
-    if (process.env[EXIT_WITH_PARENT]) {
-      const parent = process.ppid;
-      setInterval(() => {
-        if (process.ppid !== parent) stop();
-      }, 1000).unref();
-    }
-  });
-}
-
-const CONFIG_HELP = '  --config FILE   server.yaml (default: built-in local-cluster defaults; see config/server.example.yaml)';
-
-/** `llmgw control-plane`: the control plane API and the control worker. */
-export async function controlPlaneCommand(argv: string[]): Promise<void> {
-  const { values } = parse(argv, {
-    usage: `llmgw control-plane [--config FILE]\n\nRuns the control plane API (agent registration, read API) and the control worker (queue llmgw-control: every workflow).\n\n${CONFIG_HELP}`,
-    options: { config: { type: 'string' } },
-  });
-  const config = loadServerConfig(values.config);
-  const log = makeLog('control-plane');
-  ownSignals();
-  const cp = await startControlPlane({ config, log });
-  log('control plane listening', { url: cp.url, temporal: config.temporal.address });
-  await untilSignal(() => cp.close());
-}
-
-const CA_WORKER_USAGE = `llmgw ca-worker --config FILE [--ca-dir DIR] [--crl-days N]
-
-Runs the llmgw-ca worker (queue llmgw-ca) on the CA's host: signs node CSRs (onboarding, and renewals the
-control plane passes on), issues certificates, revokes them, and keeps DIR/crl.pem fresh — a new CRL at half
-of each one's validity, well before its next-update. The CA key (DIR/ca.key) never leaves this host.
-It also runs onboarding's steps (llmgw onboard-node): they ssh to the new node with this host's ssh key, as
-the user running this worker, and read the --binary artefact from this host's disk.
-
-${CONFIG_HELP}
-  --ca-dir DIR    the CA directory made by llmgw ca init (default ${DEFAULT_CA_DIR})
-  --crl-days N    how long each CRL is valid (default ${CRL_VALIDITY_DAYS}); it is re-issued at half of it`;
-
-/** `llmgw ca-worker`: the llmgw-ca worker, beside the CA key. */
-export async function caWorkerCommand(argv: string[]): Promise<void> {
-  const { values } = parse(argv, {
-    usage: CA_WORKER_USAGE,
-    options: { config: { type: 'string' }, 'ca-dir': { type: 'string' }, 'crl-days': { type: 'string' } },
-  });
-  const crlDays = intOption(values['crl-days'], '--crl-days', CRL_VALIDITY_DAYS);
-  if (crlDays < 1) throw new UsageError(`--crl-days must be at least 1\n\n${CA_WORKER_USAGE}`);
-  const config = loadServerConfig(values.config);
-  const log = makeLog('ca-worker');
-  ownSignals();
-  const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
-  const ca = await startCaWorker({ config, caDir, crlDays, log });
-  log('ca worker running', { queue: QUEUES.ca, caDir, temporal: config.temporal.address, crlNextUpdate: ca.crl().nextUpdate });
-  await untilSignal(() => ca.close());
-}
-
-/** `llmgw proxmox-worker`: provisioning's activities, with the Proxmox API token. */
-export async function proxmoxWorkerCommand(argv: string[]): Promise<void> {
-  const { values } = parse(argv, {
-    usage: `llmgw proxmox-worker --config FILE
-
-Runs the llmgw-proxmox worker: the activities of provisionNode (create, grow, start and, after a failure,
-remove the VMs llmgw creates). It is the only process that needs the Proxmox API token; run it where you
-keep that token (server.yaml's proxmox section: url, tokenId, tokenSecretFile, ca). At start it calls the
-Proxmox API once, so a wrong token, CA or address fails here, naming the fix.
-
-${CONFIG_HELP}`,
-    options: { config: { type: 'string' } },
-  });
-  const config = loadServerConfig(values.config);
-  const log = makeLog('proxmox-worker');
-  ownSignals();
-  const w = await startProxmoxWorker({ config, log });
-  log('proxmox worker running', { queue: QUEUES.proxmox, proxmox: config.proxmox?.url, version: w.version, temporal: config.temporal.address });
-  await untilSignal(() => w.close());
-}
-
-/** `llmgw gateway`: the OpenAI-compatible inference gateway. */
-export async function gatewayCommand(argv: string[]): Promise<void> {
-  const { values } = parse(argv, {
-    usage: `llmgw gateway [--config FILE]\n\nServes /v1/models, /v1/chat/completions and /v1/completions, routed to ready replicas (read from MySQL).\n\n${CONFIG_HELP}`,
-    options: { config: { type: 'string' } },
-  });
-  const config = loadServerConfig(values.config);
-  const log = makeLog('gateway');
-  const pool = await openDatabase(config.mysql.url);
-  const store = new Store(pool);
-  const routing = new RoutingTable(() => store.routeRows(), { refreshMs: config.gateway.refreshMs });
-  const gw = await startGateway({ host: config.listeners.gateway.host, port: config.listeners.gateway.port, routing, apiKeys: config.gateway.apiKeys });
-  log('gateway listening', { url: gw.url });
-  await untilSignal(async () => {
-    await gw.close();
-    await pool.end();
-  });
-}
+import { ownSignals, untilSignal } from './role-process';
 
 const AGENT_USAGE = `
 llmgw agent --node ID --server URL [options]
@@ -238,9 +108,4 @@ export async function agentCommand(argv: string[]): Promise<void> {
   });
   log('agent running', { gpus: agent.inventory.gpus.length, fabrics: agent.inventory.fabrics });
   await untilSignal(() => agent.close());
-}
-
-/** `llmgw sim-engine`: the simulated inference engine (normally started by an agent). */
-export async function simEngineCommand(argv: string[]): Promise<void> {
-  await simMain(argv);
 }

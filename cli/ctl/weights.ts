@@ -5,10 +5,12 @@
  */
 import type { Client } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
-import type { WeightsHeartbeat } from '../activities/node/weights';
-import type { WeightCopy } from '../lib/store/weights';
-import { formatBytes, formatProgress, isWeightsProgress } from '../lib/weights/progress';
-import { ago, table } from './table';
+import type { WeightsHeartbeat } from '../../activities/node/weights';
+import type { WeightCopy } from '../../lib/store/weights';
+import { formatBytes, formatProgress, isWeightsProgress } from '../../lib/weights/progress';
+import { ago, table } from '../table';
+import { temporalClient } from '../temporal';
+import { getJson, type CtlVerb } from './verb';
 
 /** One fetchWeights activity in flight. */
 export interface WeightsFetch {
@@ -68,3 +70,19 @@ export function formatWeights(fetches: WeightsFetch[], copies: WeightCopy[], now
     : 'none\n';
   return `FETCHING\n${inFlight}\nCACHED ON NODES\n${held}`;
 }
+
+/** `ctl weights` */
+export const weights: CtlVerb = {
+  help: `  weights                     weights fetches under way (node, bytes, total, rate, from a peer or the origin) and
+                              the files each node's cache holds`,
+  async run({ api, config, values, out }) {
+    const { copies } = await getJson<{ copies: WeightCopy[] }>(api, `${api.server}/v1/weights`);
+    const { client, close } = await temporalClient(config);
+    try {
+      const fetches = await weightsFetches(client, { model: values.model });
+      out(values.json ? `${JSON.stringify({ fetches, copies }, null, 2)}\n` : formatWeights(fetches, copies));
+    } finally {
+      await close();
+    }
+  },
+};

@@ -1,7 +1,8 @@
 /** `llmgw ctl fabrics`: each fabric, its nodes, subnet manager, adapters and warnings, from the node list (GET /v1/nodes). */
-import { fabricGroups, type FabricGroup } from '../lib/placement';
-import type { NodeRecord } from '../lib/types';
-import { table } from './table';
+import { fabricGroups, type FabricGroup } from '../../lib/placement';
+import type { NodeRecord } from '../../lib/types';
+import { table } from '../table';
+import { getJson, type CtlVerb } from './verb';
 
 /** What GET /v1/nodes returns per node, as far as this view needs it. */
 export type NodeListEntry = Pick<NodeRecord, 'id' | 'state' | 'inventory'>;
@@ -74,3 +75,13 @@ export function fabricColumn(node: NodeListEntry, all: NodeListEntry[]): string 
   });
   return cells.join(' ') || 'island';
 }
+
+/** `ctl fabrics` */
+export const fabrics: CtlVerb = {
+  help: '  fabrics                     each fabric: its nodes, subnet manager (SM GUID), adapters and warnings; islands last',
+  async run({ api, values, out }) {
+    const { nodes } = await getJson<{ nodes: NodeListEntry[] }>(api, `${api.server}/v1/nodes`);
+    const view = fabricsView(nodes);
+    out(values.json ? `${JSON.stringify(view, null, 2)}\n` : formatFabrics(view));
+  },
+};

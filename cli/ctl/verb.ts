@@ -1,0 +1,63 @@
+/** What every `llmgw ctl` verb is given and what it exports: its help lines and its run function. */
+import type { ServerConfig } from '../../config/types';
+import { UsageError } from '../args';
+import type { ControlApi } from '../control-api';
+
+/** The options `llmgw ctl` parses for every verb (parseArgs' shape). */
+export const CTL_OPTIONS = {
+  config: { type: 'string' }, server: { type: 'string' }, json: { type: 'boolean' }, model: { type: 'string' },
+  replicas: { type: 'string' }, 'no-wait': { type: 'boolean' }, timeout: { type: 'string' }, reason: { type: 'string' },
+} as const;
+
+/** The parsed values of CTL_OPTIONS. */
+export interface CtlValues {
+  config?: string;
+  server?: string;
+  json?: boolean;
+  model?: string;
+  replicas?: string;
+  'no-wait'?: boolean;
+  timeout?: string;
+  reason?: string;
+}
+
+/** One verb's inputs: the configuration, the control plane, its options and positionals, and where to print. */
+export interface CtlContext {
+  verb: string;
+  config: ServerConfig;
+  api: ControlApi;
+  values: CtlValues;
+  positionals: string[];
+  out: (s: string) => void;
+  /** the whole `llmgw ctl --help`, for errors that teach */
+  usage: string;
+}
+
+/** A `llmgw ctl` verb. */
+export interface CtlVerb {
+  /** its lines of `llmgw ctl --help`, as printed (verb name, arguments, what it does) */
+  help: string;
+  run(ctx: CtlContext): Promise<void>;
+  /** a verb with options of its own parses its own argv (and --help) instead */
+  raw?: (argv: string[], out: (s: string) => void) => Promise<void>;
+}
+
+/** GETs a control plane read route; an unreachable control plane says so and names --server. */
+export async function getJson<T>(api: ControlApi, url: string): Promise<T> {
+  let res: Response;
+  try {
+    res = await api.fetch(url, { signal: AbortSignal.timeout(10_000) });
+  } catch (err) {
+    if (err instanceof UsageError) throw err; // e.g. the operator certificate is missing
+    throw new UsageError(`cannot reach the control plane at ${new URL(url).origin} (${(err as Error).message}): is it running? pass --server URL`);
+  }
+  if (!res.ok) throw new Error(`${url}: HTTP ${res.status} ${await res.text()}`);
+  return (await res.json()) as T;
+}
+
+/** The node a verb names first; missing, the error shows how it is given. */
+export function nodeArg(ctx: Pick<CtlContext, 'verb' | 'positionals'>, example = 'sim-a'): string {
+  const nodeId = ctx.positionals[0];
+  if (!nodeId) throw new UsageError(`ctl ${ctx.verb} needs a NODE, e.g. llmgw ctl ${ctx.verb} ${example}`);
+  return nodeId;
+}
