@@ -7,7 +7,7 @@ import { UsageError } from '../args';
 import type { ControlApi } from '../control-api';
 import { temporalClient, workflowLink } from '../temporal';
 import { getJson } from './verb';
-import { formatFetch, weightsFetches } from './weights';
+import { formatFetch, weightsFetches } from './views/weights';
 
 /** Starts or joins `model/<m>`, applies a scale, and follows the replicas until they all serve. */
 export async function deployModel(config: ServerConfig, api: ControlApi, o: { model: string; replicas: number | undefined; wait: boolean; timeoutS: number; out: (s: string) => void }): Promise<void> {

@@ -1,9 +1,9 @@
 /** `llmgw ctl nodes`: every node with its state, GPUs, fabrics, engines, replicas, checks and certificate. */
-import type { NodeCertificate } from '../../gateway/control/routes';
+import type { NodeCertificate } from '../../gateway/control/contract';
 import { doctorColumn } from '../../lib/doctor';
 import type { NodeRecord } from '../../lib/types';
 import { ago, table } from '../table';
-import { fabricColumn } from './fabrics';
+import { fabricColumn } from './views/fabrics';
 import { getJson, type CtlVerb } from './verb';
 
 /** A node as GET /v1/nodes lists it. */

@@ -6,7 +6,7 @@ import { ApplicationFailure, TimeoutFailure } from '@temporalio/common';
 import { type Client, WorkflowFailedError } from '@temporalio/client';
 import { ERRORS, type ErrorCode, LlmgwError } from '../../lib/errors';
 import { QUEUES, workflowIds } from '../../lib/names';
-import type { RenewedCertificate } from './routes';
+import type { RenewedCertificate } from './contract';
 import type { publishCrl, renewCertificate } from '../../workflows/ca';
 import type { PublishCrlResult, RenewInput } from '../../workflows/contracts/ca';
 

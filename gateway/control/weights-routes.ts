@@ -3,13 +3,13 @@
  * file; an agent's weights endpoint asks whether a client certificate is still honoured; the operator lists the
  * copies (`llmgw ctl weights`). Agent routes know a node only by its certificate's CN (nodeIdentity).
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { openAiError, type ErrorCode, type LlmgwError } from '../../lib/errors';
+import type { FastifyInstance } from 'fastify';
+import { openAiError } from '../../lib/errors';
 import type { Store } from '../../lib/store/store';
 import { WeightsStore, type WeightCopyReport } from '../../lib/store/weights';
-import { nodeIdentity } from './routes';
+import type { CertificateStatus, WeightsPeer } from './contract';
+import { answerValidationErrors, errorSchema, identify, type ControlLog } from './identity';
 
-const errorSchema = { type: 'object', properties: { error: { type: 'object', additionalProperties: true } } } as const;
 const KEY = '^(sha256-[0-9a-f]{64}|url-[0-9a-f]{32})$';
 const fileSchema = {
   type: 'object', required: ['key', 'url', 'size', 'sha256', 'verified', 'storedAt'],
@@ -19,32 +19,12 @@ const fileSchema = {
   },
 } as const;
 
-/** A peer for GET /v1/agent/weights/peers. */
-export interface WeightsPeer {
-  nodeId: string;
-  endpoint: string;
-  sha256: string;
-  size: number;
-}
-
 /** Registers the weights routes on `app` (a plugin of the control server, behind its mTLS gate). */
-export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; log?: (msg: string, fields: Record<string, unknown>) => void }): Promise<void> {
+export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; log?: ControlLog }): Promise<void> {
   const weights = new WeightsStore(opts.store.pool);
-  app.setErrorHandler((err: Error & { validation?: unknown }, _req, reply) => {
-    if (!err.validation) throw err;
-    return reply.code(400).send(openAiError('LLMGW_BAD_REQUEST', err.message));
-  });
-  const who = (req: FastifyRequest, reply: FastifyReply, claimed: string): string | null => {
-    try {
-      return nodeIdentity(req, claimed);
-    } catch (err) {
-      const e = err as LlmgwError;
-      const code: ErrorCode = e.code ?? 'LLMGW_BAD_REQUEST';
-      if (code === 'LLMGW_CERT_REFUSED') opts.log?.('node identity refused', { ...e.context, url: req.url.split('?')[0] });
-      void reply.code(e.status ?? 400).send(openAiError(code, e.message));
-      return null;
-    }
-  };
+  answerValidationErrors(app);
+  const log = opts.log ?? ((): void => undefined);
+
 
   app.post<{ Body: { nodeId: string; endpoint: string; files: WeightCopyReport[]; replace: boolean } }>('/v1/agent/weights', {
     schema: {
@@ -55,7 +35,7 @@ export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; 
       response: { 400: errorSchema, 403: errorSchema },
     },
   }, async (req, reply) => {
-    const id = who(req, reply, req.body.nodeId);
+    const id = identify(req, reply, req.body.nodeId, log);
     if (!id) return reply;
     await weights.report(id, req.body.endpoint, req.body.files, req.body.replace);
     return { ok: true, files: req.body.files.length };
@@ -67,7 +47,7 @@ export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; 
       response: { 400: errorSchema, 403: errorSchema },
     },
   }, async (req, reply) => {
-    const id = who(req, reply, req.query.node);
+    const id = identify(req, reply, req.query.node, log);
     if (!id) return reply;
     const peers: WeightsPeer[] = (await weights.peersFor(req.query.key, id)).map((c) => ({ nodeId: c.nodeId, endpoint: c.endpoint, sha256: c.sha256, size: c.size }));
     return { peers };
@@ -80,7 +60,8 @@ export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; 
     if (req.peer?.role !== 'node') return reply.code(403).send(openAiError('LLMGW_CERT_REFUSED', 'only a node may ask'));
     const c = await opts.store.certificateBySerial(req.query.serial.toLowerCase());
     const honoured = c !== null && !c.revokedAt && c.notAfter.getTime() > Date.now();
-    return { honoured, cn: c?.cn ?? null };
+    const status: CertificateStatus = { honoured, cn: c?.cn ?? null };
+    return status;
   });
 
   app.get('/v1/weights', async () => ({ copies: await weights.list() }));

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../../activities/node';
-import { fabricsView } from '../../cli/ctl/fabrics';
+import { fabricsView } from '../../cli/ctl/views/fabrics';
 import { formatNodes } from '../../cli/ctl/nodes';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';

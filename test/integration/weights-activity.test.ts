@@ -11,7 +11,7 @@ import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker, bundleWorkflowCode } from '@temporalio/worker';
 import { createWeightsActivities } from '../../activities/node/weights';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
-import { formatFetch, weightsFetches } from '../../cli/ctl/weights';
+import { formatFetch, weightsFetches } from '../../cli/ctl/views/weights';
 import { nodeQueue } from '../../lib/names';
 import { WeightsCache } from '../../lib/weights/cache';
 import { NODE_WORKER_OPTIONS } from '../../workers/agent/index';

@@ -19,7 +19,7 @@ import { queryGpus } from '../../lib/hardware/nvidia';
 import { LlmgwError } from '../../lib/errors';
 import { certificateInfo, makeNodeCsr, renewAt } from '../../lib/pki';
 import { TlsClient, type TlsCredentials } from '../../lib/tls-client';
-import type { NodeTemporal, RenewedCertificate } from '../../gateway/control/routes';
+import type { NodeTemporal, RenewedCertificate } from '../../gateway/control/contract';
 import { nodeQueue } from '../../lib/names';
 import { startNodeWeights } from './weights';
 import { simEngineArgv } from '../../lib/sim/argv';

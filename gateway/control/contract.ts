@@ -1,0 +1,79 @@
+/**
+ * The control API's wire types: what agents, the CLI and the CA client send and get back. They import this file,
+ * never a route file, so a route can change its code without its callers following it.
+ */
+import type { AssignedShard } from '../../activities/node/gc';
+import type { NodeId, NodeInventory, NodeRecord } from '../../lib/types';
+
+/** POST /v1/agent/register: the node (its certificate's CN) and what it found on itself. */
+export interface RegisterRequest {
+  nodeId: string;
+  inventory: NodeInventory;
+}
+
+/** Where a node's worker reaches Temporal (the registration's answer); `mtls`: with its node certificate, the door. */
+export interface NodeTemporal {
+  address: string;
+  namespace: string;
+  mtls: boolean;
+}
+
+/** POST /v1/agent/register's answer. */
+export interface Registration {
+  nodeId: NodeId;
+  temporal: NodeTemporal;
+  /** how often the agent heartbeats, ms */
+  heartbeatMs: number;
+}
+
+/** GET /v1/agent/shards's answer: the shards placed on the asking node. */
+export interface AgentShards {
+  shards: AssignedShard[];
+}
+
+/** POST /v1/agent/renew: a CSR for the connection's own CN. */
+export interface RenewRequest {
+  nodeId: string;
+  csr: string;
+}
+
+/** What a renewal returns to the agent. */
+export interface RenewedCertificate {
+  serial: string;
+  certPem: string;
+  caPem: string;
+  notAfter: string;
+  renewAt: string;
+}
+
+/** A node's newest unrevoked certificate as the node list shows it (null: none recorded, or all revoked). */
+export interface NodeCertificate {
+  serial: string;
+  notAfter: string;
+  /** two thirds of its lifetime: an agent still on it after this missed its renewal */
+  renewAt: string;
+  /** true when every certificate of the node is revoked */
+  revoked: boolean;
+}
+
+/** One node of GET /v1/nodes. */
+export type NodeListEntry = NodeRecord & { cert: NodeCertificate | null; replicas: string[]; gpusUsed: number };
+
+/** A peer for GET /v1/agent/weights/peers. */
+export interface WeightsPeer {
+  nodeId: string;
+  endpoint: string;
+  sha256: string;
+  size: number;
+}
+
+/** GET /v1/agent/certificate-status's answer: whether a client certificate is recorded, unrevoked and valid. */
+export interface CertificateStatus {
+  honoured: boolean;
+  cn: string | null;
+}
+
+/** A refusal, from every route: OpenAI's error shape with llmgw's code. */
+export interface ErrorBody {
+  error?: { message: string; type?: string; code?: string };
+}
