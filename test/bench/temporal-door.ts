@@ -20,7 +20,7 @@ import { nodeQueue } from '../../lib/names';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { TlsCredentials } from '../../lib/tls-client';
-import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/index';
+import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/worker';
 import { dropDatabase, startTestTemporal, testMysqlUrl } from '../helpers/cluster-parts';
 import type { echoOnNode } from '../helpers/door-workflow';
 import { testTls } from '../helpers/tls';

@@ -7,7 +7,7 @@ import { NativeConnection, Runtime, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../../activities/node';
 import { nodeQueue } from '../../lib/names';
 import { simEngineArgv } from '../../lib/sim/argv';
-import { NODE_WORKER_OPTIONS } from '../../workers/agent/index';
+import { NODE_WORKER_OPTIONS } from '../../workers/agent/worker';
 
 async function main(): Promise<void> {
   const [address, nodeId, stateDir] = process.argv.slice(2);

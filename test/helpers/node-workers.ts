@@ -6,7 +6,8 @@ import { nodeQueue, workflowIds } from '../../lib/names';
 import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory } from '../../lib/types';
 import type { TlsCredentials } from '../../lib/tls-client';
-import { assignedShards, NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/index';
+import { assignedShards } from '../../workers/agent/control-client';
+import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/worker';
 import type { ControlPlane } from '../../workers/control/index';
 import { certClient, closeCertClients } from './tls';
 

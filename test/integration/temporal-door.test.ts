@@ -17,7 +17,7 @@ import { TaskTokenMemory, tokenDigest } from '../../gateway/door/task-tokens';
 import { startTemporalDoor } from '../../gateway/door/door';
 import { nodeQueue, QUEUES, workflowIds } from '../../lib/names';
 import type { TlsCredentials } from '../../lib/tls-client';
-import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/index';
+import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/worker';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { scaleUpdate } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';

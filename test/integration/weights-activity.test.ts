@@ -14,7 +14,7 @@ import type { DevServer } from '../../cli/cluster/temporal-dev';
 import { formatFetch, weightsFetches } from '../../cli/ctl/views/weights';
 import { nodeQueue } from '../../lib/names';
 import { WeightsCache } from '../../lib/weights/cache';
-import { NODE_WORKER_OPTIONS } from '../../workers/agent/index';
+import { NODE_WORKER_OPTIONS } from '../../workers/agent/worker';
 import { startTestTemporal } from '../helpers/cluster-parts';
 import { startOrigin, type Origin } from '../helpers/origin';
 import { waitFor } from '../helpers/wait';

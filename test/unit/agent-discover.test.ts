@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { hasCode } from '../../lib/errors';
 import { parseNodeId } from '../../lib/types';
-import { discover, type AgentOptions } from '../../workers/agent/index';
+import { discover } from '../../workers/agent/discovery';
+import type { AgentOptions } from '../../workers/agent/options';
 
 const FIXTURES = join(__dirname, '..', 'fixtures');
 const GUID_B = '0xb83fd20300c1d2e0';

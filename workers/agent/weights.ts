@@ -3,14 +3,15 @@
  * told what the cache holds (all of it at start and after a failed report, each new file as it lands), peers
  * asked of the control plane, and the fetchWeights activity for the node worker.
  */
-import { accessSync, constants, mkdirSync } from 'node:fs';
 import { createWeightsActivities, type WeightsActivities } from '../../activities/node/weights';
 import { LlmgwError } from '../../lib/errors';
 import type { WeightCopyReport } from '../../lib/store/weights';
 import type { TlsClient, TlsCredentials } from '../../lib/tls-client';
 import { WeightsCache, type HeldFile, type PeerCandidate } from '../../lib/weights/cache';
 import { startWeightsServer } from '../../lib/weights/serve';
+import { ensureWritableDir } from './writable-dir';
 
+/** What the weights part needs from the agent: the node, its control-plane client and certificate, its flags. */
 export interface NodeWeightsOptions {
   nodeId: string;
   /** control plane base URL */
@@ -30,6 +31,7 @@ export interface NodeWeightsOptions {
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
+/** A node's running weights part. */
 export interface NodeWeights {
   activities: WeightsActivities;
   cache: WeightsCache;
@@ -48,21 +50,11 @@ export function parseWeightsListen(s: string): { host: string; port: number } {
   return { host: (m[1] ?? m[2]) as string, port };
 }
 
-/** Creates the cache dir; fails at start naming the flag, rather than at the first fetch. */
-function ensureDir(dir: string): void {
-  try {
-    mkdirSync(dir, { recursive: true });
-    accessSync(dir, constants.W_OK);
-  } catch (err) {
-    throw new LlmgwError('LLMGW_BAD_REQUEST', `--weights-dir ${dir} is not a writable directory (${(err as Error).message}); pass --weights-dir DIR the agent may write to, on a disk with room for the models`);
-  }
-}
-
 const toReport = (f: HeldFile): WeightCopyReport => ({ key: f.key, url: f.url, size: f.size, sha256: f.sha256, verified: f.verified, storedAt: f.storedAt });
 
 /** Starts the weights cache, endpoint and reporting of one node. */
 export async function startNodeWeights(o: NodeWeightsOptions): Promise<NodeWeights> {
-  ensureDir(o.dir);
+  ensureWritableDir(o.dir, '--weights-dir', 'pass --weights-dir DIR the agent may write to, on a disk with room for the models');
   let creds = o.tls;
   const json = async <T>(path: string, init?: { method: string; body: unknown }): Promise<T> => {
     const res = await o.client.fetch(`${o.server}${path}`, {

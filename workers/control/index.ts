@@ -1,5 +1,4 @@
 /** The control role: MySQL, the control worker (all workflows + control activities) and the control plane API, in one process. */
-import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -12,12 +11,15 @@ import { TaskTokenMemory } from '../../gateway/door/task-tokens';
 import { doorAddressFor, startTemporalDoor, type TemporalDoor } from '../../gateway/door/door';
 import { remoteCa } from '../../gateway/control/ca-client';
 import { LlmgwError } from '../../lib/errors';
-import { QUEUES, workflowIds } from '../../lib/names';
+import { QUEUES } from '../../lib/names';
 import { release } from '../../lib/release';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
-import type { EnsureEnginesWorkflowInput } from '../../workflows/contracts/engines';
+import { EnginePolicy } from './engine-policy';
+import { StaleNodeSweep } from './stale-node-sweep';
+import { TaskTokenPruning } from './token-pruning';
 
+/** What the control role is started with: server.yaml, parsed, and test hooks. */
 export interface ControlPlaneOptions {
   config: ServerConfig;
   /** A pre-built workflow bundle (tests bundle once); default bundles workflows/ at start. */
@@ -45,11 +47,7 @@ function readTlsFile(config: ServerConfig, key: keyof ServerConfig['tls'], fix: 
   }
 }
 
-/** What a node's engine probe depends on: server.yaml's engines and catalog (its profiles' args are checked too). */
-export function enginesConfigHash(config: Pick<ServerConfig, 'engines' | 'catalog'>): string {
-  return createHash('sha256').update(JSON.stringify({ engines: config.engines, catalog: config.catalog })).digest('hex').slice(0, 16);
-}
-
+/** A running control role: its API's URL, its clients, and how to stop it. */
 export interface ControlPlane {
   /** https://host:port */
   url: string;
@@ -89,17 +87,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // A node coming (back) lets waiting replicas try again now rather than at their next retry.
   const wakeWaiting = (): Promise<void> => wakeWaitingReplicas(store, client);
 
-  // Each node installs and probes server.yaml's engines (ensureEngines, one workflow per node): when it registers
-  // (a new agent: perhaps an upgrade, perhaps new binaries), and now for every node last checked against other
-  // engines or another catalog. A new run replaces a running one: it is checking what is now wanted.
-  const configHash = enginesConfigHash(config);
-  const ensureEngines = (nodeId: string): void => {
-    const input: EnsureEnginesWorkflowInput = { nodeId, engines: config.engines, catalog: config.catalog, configHash };
-    void client.workflow.start('ensureEngines', {
-      taskQueue: QUEUES.control, workflowId: workflowIds.engines(nodeId), args: [input], workflowIdConflictPolicy: 'TERMINATE_EXISTING',
-    }).catch((err: Error) => log('could not start ensureEngines', { nodeId, error: err.message }));
-  };
-  for (const n of await store.listNodes()) if (n.state !== 'down' && n.enginesConfig !== configHash) ensureEngines(n.id);
+  // Every node's engines checked against server.yaml's: now where they were checked against another, and on each registration.
+  const engines = new EnginePolicy({ config, store, client, log });
+  await engines.start();
   // Where the CA key lives beside tls.ca (one host), renewals are signed and CRLs written in process; elsewhere
   // (the CA on its own host, as DESIGN wants) both go through a workflow whose activity runs on llmgw-ca.
   const caDir = dirname(config.tls.ca);
@@ -114,7 +104,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     temporal: { address: (host) => doorAddressFor(config.listeners, host), namespace: config.temporal.namespace, mtls: true },
     heartbeatMs: 2000,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
-    onRegistered: ensureEngines,
+    onRegistered: engines.onRegistered,
     renew: (input: { csrPem: string; identity: string; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
     revoke: async (nodeId, reason) => {
       if (ca) return ca.revokeNode({ nodeId, reason });
@@ -127,22 +117,15 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       return count;
     },
   });
-  const downAfter = opts.nodeDownAfterMs ?? 15_000;
-  const sweep = setInterval(() => {
-    void store.markStaleNodesDown(downAfter).then(async (ids) => {
-      for (const id of ids) await store.event({ kind: 'node.down', nodeId: id, message: `no heartbeat for ${downAfter / 1000}s` });
-    }).catch(() => undefined);
-  }, 2000);
-  sweep.unref();
+  const sweep = new StaleNodeSweep({ store, downAfterMs: opts.nodeDownAfterMs ?? 15_000 });
+  sweep.start();
   // The same gate as the HTTPS API: one verdict per connection, and a revocation cuts the node's gRPC streams too.
   // Its task tokens also go to MySQL, so a restarted control plane (or another one) lets running shards answer on.
   const tokens = new TaskTokenMemory({ backing: store, log });
   const door = await startTemporalDoor({ ...config.listeners.temporalDoor, upstream: config.temporal.address, namespace: config.temporal.namespace, tls, gate, log, tokens });
   // Tokens of tasks nobody answered (their worker died) go after 90 days, a node certificate's lifetime.
-  const pruneTokens = (): void => void store.pruneTaskTokens(new Date(Date.now() - 90 * 86_400_000)).catch(() => undefined);
-  pruneTokens();
-  const prune = setInterval(pruneTokens, 3_600_000);
-  prune.unref();
+  const pruning = new TaskTokenPruning({ store });
+  pruning.start();
   const { host, port } = config.listeners.controlPlane;
   const url = await app.listen({ host, port });
 
@@ -153,10 +136,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     client,
     door,
     async close(): Promise<void> {
-      clearInterval(sweep);
-      clearInterval(prune);
+      sweep.stop();
+      pruning.stop();
       await door.close();
       await app.close();
+      // After the API: a registration it answered while closing still got its ensureEngines.
+      engines.stop();
       // The SDK may already be draining it (its own signal handling in other embeddings).
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await running.catch(() => undefined);

@@ -1,0 +1,42 @@
+/** What the node agent is started with (its flags, parsed by the CLI) and what a started agent hands back. */
+import type { OperatorBins } from '../../lib/engines/install';
+import type { TlsCredentials } from '../../lib/tls-client';
+import type { NodeId, NodeInventory } from '../../lib/types';
+
+/** The agent's configuration: `llmgw agent` flags, parsed once at the edge. */
+export interface AgentOptions {
+  nodeId: NodeId;
+  /** Control plane base URL, e.g. https://127.0.0.1:7443 */
+  server: string;
+  /** This node's client certificate (CN = node id), its key and the cluster CA (`--cert`, `--key`, `--ca`) */
+  tls: TlsCredentials;
+  /** Where a renewed certificate and its new key are written (the `--cert`/`--key` files), so a restart uses them */
+  certFiles?: { cert: string; key: string };
+  nvidiaSmi: string;
+  /** sysfs root holding class/infiniband */
+  ibRoot: string;
+  /** sminfo (infiniband-diags) to read each declared port's subnet manager with (`--sminfo`; default `sminfo` on PATH) */
+  sminfo?: string;
+  cpuinfo: string;
+  /** `--fabric` values as given */
+  fabrics: string[];
+  /** Address the gateway and other ranks reach this node's engines on */
+  advertiseHost: string;
+  /** The weights cache (`--weights-dir`) and where peers fetch from it (`--weights-listen`); absent: no URL sources here */
+  weights?: { dir: string; listen: { host: string; port: number } };
+  /** Where and from what the engines server.yaml names are installed (`--engines-dir`, `--llamacpp-bin`, …) */
+  engineSetup: { enginesDir: string; bins: OperatorBins; wheelhouse?: string; python?: string };
+  /** A node declared to have no GPU: skip nvidia-smi */
+  noGpu: boolean;
+  /** Where engines are recorded, so the next agent adopts them (`--state-dir`) */
+  stateDir: string;
+  /** Stop the engines when the agent stops, instead of leaving them for the next agent (the local cluster) */
+  stopEnginesOnExit: boolean;
+  log: (msg: string, fields?: Record<string, unknown>) => void;
+}
+
+/** A running agent: what it reported about the node, and how to stop it. */
+export interface Agent {
+  inventory: NodeInventory;
+  close(): Promise<void>;
+}
