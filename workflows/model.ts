@@ -1,21 +1,16 @@
 /** The modelDeployment workflow: keeps a catalog model's desired number of replicas running. */
 import {
   ApplicationFailure, ParentClosePolicy, condition, continueAsNew,
-  getExternalWorkflowHandle, proxyActivities, setCurrentDetails, setHandler, startChild, upsertSearchAttributes, workflowInfo,
+  getExternalWorkflowHandle, setCurrentDetails, setHandler, startChild, upsertSearchAttributes, workflowInfo,
 } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
-import type { ControlActivities } from '../activities/control';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import {
   deploymentQuery, replaceSignal, replicaReadySignal, scaleUpdate, withdrawReplaceSignal, type ModelDeploymentInput, type ModelDeploymentState,
 } from './contracts/model';
 import { stopSignal } from './contracts/replica';
+import { control } from './proxies';
 import { replica } from './replica';
-
-const control = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '30s',
-  retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
-});
 
 /** Signals a replica to stop; one already gone (stopped, or terminated by hand) needs nothing. */
 async function stopReplica(replicaId: string): Promise<void> {

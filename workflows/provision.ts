@@ -3,8 +3,7 @@
  * If a step after the create fails, the VM this run created is removed — never one it did not create.
  * addNode (`add-node/<node>`): provisionNode, then onboardNode, as child workflows under their own ids.
  */
-import { ApplicationFailure, executeChild, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
-import type { ProxmoxActivities } from '../activities/proxmox';
+import { ApplicationFailure, executeChild, setCurrentDetails, setHandler, upsertSearchAttributes, workflowInfo } from '@temporalio/workflow';
 import { runTag } from '../lib/proxmox/tags';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import type { OnboardResult } from './contracts/onboard';
@@ -12,17 +11,8 @@ import {
   PROVISION_STEPS, provisionProgressQuery, type AddNodeInput, type AddNodeResult, type ProvisionInput, type ProvisionProgress, type ProvisionResult,
   type ProvisionStepId, type StepLine,
 } from './contracts/provision';
+import { provisionProxies } from './proxies';
 import { failureCause, stepRunner, StepFailed } from './steps';
-
-function steps(startToCloseS: number): ProxmoxActivities {
-  return proxyActivities<ProxmoxActivities>({
-    taskQueue: QUEUES.proxmox,
-    startToCloseTimeout: `${startToCloseS}s`,
-    heartbeatTimeout: '60s',
-    // A lost connection to Proxmox or a proxmox worker that died; Proxmox's own refusals are non-retryable.
-    retry: { initialInterval: '2s', maximumInterval: '20s', maximumAttempts: 5 },
-  });
-}
 
 export async function provisionNode(input: ProvisionInput): Promise<ProvisionResult> {
   const progress: ProvisionProgress = {
@@ -33,8 +23,7 @@ export async function provisionNode(input: ProvisionInput): Promise<ProvisionRes
   setHandler(provisionProgressQuery, () => progress);
   upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
   const started = Date.now();
-  const act = steps(900);
-  const sshWait = steps(input.sshDeadlineS + 120);
+  const { steps: act, sshWait, removal } = provisionProxies(input);
   const withTag = { ...input, runTag: runTag(workflowInfo().runId) };
 
   const run = stepRunner<ProvisionStepId>(progress.steps, () => `provisioning **${input.nodeId}** (VM ${input.vmid}, ${input.ip}, on ${input.pveNode})`);
@@ -52,7 +41,7 @@ export async function provisionNode(input: ProvisionInput): Promise<ProvisionRes
     if (progress.createdVmid !== null || progress.steps.find((s) => s.id === 'createVm')?.state === 'failed') {
       // The create may have gone through even when its activity failed: removeVm checks the VM is this run's.
       try {
-        undo = ` — ${(await steps(600).removeVm(withTag)).summary}`;
+        undo = ` — ${(await removal.removeVm(withTag)).summary}`;
       } catch (rmErr) {
         undo = ` — removing the VM it created failed too (${failureCause(rmErr).message}): remove VM ${input.vmid} on the Proxmox host (qm destroy ${input.vmid})`;
       }
