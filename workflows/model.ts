@@ -4,7 +4,7 @@ import {
   getExternalWorkflowHandle, setCurrentDetails, setHandler, startChild, upsertSearchAttributes, workflowInfo,
 } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
-import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
+import { QUEUES, replicaIdFor, searchAttributes, workflowIds } from '../lib/names';
 import {
   deploymentQuery, replaceSignal, replicaReadySignal, scaleUpdate, withdrawReplaceSignal, type ModelDeploymentInput, type ModelDeploymentState,
 } from './contracts/model';
@@ -93,7 +93,7 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
         continue;
       }
       if (at < 0) continue;
-      const replicaId = `${input.model}-${state.nextIndex++}`;
+      const replicaId = replicaIdFor(input.model, state.nextIndex++);
       await start(replicaId);
       state.replicas[at] = replicaId;
       replacing.push({ old: req.replicaId, new: replicaId, why: req.why });
@@ -118,7 +118,7 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
       if (r) await stopReplica(r.old);
     }
     while (state.replicas.length < state.desired) {
-      const replicaId = `${input.model}-${state.nextIndex++}`;
+      const replicaId = replicaIdFor(input.model, state.nextIndex++);
       await start(replicaId);
       state.replicas.push(replicaId);
     }
