@@ -4,6 +4,7 @@ import { loadServerConfig } from '../config/load';
 import type { ServerConfig } from '../config/types';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import { doctorColumn } from '../lib/doctor';
+import { checkNodeId } from '../lib/pki/node-id';
 import type { NodeRecord, ReplicaRecord } from '../lib/types';
 import type { NodeCertificate } from '../gateway/control/routes';
 import type { WeightCopy } from '../lib/store/weights';
@@ -187,7 +188,7 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
       const timeoutS = values.timeout === undefined ? null : intOption(values.timeout, '--timeout', 1);
       const { client, close } = await temporalClient(config);
       try {
-        await drain(client, { nodeId, timeoutS, wait: !values['no-wait'], uiLink: uiLink(config, workflowIds.drain(nodeId)), out });
+        await drain(client, { nodeId: checkNodeId(nodeId), timeoutS, wait: !values['no-wait'], uiLink: uiLink(config, workflowIds.drain(nodeId)), out });
       } finally {
         await close();
       }

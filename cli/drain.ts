@@ -1,6 +1,7 @@
 /** `llmgw ctl drain|cordon|uncordon NODE`: maintenance on one node. */
 import { WorkflowFailedError, type Client } from '@temporalio/client';
 import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
+import type { NodeId } from '../lib/types';
 import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from '../workflows/contracts/drain';
 import { postControl, type ControlApi } from './control-api';
 
@@ -21,7 +22,7 @@ export function formatDrainProgress(p: DrainProgress): string {
  * Starts `drain/<node>` (or joins the one running) and follows it until it ends. Ctrl-C only stops following:
  * the drain goes on in Temporal, and running the command again follows it again.
  */
-export async function drain(client: Client, o: { nodeId: string; timeoutS: number | null; wait: boolean; uiLink: string; out: (s: string) => void }): Promise<void> {
+export async function drain(client: Client, o: { nodeId: NodeId; timeoutS: number | null; wait: boolean; uiLink: string; out: (s: string) => void }): Promise<void> {
   const workflowId = workflowIds.drain(o.nodeId);
   const handle = await client.workflow.start('drainNode', {
     taskQueue: QUEUES.control, workflowId, args: [{ nodeId: o.nodeId, timeoutS: o.timeoutS } satisfies DrainInput],

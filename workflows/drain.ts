@@ -4,6 +4,7 @@ import {
 } from '@temporalio/workflow';
 import type { MoveStatus } from '../activities/control';
 import { searchAttributes, workflowIds } from '../lib/names';
+import type { ReplicaId } from '../lib/types';
 import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from './contracts/drain';
 import { replaceSignal, withdrawReplaceSignal } from './contracts/model';
 import { control, moveWatch } from './proxies';
@@ -11,7 +12,7 @@ import { control, moveWatch } from './proxies';
 /** Moves every replica off `nodeId` (make before break), then ends; the node stays cordoned. */
 export async function drainNode(input: DrainInput): Promise<DrainResult> {
   const progress: DrainProgress = { nodeId: input.nodeId, phase: 'cordoning', moved: 0, total: 0, current: null };
-  const moved: string[] = [];
+  const moved: ReplicaId[] = [];
   setHandler(drainProgressQuery, () => progress);
   upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
   const startedAt = Date.now();

@@ -5,6 +5,7 @@ import {
 } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import { QUEUES, replicaIdFor, searchAttributes, workflowIds } from '../lib/names';
+import type { ReplicaId } from '../lib/types';
 import {
   deploymentQuery, replaceSignal, replicaReadySignal, scaleUpdate, withdrawReplaceSignal, type ModelDeploymentInput, type ModelDeploymentState,
 } from './contracts/model';
@@ -13,7 +14,7 @@ import { control } from './proxies';
 import { replica } from './replica';
 
 /** Signals a replica to stop; one already gone (stopped, or terminated by hand) needs nothing. */
-async function stopReplica(replicaId: string): Promise<void> {
+async function stopReplica(replicaId: ReplicaId): Promise<void> {
   try {
     await getExternalWorkflowHandle(workflowIds.replica(replicaId)).signal(stopSignal);
   } catch {
@@ -28,9 +29,9 @@ export const MAX_REPLICAS = 64;
 export async function modelDeployment(input: ModelDeploymentInput): Promise<void> {
   const state: ModelDeploymentState = input.state ?? { desired: null, replicas: [], nextIndex: 0 };
   const replacing = (state.replacing ??= []);
-  const requested: { replicaId: string; why: string }[] = [];
-  const withdrawn: string[] = [];
-  const readyNow: string[] = [];
+  const requested: { replicaId: ReplicaId; why: string }[] = [];
+  const withdrawn: ReplicaId[] = [];
+  const readyNow: ReplicaId[] = [];
   let dirty = true;
   setHandler(deploymentQuery, () => state);
   setHandler(replaceSignal, (req) => {
@@ -69,7 +70,7 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     const profile = spec.profiles[0];
     if (!profile) throw ApplicationFailure.nonRetryable(`model ${input.model} has no profile`, 'NoProfile');
     state.desired ??= spec.replicas;
-    const start = async (replicaId: string): Promise<void> => {
+    const start = async (replicaId: ReplicaId): Promise<void> => {
       try {
         await startChild(replica, {
           workflowId: workflowIds.replica(replicaId),
@@ -123,11 +124,11 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
       state.replicas.push(replicaId);
     }
     while (state.replicas.length > state.desired) {
-      const replicaId = state.replicas.pop() as string;
+      const replicaId = state.replicas.pop() as ReplicaId;
       await stopReplica(replicaId);
       // A replacement scaled away takes its original with it (it was kept only until the replacement served).
       const r = replacing.findIndex((x) => x.new === replicaId);
-      if (r >= 0) await stopReplica(replacing.splice(r, 1)[0]?.old as string);
+      if (r >= 0) await stopReplica(replacing.splice(r, 1)[0]?.old as ReplicaId);
     }
     setCurrentDetails(`**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}${
       replacing.length ? `\n\nreplacing: ${replacing.map((r) => `${r.old} → ${r.new} (${r.why})`).join(', ')}` : ''}`);

@@ -7,7 +7,7 @@ import { TimeoutType } from '@temporalio/common';
 import type { PlaceResult, ShardPlan } from '../activities/control';
 import { needsWeights } from '../lib/weights/source';
 import { searchAttributes } from '../lib/names';
-import type { ReplicaState } from '../lib/types';
+import type { ReplicaId, ReplicaState } from '../lib/types';
 import { replicaReadySignal } from './contracts/model';
 import { nodesChangedSignal, statusQuery, stopSignal, type ReplicaInput, type ReplicaStatus } from './contracts/replica';
 import { SHARD_PICKUP, control, nodeShards, nodeWeights, serving, type ShardPickup } from './proxies';
@@ -177,7 +177,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
 }
 
 /** Lets the deployment that started this replica know it serves (a replacement's original may now stop). */
-async function tellParentReady(replicaId: string): Promise<void> {
+async function tellParentReady(replicaId: ReplicaId): Promise<void> {
   const parent = workflowInfo().parent;
   if (!parent) return;
   await getExternalWorkflowHandle(parent.workflowId).signal(replicaReadySignal, replicaId).catch(() => undefined);

@@ -16,6 +16,7 @@ import { QUEUES, workflowIds } from '../../lib/names';
 import { release } from '../../lib/release';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
+import type { NodeId } from '../../lib/types';
 import type { EnsureEnginesWorkflowInput } from '../../workflows/contracts/engines';
 
 export interface ControlPlaneOptions {
@@ -93,7 +94,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // (a new agent: perhaps an upgrade, perhaps new binaries), and now for every node last checked against other
   // engines or another catalog. A new run replaces a running one: it is checking what is now wanted.
   const configHash = enginesConfigHash(config);
-  const ensureEngines = (nodeId: string): void => {
+  const ensureEngines = (nodeId: NodeId): void => {
     const input: EnsureEnginesWorkflowInput = { nodeId, engines: config.engines, catalog: config.catalog, configHash };
     void client.workflow.start('ensureEngines', {
       taskQueue: QUEUES.control, workflowId: workflowIds.engines(nodeId), args: [input], workflowIdConflictPolicy: 'TERMINATE_EXISTING',
@@ -115,7 +116,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     heartbeatMs: 2000,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
     onRegistered: ensureEngines,
-    renew: (input: { csrPem: string; identity: string; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
+    renew: (input: { csrPem: string; identity: NodeId; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
     revoke: async (nodeId, reason) => {
       if (ca) return ca.revokeNode({ nodeId, reason });
       // MySQL first: the gate refuses the node at once, whether or not llmgw-ca is up to sign the CRL.
