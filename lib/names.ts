@@ -1,6 +1,8 @@
 /** Task queue names, workflow ids and search attributes: the one place they are spelled. */
 import { defineSearchAttributeKey, SearchAttributeType } from '@temporalio/common';
+import type { ReplicaId } from './types';
 
+/** The shared task queues, one per kind of access (DESIGN: access boundaries are task queues). */
 export const QUEUES = {
   control: 'llmgw-control',
   proxmox: 'llmgw-proxmox',
@@ -12,6 +14,7 @@ export function nodeQueue(nodeId: string): string {
   return `node-${nodeId}`;
 }
 
+/** Each workflow's stable id: the Temporal UI reads like the cluster, and a second start joins or is refused. */
 export const workflowIds = {
   addNode: (node: string): string => `add-node/${node}`,
   provision: (node: string): string => `provision/${node}`,
@@ -25,6 +28,15 @@ export const workflowIds = {
   publishCrl: (why: string, at: number): string => `publish-crl/${why}/${at}`,
 } as const;
 
+/**
+ * The id of a model's `index`-th replica (`<model>-<n>`): the one place one is minted. Not parsed: the catalog
+ * already checked the model's name, and a parse error inside a workflow would fail its task on every retry.
+ */
+export function replicaIdFor(model: string, index: number): ReplicaId {
+  return `${model}-${index}` as ReplicaId;
+}
+
+/** Typed search attributes: "everything that touched node05" is one query. */
 export const searchAttributes = {
   node: defineSearchAttributeKey('LlmgwNode', SearchAttributeType.KEYWORD_LIST),
   model: defineSearchAttributeKey('LlmgwModel', SearchAttributeType.KEYWORD),

@@ -1,27 +1,18 @@
 /** The drainNode workflow: cordon a node, then move its replicas off one at a time, each replacement serving first. */
 import {
-  ApplicationFailure, getExternalWorkflowHandle, proxyActivities, setCurrentDetails, setHandler, upsertSearchAttributes,
+  ApplicationFailure, getExternalWorkflowHandle, setCurrentDetails, setHandler, upsertSearchAttributes,
 } from '@temporalio/workflow';
-import type { ControlActivities, MoveStatus } from '../activities/control';
+import type { MoveStatus } from '../activities/control';
 import { searchAttributes, workflowIds } from '../lib/names';
+import type { ReplicaId } from '../lib/types';
 import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from './contracts/drain';
 import { replaceSignal, withdrawReplaceSignal } from './contracts/model';
-
-const control = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '30s',
-  retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
-});
-/** Long-polls a move's progress; heartbeats while it waits. */
-const watch = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '60s',
-  heartbeatTimeout: '10s',
-  retry: { initialInterval: '1s', maximumInterval: '10s' },
-});
+import { control, moveWatch } from './proxies';
 
 /** Moves every replica off `nodeId` (make before break), then ends; the node stays cordoned. */
 export async function drainNode(input: DrainInput): Promise<DrainResult> {
   const progress: DrainProgress = { nodeId: input.nodeId, phase: 'cordoning', moved: 0, total: 0, current: null };
-  const moved: string[] = [];
+  const moved: ReplicaId[] = [];
   setHandler(drainProgressQuery, () => progress);
   upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
   const startedAt = Date.now();
@@ -57,7 +48,7 @@ export async function drainNode(input: DrainInput): Promise<DrainResult> {
       }
       // Long-poll, but never past the drain's deadline, so --timeout ends it on time.
       const left = input.timeoutS === null ? 20_000 : input.timeoutS * 1000 - (Date.now() - startedAt);
-      const status: MoveStatus = await watch.moveStatus({ model: next.model, replicaId: next.replicaId, nodeId: input.nodeId, seen, waitMs: Math.max(0, Math.min(20_000, left)) });
+      const status: MoveStatus = await moveWatch.moveStatus({ model: next.model, replicaId: next.replicaId, nodeId: input.nodeId, seen, waitMs: Math.max(0, Math.min(20_000, left)) });
       if (status.kind === 'moved') {
         // It left by a rebuild elsewhere first: its replacement is not needed (if it serves already, it stays).
         if (status.leftByItself && status.replacement) {

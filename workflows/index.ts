@@ -5,4 +5,5 @@ export { drainNode } from './drain';
 export { renewCertificate, publishCrl } from './ca';
 export { ensureEngines } from './engines';
 export { onboardNode } from './onboard';
-export { provisionNode, addNode } from './provision';
+export { provisionNode } from './provision';
+export { addNode } from './add-node';

@@ -1,24 +1,20 @@
 /** The modelDeployment workflow: keeps a catalog model's desired number of replicas running. */
 import {
   ApplicationFailure, ParentClosePolicy, condition, continueAsNew,
-  getExternalWorkflowHandle, proxyActivities, setCurrentDetails, setHandler, startChild, upsertSearchAttributes, workflowInfo,
+  getExternalWorkflowHandle, setCurrentDetails, setHandler, startChild, upsertSearchAttributes, workflowInfo,
 } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
-import type { ControlActivities } from '../activities/control';
-import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
+import { QUEUES, replicaIdFor, searchAttributes, workflowIds } from '../lib/names';
+import type { ReplicaId } from '../lib/types';
 import {
   deploymentQuery, replaceSignal, replicaReadySignal, scaleUpdate, withdrawReplaceSignal, type ModelDeploymentInput, type ModelDeploymentState,
 } from './contracts/model';
 import { stopSignal } from './contracts/replica';
+import { control } from './proxies';
 import { replica } from './replica';
 
-const control = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '30s',
-  retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
-});
-
 /** Signals a replica to stop; one already gone (stopped, or terminated by hand) needs nothing. */
-async function stopReplica(replicaId: string): Promise<void> {
+async function stopReplica(replicaId: ReplicaId): Promise<void> {
   try {
     await getExternalWorkflowHandle(workflowIds.replica(replicaId)).signal(stopSignal);
   } catch {
@@ -33,9 +29,9 @@ export const MAX_REPLICAS = 64;
 export async function modelDeployment(input: ModelDeploymentInput): Promise<void> {
   const state: ModelDeploymentState = input.state ?? { desired: null, replicas: [], nextIndex: 0 };
   const replacing = (state.replacing ??= []);
-  const requested: { replicaId: string; why: string }[] = [];
-  const withdrawn: string[] = [];
-  const readyNow: string[] = [];
+  const requested: { replicaId: ReplicaId; why: string }[] = [];
+  const withdrawn: ReplicaId[] = [];
+  const readyNow: ReplicaId[] = [];
   let dirty = true;
   setHandler(deploymentQuery, () => state);
   setHandler(replaceSignal, (req) => {
@@ -74,7 +70,7 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     const profile = spec.profiles[0];
     if (!profile) throw ApplicationFailure.nonRetryable(`model ${input.model} has no profile`, 'NoProfile');
     state.desired ??= spec.replicas;
-    const start = async (replicaId: string): Promise<void> => {
+    const start = async (replicaId: ReplicaId): Promise<void> => {
       try {
         await startChild(replica, {
           workflowId: workflowIds.replica(replicaId),
@@ -98,7 +94,7 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
         continue;
       }
       if (at < 0) continue;
-      const replicaId = `${input.model}-${state.nextIndex++}`;
+      const replicaId = replicaIdFor(input.model, state.nextIndex++);
       await start(replicaId);
       state.replicas[at] = replicaId;
       replacing.push({ old: req.replicaId, new: replicaId, why: req.why });
@@ -123,16 +119,16 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
       if (r) await stopReplica(r.old);
     }
     while (state.replicas.length < state.desired) {
-      const replicaId = `${input.model}-${state.nextIndex++}`;
+      const replicaId = replicaIdFor(input.model, state.nextIndex++);
       await start(replicaId);
       state.replicas.push(replicaId);
     }
     while (state.replicas.length > state.desired) {
-      const replicaId = state.replicas.pop() as string;
+      const replicaId = state.replicas.pop() as ReplicaId;
       await stopReplica(replicaId);
       // A replacement scaled away takes its original with it (it was kept only until the replacement served).
       const r = replacing.findIndex((x) => x.new === replicaId);
-      if (r >= 0) await stopReplica(replacing.splice(r, 1)[0]?.old as string);
+      if (r >= 0) await stopReplica(replacing.splice(r, 1)[0]?.old as ReplicaId);
     }
     setCurrentDetails(`**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}${
       replacing.length ? `\n\nreplacing: ${replacing.map((r) => `${r.old} → ${r.new} (${r.why})`).join(', ')}` : ''}`);

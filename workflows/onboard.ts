@@ -2,24 +2,11 @@
  * The onboardNode workflow (`onboard/<node>`): gives a machine its identity and agent, one activity per step on
  * llmgw-ca (the CA key and the ssh key live there). A failure names its step, why, and what to do.
  */
-import { ApplicationFailure, proxyActivities, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
-import type { OnboardActivities } from '../activities/ca/onboard';
-import { QUEUES, searchAttributes } from '../lib/names';
+import { ApplicationFailure, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
+import { searchAttributes } from '../lib/names';
 import { ONBOARD_STEPS, onboardProgressQuery, type OnboardInput, type OnboardProgress, type OnboardResult, type StepId, type StepProgress, type StepResult } from './contracts/onboard';
+import { onboardProxies } from './proxies';
 import { stepRunner, type StepFailed } from './steps';
-
-/**
- * Each step on llmgw-ca: a dropped connection or a CA worker that died (heartbeat timeout) is retried; the
- * steps' own failures are final (non-retryable). The two waits get their own deadlines plus a margin.
- */
-function stepActivities(startToCloseS: number): OnboardActivities {
-  return proxyActivities<OnboardActivities>({
-    taskQueue: QUEUES.ca,
-    startToCloseTimeout: `${startToCloseS}s`,
-    heartbeatTimeout: '30s',
-    retry: { initialInterval: '2s', maximumInterval: '10s', maximumAttempts: 4 },
-  });
-}
 
 /** Runs the steps in order; ends when the node has registered. */
 export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
@@ -30,9 +17,7 @@ export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
   setHandler(onboardProgressQuery, () => progress);
   upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
   const started = Date.now();
-  const steps = stepActivities(600);
-  const sshWait = stepActivities(input.sshDeadlineS + 120);
-  const registerWait = stepActivities(input.registerTimeoutS + 120);
+  const { steps, sshWait, registerWait } = onboardProxies(input);
 
   const step = stepRunner<StepId>(progress.steps, () => `onboarding **${input.nodeId}** (${input.addr})`);
   const run = async <R extends StepResult>(id: StepId, fn: () => Promise<R>): Promise<R> => {

@@ -1,60 +1,17 @@
 /** The replica workflow: place, start shards (rank 0 first), wait until it serves, route; rebuild on failure; drain and stop on request. */
 import {
-  ActivityCancellationType, ActivityFailure, ApplicationFailure, CancellationScope, TimeoutFailure, condition, continueAsNew,
-  getExternalWorkflowHandle, isCancellation, proxyActivities, setCurrentDetails, setHandler, sleep, upsertSearchAttributes, workflowInfo,
+  ActivityFailure, ApplicationFailure, CancellationScope, TimeoutFailure, condition, continueAsNew,
+  getExternalWorkflowHandle, isCancellation, setCurrentDetails, setHandler, sleep, upsertSearchAttributes, workflowInfo,
 } from '@temporalio/workflow';
 import { TimeoutType } from '@temporalio/common';
-import type { ControlActivities, PlaceResult, ShardPlan } from '../activities/control';
-import type { NodeActivities } from '../activities/node';
-import type { WeightsActivities } from '../activities/node/weights';
+import type { PlaceResult, ShardPlan } from '../activities/control';
 import { needsWeights } from '../lib/weights/source';
-import { nodeQueue, searchAttributes } from '../lib/names';
-import type { ReplicaState } from '../lib/types';
+import { searchAttributes } from '../lib/names';
+import type { ReplicaId, ReplicaState } from '../lib/types';
 import { replicaReadySignal } from './contracts/model';
 import { nodesChangedSignal, statusQuery, stopSignal, type ReplicaInput, type ReplicaStatus } from './contracts/replica';
+import { SHARD_PICKUP, control, nodeShards, nodeWeights, serving, type ShardPickup } from './proxies';
 
-const control = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '30s',
-  retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
-});
-const serving = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '10m',
-  heartbeatTimeout: '10s',
-  retry: { maximumAttempts: 1 },
-});
-
-/**
- * A shard runs for as long as the replica does; a missing heartbeat means its node is gone.
- * Cancelling it waits until the agent reports its engine gone, so 'stopped' (and a rebuild's new placement)
- * never overlaps a live engine; the node worker flushes heartbeats every second, which is how fast a cancel arrives.
- */
-/** fetchWeights on a node: resumable, so retries are cheap; it heartbeats every second with bytes and rate. */
-function weightsActivities(nodeId: string): WeightsActivities {
-  return proxyActivities<WeightsActivities>({
-    taskQueue: nodeQueue(nodeId),
-    scheduleToStartTimeout: '60s',
-    // A large model over a slow link; progress is the heartbeat, not this.
-    startToCloseTimeout: '24h',
-    heartbeatTimeout: '30s',
-    // A wrong sha256, a missing path and HTTP 4xx come back non-retryable.
-    retry: { initialInterval: '2s', backoffCoefficient: 2, maximumInterval: '1m', maximumAttempts: 6 },
-  });
-}
-
-function shardActivities(nodeId: string, scheduleToStartTimeout: '60s' | '10s' = '60s'): NodeActivities {
-  return proxyActivities<NodeActivities>({
-    taskQueue: nodeQueue(nodeId),
-    startToCloseTimeout: '3650 days',
-    scheduleToStartTimeout,
-    // Shards heartbeat every second: five missed is a lost node, and the replica is rebuilt elsewhere.
-    heartbeatTimeout: SHARD_HEARTBEAT_TIMEOUT,
-    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-    retry: { maximumAttempts: 1 },
-  });
-}
-
-/** How long a shard may go without a heartbeat before its node counts as lost. */
-const SHARD_HEARTBEAT_TIMEOUT = '5s';
 /** How long a stopping replica keeps its engines after leaving the routing table (gateway refresh + in-flight). */
 const DRAIN_MS = 2000;
 const WAIT_RETRY = '10s';
@@ -123,7 +80,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       // sim:// sources and engine-side ids fetch nothing, and schedule nothing.
       let modelPath: string | undefined;
       if (needsWeights(input.source, input.profile.engine, s.rank)) {
-        const r = await weightsActivities(s.nodeId).fetchWeights({
+        const r = await nodeWeights(s.nodeId).fetchWeights({
           model: input.model, source: input.source, replicaId: input.replicaId, ...(input.sha256 ? { sha256: input.sha256 } : {}),
         });
         modelPath = r.path;
@@ -133,11 +90,11 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       // A shard run again after a heartbeat timeout goes to an agent that is running: one that does not take
       // it within 10 s was not alive after all, and the replica is rebuilt. After LLMGW_AGENT_STOPPED the next
       // agent may take a while to start (an upgrade): 60 s.
-      let wait: '60s' | '10s' = '60s';
+      let wait: ShardPickup = SHARD_PICKUP.usual;
       for (;;) {
         const since = Date.now();
         try {
-          await shardActivities(s.nodeId, wait).runShard({
+          await nodeShards(s.nodeId, wait).runShard({
             replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile, generation: status.rebuilds,
             rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
             fabric: placement.fabric, peers, ...(modelPath ? { modelPath } : {}),
@@ -149,7 +106,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
           // through a Temporal restart. Bounded, so a shard that keeps losing Temporal is rebuilt instead.
           reruns = Date.now() - since > HEALTHY_RUN_MS ? 1 : reruns + 1;
           if (!isCancellation(err) && reruns <= MAX_RERUNS && (await agentWillAdopt(err, s.nodeId))) {
-            wait = isHeartbeatTimeout(err) ? '10s' : '60s';
+            wait = isHeartbeatTimeout(err) ? SHARD_PICKUP.afterLostHeartbeat : SHARD_PICKUP.usual;
             continue;
           }
           throw err;
@@ -220,7 +177,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
 }
 
 /** Lets the deployment that started this replica know it serves (a replacement's original may now stop). */
-async function tellParentReady(replicaId: string): Promise<void> {
+async function tellParentReady(replicaId: ReplicaId): Promise<void> {
   const parent = workflowInfo().parent;
   if (!parent) return;
   await getExternalWorkflowHandle(parent.workflowId).signal(replicaReadySignal, replicaId).catch(() => undefined);

@@ -6,7 +6,7 @@ import type { Store } from '../../lib/store/store';
 import { workflowIds } from '../../lib/names';
 import { deploymentQuery } from '../../workflows/contracts/model';
 import { place } from '../../lib/placement';
-import { parseNodeId, type EngineStatus, type ModelSpec, type NodeId, type Profile, type ReplicaState } from '../../lib/types';
+import { parseNodeId, type EngineStatus, type ModelSpec, type NodeId, type Profile, type ReplicaId, type ReplicaState } from '../../lib/types';
 import { nodesChangedSignal } from '../../workflows/contracts/replica';
 
 /**
@@ -141,8 +141,8 @@ export function createControlActivities(deps: ControlDeps) {
     },
 
     /** Cordons a node: it takes no new shards (the state survives restarts: registration keeps it). */
-    async cordonNode(input: { nodeId: string; why: string }): Promise<void> {
-      const state = await store.nodeState(input.nodeId as NodeId);
+    async cordonNode(input: { nodeId: NodeId; why: string }): Promise<void> {
+      const state = await store.nodeState(input.nodeId);
       if (state === null) {
         throw ApplicationFailure.nonRetryable(`node ${input.nodeId} is not registered: check the id with llmgw ctl nodes`, 'LLMGW_UNKNOWN_NODE');
       }
@@ -153,7 +153,7 @@ export function createControlActivities(deps: ControlDeps) {
     },
 
     /** Replicas (not stopped) with a shard on the node, by id: what a drain must move. */
-    async replicasOnNode(nodeId: string): Promise<{ replicaId: string; model: string }[]> {
+    async replicasOnNode(nodeId: string): Promise<{ replicaId: ReplicaId; model: string }[]> {
       return (await store.listReplicas())
         .filter((r) => r.state !== 'stopped' && r.shards.some((s) => s.nodeId === nodeId))
         .map((r) => ({ replicaId: r.id, model: r.model }));
@@ -169,7 +169,7 @@ export function createControlActivities(deps: ControlDeps) {
         const replicas = await store.listReplicas(input.model);
         const old = replicas.find((r) => r.id === input.replicaId);
         if (!old || old.state === 'stopped') return { kind: 'moved' };
-        let replacement: string | null = null;
+        let replacement: ReplicaId | null = null;
         if (deps.client) {
           const dep = await deps.client.workflow.getHandle(workflowIds.model(input.model)).query(deploymentQuery).catch(() => null);
           replacement = dep?.replacing?.find((r) => r.old === input.replicaId)?.new ?? null;
@@ -218,7 +218,7 @@ export function createControlActivities(deps: ControlDeps) {
 /** What a drain learns about one replica it is moving off a node. */
 export type MoveStatus =
   /** Off the node: moved by the drain, or (leftByItself) rebuilt elsewhere first, `replacement` then unneeded */
-  | { kind: 'moved'; leftByItself?: boolean; replacement?: string | null }
-  | { kind: 'moving'; replacement: string | null; state: string | null; reason: string | null };
+  | { kind: 'moved'; leftByItself?: boolean; replacement?: ReplicaId | null }
+  | { kind: 'moving'; replacement: ReplicaId | null; state: string | null; reason: string | null };
 
 export type ControlActivities = ReturnType<typeof createControlActivities>;

@@ -1,6 +1,8 @@
 /** `llmgw ctl drain NODE`: cordon NODE and move its replicas elsewhere, each replacement serving before its original stops. */
 import { WorkflowFailedError, type Client } from '@temporalio/client';
 import { QUEUES, searchAttributes, workflowIds } from '../../lib/names';
+import { checkNodeId } from '../../lib/pki/node-id';
+import type { NodeId } from '../../lib/types';
 import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from '../../workflows/contracts/drain';
 import { intOption } from '../args';
 import { temporalClient, workflowLink } from '../temporal';
@@ -17,7 +19,7 @@ export function formatDrainProgress(p: DrainProgress): string {
  * Starts `drain/<node>` (or joins the one running) and follows it until it ends. Ctrl-C only stops following:
  * the drain goes on in Temporal, and running the command again follows it again.
  */
-export async function drain(client: Client, o: { nodeId: string; timeoutS: number | null; wait: boolean; uiLink: string; out: (s: string) => void }): Promise<void> {
+export async function drain(client: Client, o: { nodeId: NodeId; timeoutS: number | null; wait: boolean; uiLink: string; out: (s: string) => void }): Promise<void> {
   const workflowId = workflowIds.drain(o.nodeId);
   const handle = await client.workflow.start('drainNode', {
     taskQueue: QUEUES.control, workflowId, args: [{ nodeId: o.nodeId, timeoutS: o.timeoutS } satisfies DrainInput],
@@ -51,7 +53,7 @@ export const drainVerb: CtlVerb = {
                               cordon NODE and move its replicas elsewhere, one at a time, each replacement
                               serving before its original stops (workflow drain/NODE; running it again joins it)`,
   async run(ctx) {
-    const nodeId = nodeArg(ctx);
+    const nodeId = checkNodeId(nodeArg(ctx));
     const { values, config, out } = ctx;
     const timeoutS = values.timeout === undefined ? null : intOption(values.timeout, '--timeout', 1);
     const { client, close } = await temporalClient(config);

@@ -1,6 +1,7 @@
 /** The control plane's HTTP API: the agent routes and the operator routes, with the options they share. */
 import type { FastifyInstance } from 'fastify';
 import type { Store } from '../../lib/store/store';
+import type { NodeId } from '../../lib/types';
 import { agentRoutes } from './agent-routes';
 import type { RenewedCertificate } from './contract';
 import type { ControlLog } from './identity';
@@ -23,11 +24,11 @@ export interface ControlAppOptions {
    * Signs a renewing node's CSR for `identity` (its connection's CN), checking that `presentedSerial` is an
    * unrevoked certificate of that CN (`POST /v1/agent/renew`).
    */
-  renew?: (input: { csrPem: string; identity: string; presentedSerial: string }) => Promise<RenewedCertificate>;
+  renew?: (input: { csrPem: string; identity: NodeId; presentedSerial: string }) => Promise<RenewedCertificate>;
   /** Called after a node registers or returns from down, so waiting replicas try placement again. */
   onNodesChanged?: (nodeId: string) => void;
   /** Called after a node (an agent starting) registers: the control plane has it install and probe its engines. */
-  onRegistered?: (nodeId: string) => void;
+  onRegistered?: (nodeId: NodeId) => void;
 }
 
 /** A node's newest unrevoked certificate as the node list shows it (null: none recorded, or all revoked). */

@@ -15,7 +15,7 @@ import type { ServerConfig } from '../../config/types';
 import { RoutingTable } from '../../gateway/inference/routing';
 import { startGateway, type RunningGateway } from '../../gateway/inference/server';
 import { initCa, issueOperatorCertificate, issueServerCertificate } from '../../lib/pki';
-import type { ModelSpec } from '../../lib/types';
+import { parseNodeId, type ModelSpec } from '../../lib/types';
 import type { BuiltArtefact } from '../../scripts/release';
 import { startCaWorker, type CaWorker } from '../../workers/ca';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
@@ -91,7 +91,7 @@ export async function startOnboardCluster(o: { catalog: ModelSpec[] }): Promise<
   return {
     lan, temporal, config, configFile, cp, ca: caWorker, gateway, artefact: art, sshKey, sshPub: readFileSync(`${sshKey}.pub`, 'utf8').trim(), dir,
     input: (nodeId, addr, extra = {}) => ({
-      nodeId, addr, sshPort: 22, sshUser: 'root', sshKeyPath: sshKey, server: cp.url, advertiseHost: addr, fabrics: [], noGpu: false,
+      nodeId: parseNodeId(nodeId), addr, sshPort: 22, sshUser: 'root', sshKeyPath: sshKey, server: cp.url, advertiseHost: addr, fabrics: [], noGpu: false,
       nvidiaSmi: '/usr/local/bin/nvidia-smi', bins: {},
       artefact: { path: art.file, sha256: art.sha256, name: art.info.name, version: art.info.version, platform: art.platform },
       sshDeadlineS: 60, registerTimeoutS: 60, ...extra,

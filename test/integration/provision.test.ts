@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { WorkflowFailedError } from '@temporalio/client';
 import { QUEUES, workflowIds } from '../../lib/names';
 import { Proxmox } from '../../lib/proxmox/client';
+import { parseNodeId } from '../../lib/types';
 import { startProxmoxWorker, type ProxmoxWorker } from '../../workers/proxmox';
 import type { ProvisionInput, ProvisionResult, AddNodeResult } from '../../workflows/contracts/provision';
 import type { ProxmoxConfig } from '../../config/types';
@@ -32,7 +33,7 @@ describe('provisioning on Proxmox (the API fake), and llmgw add-node end to end'
 
   /** What provision-node would send, for a VM at `.octet` of the test network. */
   const input = (nodeId: string, octet: number, o: Partial<ProvisionInput> = {}): ProvisionInput => ({
-    nodeId, vmid: octet, ip: `${net}${octet}/24`, gateway: c.lan.gateway, nameserver: null, cores: 2, memoryMiB: 2048, diskGiB: 16,
+    nodeId: parseNodeId(nodeId), vmid: octet, ip: `${net}${octet}/24`, gateway: c.lan.gateway, nameserver: null, cores: 2, memoryMiB: 2048, diskGiB: 16,
     cpu: 'host', image: proxmox.image, storage: proxmox.storage, bridge: proxmox.bridge, pveNode: proxmox.node, sshKeys: [c.sshPub],
     ciuser: 'root', sshPort: 22, sshDeadlineS: 60, ...o,
   });

@@ -7,6 +7,7 @@ import type { Client } from '@temporalio/client';
 import type { ServerConfig } from '../../config/types';
 import { QUEUES, workflowIds } from '../../lib/names';
 import type { Store } from '../../lib/store/store';
+import type { NodeId } from '../../lib/types';
 import type { EnsureEnginesWorkflowInput } from '../../workflows/contracts/engines';
 
 /** What a node's engine probe depends on: server.yaml's engines and catalog (its profiles' args are checked too). */
@@ -42,7 +43,7 @@ export class EnginePolicy {
   }
 
   /** The control API's registration hook: a node that (re)registers checks its engines again. */
-  readonly onRegistered = (nodeId: string): void => this.ensureEngines(nodeId);
+  readonly onRegistered = (nodeId: NodeId): void => this.ensureEngines(nodeId);
 
   /** Starts no more ensureEngines workflows; those already started run on in Temporal. */
   stop(): void {
@@ -50,7 +51,7 @@ export class EnginePolicy {
   }
 
   /** Starts (or restarts) the node's ensureEngines workflow; a failure to start is logged. */
-  private ensureEngines(nodeId: string): void {
+  private ensureEngines(nodeId: NodeId): void {
     if (this.stopped) return;
     // A rolling-upgrade workflow would coordinate here: asked (or holding a node) before a run starts under it.
     const input: EnsureEnginesWorkflowInput = { nodeId, engines: this.o.config.engines, catalog: this.o.config.catalog, configHash: this.configHash };

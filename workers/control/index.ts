@@ -15,6 +15,7 @@ import { QUEUES } from '../../lib/names';
 import { release } from '../../lib/release';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
+import type { NodeId } from '../../lib/types';
 import { EnginePolicy } from './engine-policy';
 import { StaleNodeSweep } from './stale-node-sweep';
 import { TaskTokenPruning } from './token-pruning';
@@ -105,7 +106,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     heartbeatMs: 2000,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
     onRegistered: engines.onRegistered,
-    renew: (input: { csrPem: string; identity: string; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
+    renew: (input: { csrPem: string; identity: NodeId; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
     revoke: async (nodeId, reason) => {
       if (ca) return ca.revokeNode({ nodeId, reason });
       // MySQL first: the gate refuses the node at once, whether or not llmgw-ca is up to sign the CRL.

@@ -1,5 +1,6 @@
 /** Contract of the modelDeployment workflow. */
 import { defineQuery, defineSignal, defineUpdate } from '@temporalio/workflow';
+import type { ReplicaId } from '../../lib/types';
 
 export interface ModelDeploymentInput {
   model: string;
@@ -9,27 +10,27 @@ export interface ModelDeploymentInput {
 
 export interface ModelDeploymentState {
   desired: number | null;
-  replicas: string[];
+  replicas: ReplicaId[];
   nextIndex: number;
   /** Replacements in progress: the new replica serves first, then the old one stops. */
   replacing?: Replacement[];
 }
 
 export interface Replacement {
-  old: string;
-  new: string;
+  old: ReplicaId;
+  new: ReplicaId;
   why: string;
 }
 
 /** Replace one replica (make before break): start a new one, and stop the old one once the new one serves. */
-export const replaceSignal = defineSignal<[{ replicaId: string; why: string }]>('replace');
+export const replaceSignal = defineSignal<[{ replicaId: ReplicaId; why: string }]>('replace');
 /**
  * Withdraw a replacement: its original left the node by itself (rebuilt elsewhere after a failure), so a
  * replacement that does not serve yet is stopped and the original keeps its place. One that serves completes.
  */
-export const withdrawReplaceSignal = defineSignal<[{ replicaId: string; why: string }]>('withdrawReplace');
+export const withdrawReplaceSignal = defineSignal<[{ replicaId: ReplicaId; why: string }]>('withdrawReplace');
 /** Sent by a child replica each time it becomes ready. */
-export const replicaReadySignal = defineSignal<[string]>('replicaReady');
+export const replicaReadySignal = defineSignal<[ReplicaId]>('replicaReady');
 
 /** Set the desired number of replicas; returns the new count. */
 export const scaleUpdate = defineUpdate<number, [number]>('scale');

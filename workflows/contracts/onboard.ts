@@ -1,5 +1,6 @@
 /** Contract of the onboardNode workflow (`onboard/<node>`): its input, steps, progress query and result. */
 import { defineQuery } from '@temporalio/workflow';
+import type { NodeId } from '../../lib/types';
 
 /** The release artefact onboarding installs (a file on the CA host, where the llmgw-ca worker reads it). */
 export interface ArtefactRef {
@@ -14,7 +15,7 @@ export interface ArtefactRef {
 }
 
 export interface OnboardInput {
-  nodeId: string;
+  nodeId: NodeId;
   /** where the CA host reaches the node over ssh */
   addr: string;
   sshPort: number;
@@ -73,12 +74,12 @@ export interface StepProgress<Id extends string = StepId> {
 }
 
 export interface OnboardProgress {
-  nodeId: string;
+  nodeId: NodeId;
   steps: StepProgress[];
 }
 
 export interface OnboardResult {
-  nodeId: string;
+  nodeId: NodeId;
   steps: StepProgress[];
   totalMs: number;
   /** of totalMs, waiting on the node; the rest is llmgw's own work (and Temporal's scheduling) */

@@ -1,9 +1,10 @@
 /** Contract of provisionNode (`provision/<node>`) and addNode (`add-node/<node>`): inputs, steps, progress, results. */
 import { defineQuery } from '@temporalio/workflow';
+import type { NodeId } from '../../lib/types';
 import type { OnboardInput, OnboardResult, StepProgress, StepResult } from './onboard';
 
 export interface ProvisionInput {
-  nodeId: string;
+  nodeId: NodeId;
   vmid: number;
   /** ADDR/PREFIX */
   ip: string;
@@ -40,14 +41,14 @@ export type ProvisionStepId = (typeof PROVISION_STEPS)[number]['id'];
 export type StepLine = StepProgress<string>;
 
 export interface ProvisionProgress {
-  nodeId: string;
+  nodeId: NodeId;
   steps: StepLine[];
   /** set once this run created the VM (or recognised its own create after a retried request) */
   createdVmid: number | null;
 }
 
 export interface ProvisionResult {
-  nodeId: string;
+  nodeId: NodeId;
   vmid: number;
   address: string;
   steps: StepLine[];
@@ -71,7 +72,7 @@ export interface RemoveVmResult {
 export const provisionProgressQuery = defineQuery<ProvisionProgress>('provisionProgress');
 
 export interface AddNodeInput {
-  nodeId: string;
+  nodeId: NodeId;
   /** absent with --onboard-only */
   provision: ProvisionInput | null;
   /** absent with --provision-only */
@@ -79,7 +80,7 @@ export interface AddNodeInput {
 }
 
 export interface AddNodeResult {
-  nodeId: string;
+  nodeId: NodeId;
   provision: ProvisionResult | null;
   onboard: OnboardResult | null;
   totalMs: number;

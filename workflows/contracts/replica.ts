@@ -1,9 +1,9 @@
 /** Contract of the replica workflow: input, signals, queries. */
 import { defineQuery, defineSignal } from '@temporalio/workflow';
-import type { Profile, ReplicaState, ShardAssignment } from '../../lib/types';
+import type { Profile, ReplicaId, ReplicaState, ShardAssignment } from '../../lib/types';
 
 export interface ReplicaInput {
-  replicaId: string;
+  replicaId: ReplicaId;
   model: string;
   source: string;
   /** the catalog's sha256 of a URL source's file: fetchWeights verifies it on each node */

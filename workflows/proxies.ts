@@ -1,0 +1,146 @@
+/**
+ * Every activity proxy the workflows use, by name, with its task queue, timeouts and retries: the one place to
+ * read or tune them. Proxies whose queue or deadline depends on a workflow's input are small factories.
+ */
+import { ActivityCancellationType, proxyActivities } from '@temporalio/workflow';
+import type { CaOperations } from '../activities/ca';
+import type { OnboardActivities } from '../activities/ca/onboard';
+import type { ControlActivities } from '../activities/control';
+import type { NodeActivities } from '../activities/node';
+import type { WeightsActivities } from '../activities/node/weights';
+import type { ProxmoxActivities } from '../activities/proxmox';
+import { QUEUES, nodeQueue } from '../lib/names';
+
+/** MySQL and placement work on llmgw-control: each call is short, and retried through a brief outage of either. */
+export const control = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '30s',
+  retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
+});
+
+/** waitServing: an engine may take minutes to serve (the heartbeat shows the poll alive); a failure is the replica's to handle, so no retry. */
+export const serving = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '10m',
+  heartbeatTimeout: '10s',
+  retry: { maximumAttempts: 1 },
+});
+
+/** moveStatus: long-polls a move's progress; heartbeats while it waits. */
+export const moveWatch = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '60s',
+  heartbeatTimeout: '10s',
+  retry: { initialInterval: '1s', maximumInterval: '10s' },
+});
+
+/**
+ * A renewal is waited for by the agent's HTTP request: give up within a minute (the agent retries a failed
+ * renewal every minute, with its old certificate still valid). Refusals (a bad CSR, a revoked serial) fail at once.
+ */
+export const caSigning = proxyActivities<CaOperations>({
+  taskQueue: QUEUES.ca,
+  startToCloseTimeout: '20s',
+  scheduleToCloseTimeout: '1m',
+  retry: { initialInterval: '1s', maximumInterval: '5s' },
+});
+
+/** A CRL after a revocation: worth retrying until the CA worker is back (the revocation itself is already in MySQL). */
+export const crlPublishing = proxyActivities<CaOperations>({
+  taskQueue: QUEUES.ca,
+  startToCloseTimeout: '20s',
+  scheduleToCloseTimeout: '1d',
+  retry: { initialInterval: '1s', maximumInterval: '1m' },
+});
+
+/** A wait's deadline past the input's own: the activity must outlive the wait it reports on. */
+const WAIT_MARGIN_S = 120;
+
+/**
+ * Each onboarding step on llmgw-ca: a dropped connection or a CA worker that died (heartbeat timeout) is retried;
+ * the steps' own failures are final (non-retryable).
+ */
+function onboardStep(startToCloseS: number): OnboardActivities {
+  return proxyActivities<OnboardActivities>({
+    taskQueue: QUEUES.ca,
+    startToCloseTimeout: `${startToCloseS}s`,
+    heartbeatTimeout: '30s',
+    retry: { initialInterval: '2s', maximumInterval: '10s', maximumAttempts: 4 },
+  });
+}
+
+/** Onboarding's proxies: 10 minutes a step; the two waits get their own deadlines plus a margin. */
+export function onboardProxies(input: { sshDeadlineS: number; registerTimeoutS: number }): {
+  steps: OnboardActivities; sshWait: OnboardActivities; registerWait: OnboardActivities;
+} {
+  return {
+    steps: onboardStep(600),
+    sshWait: onboardStep(input.sshDeadlineS + WAIT_MARGIN_S),
+    registerWait: onboardStep(input.registerTimeoutS + WAIT_MARGIN_S),
+  };
+}
+
+/** Each provisioning step on llmgw-proxmox, with the deadline that step needs. */
+function proxmoxStep(startToCloseS: number): ProxmoxActivities {
+  return proxyActivities<ProxmoxActivities>({
+    taskQueue: QUEUES.proxmox,
+    startToCloseTimeout: `${startToCloseS}s`,
+    heartbeatTimeout: '60s',
+    // A lost connection to Proxmox or a proxmox worker that died; Proxmox's own refusals are non-retryable.
+    retry: { initialInterval: '2s', maximumInterval: '20s', maximumAttempts: 5 },
+  });
+}
+
+/** Provisioning's proxies: 15 minutes a step, the ssh wait its own deadline plus a margin, the removal of its VM after a failure 10 minutes. */
+export function provisionProxies(input: { sshDeadlineS: number }): { steps: ProxmoxActivities; sshWait: ProxmoxActivities; removal: ProxmoxActivities } {
+  return { steps: proxmoxStep(900), sshWait: proxmoxStep(input.sshDeadlineS + WAIT_MARGIN_S), removal: proxmoxStep(600) };
+}
+
+/** ensureEngines on a node's own queue: installs take long, the heartbeat is what says they are alive. */
+export function nodeEngines(nodeId: string): NodeActivities {
+  return proxyActivities<NodeActivities>({
+    taskQueue: nodeQueue(nodeId),
+    // A pip install of vLLM with its dependencies takes minutes; the heartbeat (every 2 s) says it is alive.
+    startToCloseTimeout: '2h',
+    heartbeatTimeout: '1m',
+    retry: { maximumAttempts: 3, initialInterval: '5s' },
+  });
+}
+
+/** fetchWeights on a node: resumable, so retries are cheap; it heartbeats every second with bytes and rate. */
+export function nodeWeights(nodeId: string): WeightsActivities {
+  return proxyActivities<WeightsActivities>({
+    taskQueue: nodeQueue(nodeId),
+    scheduleToStartTimeout: '60s',
+    // A large model over a slow link; progress is the heartbeat, not this.
+    startToCloseTimeout: '24h',
+    heartbeatTimeout: '30s',
+    // A wrong sha256, a missing path and HTTP 4xx come back non-retryable.
+    retry: { initialInterval: '2s', backoffCoefficient: 2, maximumInterval: '1m', maximumAttempts: 6 },
+  });
+}
+
+/** How long a shard may go without a heartbeat before its node counts as lost. */
+const SHARD_HEARTBEAT_TIMEOUT = '5s';
+
+/**
+ * How long a shard may wait for its agent to take it: a run again after a lost heartbeat goes to an agent that
+ * is running (10 s), any other run may wait for an agent to start, e.g. after an upgrade (60 s).
+ */
+export const SHARD_PICKUP = { usual: '60s', afterLostHeartbeat: '10s' } as const;
+/** One of SHARD_PICKUP's timeouts. */
+export type ShardPickup = (typeof SHARD_PICKUP)[keyof typeof SHARD_PICKUP];
+
+/**
+ * A shard runs for as long as the replica does; a missing heartbeat means its node is gone.
+ * Cancelling it waits until the agent reports its engine gone, so 'stopped' (and a rebuild's new placement)
+ * never overlaps a live engine; the node worker flushes heartbeats every second, which is how fast a cancel arrives.
+ */
+export function nodeShards(nodeId: string, scheduleToStartTimeout: ShardPickup = SHARD_PICKUP.usual): NodeActivities {
+  return proxyActivities<NodeActivities>({
+    taskQueue: nodeQueue(nodeId),
+    startToCloseTimeout: '3650 days',
+    scheduleToStartTimeout,
+    // Shards heartbeat every second: five missed is a lost node, and the replica is rebuilt elsewhere.
+    heartbeatTimeout: SHARD_HEARTBEAT_TIMEOUT,
+    cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    retry: { maximumAttempts: 1 },
+  });
+}
