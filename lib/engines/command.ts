@@ -6,6 +6,7 @@ import { ENGINE_SPECS, type EngineProgram } from './registry';
 
 export { type LaunchNode, type ShardLaunch } from './launch';
 
+/** The command a node runs for one shard: the engine's program, its arguments and its environment. */
 export interface EngineCommand {
   /** argv[0] is resolved by the node: `sim` runs llmgw's own sim engine entrypoint */
   engine: EngineName;
