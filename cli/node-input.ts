@@ -10,6 +10,7 @@ import { LlmgwError } from '../lib/errors';
 import { parseArtefactName } from '../lib/onboard/plan';
 import type { ArtefactRef, OnboardInput } from '../workflows/contracts/onboard';
 import { UsageError } from './args';
+import { engineBins, type EngineBinValues } from './engine-flags';
 
 function sha256File(file: string): Promise<string> {
   return new Promise((res, rej) => {
@@ -65,21 +66,10 @@ export function agentFlags(values: AgentFlagValues): Pick<OnboardInput, 'fabrics
   };
 }
 
-/** The flags agentFlags reads. */
-export interface AgentFlagValues {
+/** The flags agentFlags reads (and the engine-binary flags, cli/engine-flags.ts). */
+export interface AgentFlagValues extends EngineBinValues {
   fabric?: string[];
   'no-gpu'?: boolean;
   'nvidia-smi'?: string;
   'ib-root'?: string;
-  'llamacpp-bin'?: string;
-  'vllm-bin'?: string;
-  'sglang-python'?: string;
-}
-
-/** The engine flags (--llamacpp-bin, --vllm-bin, --sglang-python) as onboarding's `bins`. */
-export function engineBins(values: { 'llamacpp-bin'?: string; 'vllm-bin'?: string; 'sglang-python'?: string }): OnboardInput['bins'] {
-  return {
-    ...(values['llamacpp-bin'] ? { llamacpp: values['llamacpp-bin'] } : {}), ...(values['vllm-bin'] ? { vllm: values['vllm-bin'] } : {}),
-    ...(values['sglang-python'] ? { sglang: values['sglang-python'] } : {}),
-  };
 }

@@ -8,6 +8,7 @@ import { QUEUES, searchAttributes, workflowIds } from '../lib/names';
 import { checkNodeId } from '../lib/pki';
 import type { OnboardInput, OnboardResult } from '../workflows/contracts/onboard';
 import { intOption, parse, UsageError } from './args';
+import { ENGINE_BIN_OPTIONS, nodeBinUsage } from './engine-flags';
 import { detachedLine, followOnboarding, onboardedLine } from './follow';
 import { agentFlags, artefactRef, controlPlaneUrl, sshKeyPath } from './node-input';
 import { withTemporalClient, workflowLink } from './temporal';
@@ -30,9 +31,7 @@ llmgw ctl follow onboard/ID follows it again.
   --binary ARTEFACT       the release artefact to install (llmgw-<version>-linux-<arch>.tar.gz, from npm run
                           release or a release); onboarding never copies the working tree it runs from
   --fabric NAME[:dev,dev] InfiniBand fabric of the node (repeatable); none: an island
-  --llamacpp-bin PATH     llama-server on the node, run at onboarding (--version) and offered
-  --vllm-bin PATH         vllm on the node, likewise
-  --sglang-python PATH    the python with SGLang on the node, likewise
+${nodeBinUsage(26, 'run at onboarding (--version) and offered')}
   --nvidia-smi PATH       nvidia-smi on the node (default: on its PATH)
   --no-gpu                the node has no GPU: the agent does not look for one
   --ib-root PATH          sysfs root with class/infiniband on the node (default /sys)
@@ -74,7 +73,7 @@ export async function onboardNodeCommand(argv: string[]): Promise<void> {
     usage: USAGE,
     options: {
       node: { type: 'string' }, addr: { type: 'string' }, server: { type: 'string' }, binary: { type: 'string' },
-      fabric: { type: 'string', multiple: true }, 'llamacpp-bin': { type: 'string' }, 'vllm-bin': { type: 'string' }, 'sglang-python': { type: 'string' },
+      fabric: { type: 'string', multiple: true }, ...ENGINE_BIN_OPTIONS,
       'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' }, 'ib-root': { type: 'string' }, 'advertise-host': { type: 'string' },
       'ssh-user': { type: 'string' }, 'ssh-key': { type: 'string' }, 'ssh-port': { type: 'string' }, 'ssh-timeout': { type: 'string' },
       'register-timeout': { type: 'string' }, 'no-follow': { type: 'boolean' }, config: { type: 'string' },

@@ -1,6 +1,6 @@
 /** The sim engine process: `sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP`. */
 import { parseArgs } from 'node:util';
-import { SIM_ENGINE_VERSION } from '../lib/sim/argv';
+import { SIM_ENGINE_VERSION } from '../lib/engines/sim';
 import { startSimEngine, type SimOptions } from '../lib/sim/server';
 
 const USAGE = `usage: sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP [--tokens-per-second N]

@@ -7,9 +7,9 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { checkFlags, widestFlags } from '../../lib/engines/check';
-import { PROGRAMS_OF, binPrograms, programHelp, programVersion, runArgv, tailLines, type EnginePrograms } from '../../lib/engines/help';
-import { planEngines, venvPrograms, type EnginePlan, type OperatorBins } from '../../lib/engines/install';
-import type { EngineProgram } from '../../lib/engines/launch';
+import { binPrograms, programHelp, programVersion, runArgv, tailLines, type EnginePrograms } from '../../lib/engines/help';
+import { planEngines, venvPrograms, type EnginePlan } from '../../lib/engines/install';
+import { ENGINE_SPECS, type EngineProgram, type OperatorBins } from '../../lib/engines/registry';
 import type { EngineName, EngineStatus, ModelSpec } from '../../lib/types';
 
 export interface EngineSetupDeps {
@@ -86,10 +86,10 @@ export function createEngineSetup(deps: EngineSetupDeps) {
   /** Runs every program of the engine and checks its flags; the reason it cannot be offered, or null. */
   async function probe(engine: EngineName, programs: EnginePrograms, catalog: ModelSpec[]): Promise<string | null> {
     const helps = new Map<EngineProgram, string>();
-    for (const program of PROGRAMS_OF[engine]) {
+    for (const program of ENGINE_SPECS[engine].programs) {
       const prefix = programs[program];
       if (!prefix) return `${program} is not part of this install`;
-      const r = await programHelp(program, prefix);
+      const r = await programHelp(engine, program, prefix);
       if (r.kind === 'failed') return `${r.command}: ${r.why}`;
       helps.set(program, r.text);
     }
@@ -143,9 +143,9 @@ export function createEngineSetup(deps: EngineSetupDeps) {
           }
         }
         const progs: EnginePrograms = p.kind === 'builtin' ? { sim: deps.sim } : p.kind === 'operator' ? binPrograms(p.engine, p.bin) : venvPrograms(p.engine, p.dir, sitePackages(p.dir));
-        progress('probing')(PROGRAMS_OF[p.engine].join(', '));
+        progress('probing')(ENGINE_SPECS[p.engine].programs.join(', '));
         const why = await probe(p.engine, progs, input.catalog);
-        const main = progs[PROGRAMS_OF[p.engine][0] as EngineProgram];
+        const main = progs[ENGINE_SPECS[p.engine].programs[0]];
         const version = p.kind === 'operator' && main ? ((await programVersion(p.engine, main)) ?? '') : p.version;
         if (why) {
           done('failed', why, from, version);

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
-import type { EngineProgram } from '../../lib/engines/launch';
+import type { EngineProgram } from '../../lib/engines/registry';
 import { engineShimArgv, logTail, removeEngineFiles, shardKey, type EngineExit, type EngineState } from '../../lib/engine-state';
 import type { EngineName, EngineStatus, NodeInventory } from '../../lib/types';
 import { hasCode, type ErrorCode, type LlmgwError } from '../../lib/errors';

@@ -2,20 +2,21 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { PINNED_ENGINES } from '../../config/defaults';
 import { loadServerConfig } from '../../config/load';
-import { checkFailed, checkFlags, formatCheck, isVllmSummary, widestFlags } from '../../lib/engines/check';
-import { binPrograms, programHelp, PROGRAMS_OF } from '../../lib/engines/help';
-import type { EngineProgram } from '../../lib/engines/launch';
-import type { EngineName, ModelSpec } from '../../lib/types';
+import { checkFailed, checkFlags, formatCheck, widestFlags } from '../../lib/engines/check';
+import { binPrograms, programHelp } from '../../lib/engines/help';
+import { ENGINE_SPECS, INSTALLED_ENGINES, type EngineProgram, type InstalledEngine } from '../../lib/engines/registry';
+import type { ModelSpec } from '../../lib/types';
 import { parse, UsageError } from '../args';
 import type { CtlVerb } from './verb';
 
-const CHECKED = ['llamacpp', 'vllm', 'sglang'] as const satisfies readonly EngineName[];
-type CheckedEngine = (typeof CHECKED)[number];
+/** The engines checked: every one llmgw installs (sim is llmgw's own). */
+const CHECKED = INSTALLED_ENGINES;
+type CheckedEngine = InstalledEngine;
 
 export const ENGINE_CHECK_USAGE = `
 llmgw ctl engine-check ENGINE [--help-output FILE | --bin PATH] [--config server.yaml]
 
-Builds the widest command llmgw would ever give ENGINE (llamacpp, vllm or sglang) — every rank of a
+Builds the widest command llmgw would ever give ENGINE (${CHECKED.slice(0, -1).join(', ')} or ${CHECKED.at(-1)}) — every rank of a
 multi-node replica, llmgw's own flags and each catalog profile's args — and checks every flag against the
 engine's own help, on a word boundary (--port is not satisfied by --port-range). Exits 1 listing each
 missing flag and who uses it (llmgw, or model/profile); warns when the help does not document --help
@@ -41,7 +42,7 @@ function helpText(value: string, flag: string): string {
 export async function runHelp(engine: CheckedEngine, program: EngineProgram, bin: string): Promise<string> {
   const prefix = binPrograms(engine, bin)[program];
   if (!prefix) throw new UsageError(`${engine} has no program ${program}`);
-  const r = await programHelp(program, prefix);
+  const r = await programHelp(engine, program, prefix);
   if (r.kind === 'failed') throw new UsageError(`${r.command}: ${r.why}`);
   return r.text;
 }
@@ -51,8 +52,9 @@ export function engineCheck(o: { engine: CheckedEngine; version: string; catalog
   const checks = checkFlags(widestFlags(o.engine, o.catalog), o.helpOf);
   const uses = o.catalog.some((m) => m.profiles.some((p) => p.engine === o.engine));
   let note = uses ? '' : `no catalog profile uses ${o.engine}: checked llmgw's own flags\n`;
-  const help = o.engine === 'vllm' ? o.helpOf('vllm') : null;
-  if (help !== null && isVllmSummary(help)) note += 'warning: this is the summary vllm serve --help prints, not its flags: give the output of VLLM_TARGET_DEVICE=cpu vllm serve --help=all\n';
+  const caveat = ENGINE_SPECS[o.engine].helpCaveat;
+  const help = caveat ? o.helpOf(caveat.program) : null;
+  if (caveat && help !== null && caveat.applies(help)) note += `warning: ${caveat.warning}\n`;
   return { report: note + formatCheck(o.engine, o.version, checks), failed: checkFailed(checks) };
 }
 
@@ -75,7 +77,7 @@ export async function engineCheckCommand(argv: string[], out: (s: string) => voi
   const rpcGiven = values['rpc-help-output'] === undefined ? null : helpText(values['rpc-help-output'], '--rpc-help-output');
   const bin = values.bin;
   const ran = new Map<EngineProgram, string>();
-  if (bin !== undefined) for (const p of PROGRAMS_OF[e]) if (!(p === 'ggml-rpc-server' && rpcGiven !== null)) ran.set(p, await runHelp(e, p, bin));
+  if (bin !== undefined) for (const p of ENGINE_SPECS[e].programs) if (!(p === 'ggml-rpc-server' && rpcGiven !== null)) ran.set(p, await runHelp(e, p, bin));
   const helpOf = (p: EngineProgram): string | null => {
     if (p === 'ggml-rpc-server' && rpcGiven !== null) return rpcGiven;
     if (bin !== undefined) return ran.get(p) ?? null;
@@ -90,7 +92,7 @@ export async function engineCheckCommand(argv: string[], out: (s: string) => voi
 /** `ctl engine-check` (its own options and --help) */
 export const engineCheckVerb: CtlVerb = {
   help: `  engine-check ENGINE [--help-output FILE | --bin PATH]
-                              check every flag llmgw would give ENGINE (llamacpp, vllm, sglang) against its help`,
+                              check every flag llmgw would give ENGINE (${CHECKED.join(', ')}) against its help`,
   run: (ctx) => engineCheckCommand([ctx.verb, ...ctx.positionals], ctx.out),
   raw: engineCheckCommand,
 };

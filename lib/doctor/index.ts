@@ -1,5 +1,6 @@
 /** `llmgw doctor`: what a node lacks before it joins, each check pass/warn/fail with its fix in one line. */
 import { join } from 'node:path';
+import { ENGINE_SPECS } from '../engines/registry';
 import { discoverFabricIdentity, type FabricDiscovery } from '../fabrics';
 import { runCommand, type Exec } from '../hardware/exec';
 import { readIbAdapters } from '../hardware/infiniband';
@@ -24,7 +25,7 @@ export interface DoctorOptions {
   cpuinfo?: string;
   /** default `sminfo` */
   sminfo?: string;
-  /** The node's engines; libgomp is required only with llamacpp. Default: required. */
+  /** The node's engines; libgomp is required only with one whose spec needs it (llamacpp). Default: required. */
   engines?: EngineName[];
   /** Runs nvidia-smi, sminfo, systemctl and ldconfig (default: runCommand) */
   exec?: Exec;
@@ -44,7 +45,7 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorResult[]> {
   return [
     await checkNvidiaSmi(opts.nvidiaSmi, gpus, root),
     await checkCpuFlags(opts.cpuinfo ?? join(root, 'proc/cpuinfo')),
-    await checkLibgomp(root, exec, opts.engines === undefined || opts.engines.includes('llamacpp')),
+    await checkLibgomp(root, exec, opts.engines === undefined || opts.engines.some((e) => ENGINE_SPECS[e].needsLibgomp)),
     checkFabrics(opts.fabrics, adapters, fabrics),
     ...checkSubnetManagers(opts.fabrics, fabrics),
     await checkGpuDirect(sysRoot, root, gpuNode && opts.fabrics.length > 0),

@@ -3,8 +3,8 @@
  * Engines rename and remove flags between versions, and the failure otherwise arrives minutes into a model load.
  */
 import type { EngineName, ModelSpec, Profile } from '../types';
-import { ENGINE_BUILDERS } from './command';
-import type { EngineProgram, ShardLaunch } from './launch';
+import type { ShardLaunch } from './launch';
+import { ENGINE_SPECS, type EngineProgram } from './registry';
 
 /** Who puts a flag on the command line: llmgw itself, or a catalog profile's own args (`model/profile`). */
 export const LLMGW = 'llmgw';
@@ -42,7 +42,7 @@ export function widestFlags(engine: EngineName, catalog: readonly ModelSpec[]): 
     const flags = out.get(program) ?? new Map<string, Set<string>>();
     out.set(program, flags.set(flag, (flags.get(flag) ?? new Set()).add(who)));
   };
-  const build = ENGINE_BUILDERS[engine];
+  const build = ENGINE_SPECS[engine].command;
   const own: Profile = { name: LLMGW, engine, nodes: 2, gpusPerNode: 8, args: [] };
   const profiles = catalog.flatMap((m) => m.profiles.filter((p) => p.engine === engine).map((p) => ({ who: `${m.name}/${p.name}`, p })));
   for (const { who, p } of [{ who: LLMGW, p: own }, ...profiles]) {
@@ -107,14 +107,6 @@ export function formatCheck(engine: EngineName, version: string, checks: Program
     for (const m of c.missing) lines.push(`${engine} ${version} ${c.program}: ${m.flag} is not in its help (used by ${m.usedBy.join(', ')})`);
   }
   return `${lines.join('\n')}\n`;
-}
-
-/**
- * True for the summary `vllm serve --help` prints (section names and a pointer to `--help=all`) instead of its
- * flags: checked against it, every flag is reported missing, confidently and wrongly.
- */
-export function isVllmSummary(help: string): boolean {
-  return /^Config Groups:/m.test(help) && /--help=all/.test(help);
 }
 
 /** True when a flag is missing (the command then exits non-zero). */

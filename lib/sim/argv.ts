@@ -12,6 +12,3 @@ import { releaseSelfArgv } from '../release';
 export function simEngineArgv(): string[] {
   return releaseSelfArgv('sim-engine') ?? [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../../cli/sim-engine.ts')];
 }
-
-/** The sim engine's version: what `sim-engine --version` prints, and what server.yaml names under engines.sim. */
-export const SIM_ENGINE_VERSION = '1.0.0';

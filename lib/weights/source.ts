@@ -1,7 +1,8 @@
 /**
- * What a catalog `source` names, and which ranks need its weights on their node. Pure (no Node built-ins), so
- * the replica workflow may import it.
+ * What a catalog `source` names, and which ranks need its weights on their node. Pure (no Node built-ins, and
+ * so is the engine registry it reads), so the replica workflow may import it.
  */
+import { ENGINE_SPECS } from '../engines/registry';
 import type { EngineName } from '../types';
 
 /** A catalog source, classified. */
@@ -29,21 +30,11 @@ export const SHA256_RE = /^[0-9a-f]{64}$/i;
 
 /**
  * True when this rank of a replica must have the model's weights on its own node before it starts: the source
- * is a URL or a path (sim:// and engine-resolved ids have nothing to fetch), and the rank reads them itself.
- * llama.cpp's worker ranks (ggml-rpc-server) and the sim engine's get everything from rank 0; every rank of
- * vLLM and SGLang loads its own part of the weights.
+ * is a URL or a path (sim:// and engine-resolved ids have nothing to fetch), and the rank reads them itself
+ * (the engine's spec says which ranks do: llama.cpp's and the sim engine's workers get everything from rank 0).
  */
 export function needsWeights(source: string, engine: EngineName, rank: number): boolean {
   const kind = classifySource(source).kind;
   if (kind !== 'url' && kind !== 'path') return false;
-  switch (engine) {
-    case 'sim':
-    case 'llamacpp': return rank === 0;
-    case 'vllm':
-    case 'sglang': return true;
-    default: {
-      const never: never = engine;
-      return Boolean(never);
-    }
-  }
+  return ENGINE_SPECS[engine].rankNeedsWeights(rank);
 }

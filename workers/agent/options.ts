@@ -1,5 +1,5 @@
 /** What the node agent is started with (its flags, parsed by the CLI) and what a started agent hands back. */
-import type { OperatorBins } from '../../lib/engines/install';
+import type { OperatorBins } from '../../lib/engines/registry';
 import type { TlsCredentials } from '../../lib/tls-client';
 import type { NodeId, NodeInventory } from '../../lib/types';
 

@@ -1,5 +1,6 @@
 /** Contract of the onboardNode workflow (`onboard/<node>`): its input, steps, progress query and result. */
 import { defineQuery } from '@temporalio/workflow';
+import type { OperatorBins } from '../../lib/engines/registry';
 import type { NodeId } from '../../lib/types';
 
 /** The release artefact onboarding installs (a file on the CA host, where the llmgw-ca worker reads it). */
@@ -30,7 +31,8 @@ export interface OnboardInput {
   nvidiaSmi?: string;
   noGpu: boolean;
   ibRoot?: string;
-  bins: { llamacpp?: string; vllm?: string; sglang?: string };
+  /** the operator's engine binaries on the node, by engine (`--llamacpp-bin`, …) */
+  bins: OperatorBins;
   artefact: ArtefactRef;
   /** how long to wait for ssh to answer, s (default 600) */
   sshDeadlineS: number;

@@ -1,0 +1,38 @@
+/**
+ * llmgw's own sim engine (lib/sim/server.ts, run as `sim-engine`): a real process with the same HTTP API and
+ * the same shape of multi-node flags as the real engines, carried by every agent. It needs no GPU.
+ */
+import { defineEngine, parseDottedVersion, type EngineBuilder } from './spec';
+
+/** The sim engine's version: what `sim-engine --version` prints, and what server.yaml names under engines.sim. */
+export const SIM_ENGINE_VERSION = '1.0.0';
+
+/** llmgw's own sim engine: the same shape of flags as the real engines' multi-node ones. */
+const simCommand: EngineBuilder<'sim'> = (l) => ({
+  program: 'sim',
+  args: [
+    '--model', l.model, '--host', l.host, '--port', String(l.port),
+    '--rank', String(l.rank), '--world', String(l.world),
+    '--dist-host', l.distHost, '--dist-port', String(l.distPort),
+    ...l.profile.args,
+  ],
+});
+
+/** The sim engine's spec. */
+export const sim = defineEngine({
+  name: 'sim',
+  title: 'sim',
+  programs: ['sim'],
+  helpArgs: { sim: ['--help'] },
+  versionArgs: ['--version'],
+  parseVersion: parseDottedVersion,
+  // Onboarding starts it the way the agent does (cli/engine-probe.ts).
+  install: { kind: 'builtin', version: SIM_ENGINE_VERSION, probeArgs: ['engine-probe', 'sim', '--timeout', '60'] },
+  binPrograms: (bin) => ({ sim: [bin] }),
+  venvPrograms: () => ({}),
+  needsNvidiaGpu: false,
+  needsLibgomp: false,
+  // Worker ranks get everything from rank 0.
+  rankNeedsWeights: (rank) => rank === 0,
+  command: simCommand,
+});
