@@ -110,6 +110,17 @@ export class Checker {
     return v;
   }
 
+  /** A required true or false. */
+  bool(o: Obj | undefined, path: Seg[]): boolean {
+    if (!o) return false;
+    const v = o[String(last(path))];
+    if (typeof v !== 'boolean') {
+      this.add(path, v === undefined ? 'is missing' : `expected true or false, got ${this.describe(v)}`, 'set it to true or false (unquoted)');
+      return false;
+    }
+    return v;
+  }
+
   /** A list of strings (missing = empty). */
   strList(o: Obj | undefined, path: Seg[], example: string, rule?: Rule): string[] {
     if (!o) return [];

@@ -37,6 +37,8 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
   gateway: {
     apiKeys: [],
     refreshMs: 500,
+    timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 120_000 },
+    accessLog: false,
   },
   catalog: [
     {

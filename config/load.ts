@@ -165,7 +165,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
   const m = c.sub(root, ['mysql'], ['url']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
-  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs']);
+  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog']);
   const tls = c.sub(root, ['tls'], TLS_KEYS);
   const engines = checkEngines(c, root?.engines);
   const config: ServerConfig = {
@@ -190,6 +190,8 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
         /\s/.test(s) ? ['an API key contains whitespace', 'use a key without spaces; it is sent as "Authorization: Bearer <key>"'] : undefined,
       ),
       refreshMs: c.int(g, ['gateway', 'refreshMs'], 50, 60000, '500 (how stale the routing table may get)'),
+      timeouts: checkTimeouts(c, g),
+      accessLog: c.bool(g, ['gateway', 'accessLog']),
     },
     catalog: checkCatalog(c, root?.catalog, engines),
     proxmox: checkProxmox(c, root?.proxmox),
@@ -224,6 +226,20 @@ function checkProxmox(c: Checker, raw: unknown): ServerConfig['proxmox'] {
     cores: o?.cores === undefined ? 4 : c.int(o, at('cores'), 1, 512, '8'),
     memoryMiB: o?.memoryMiB === undefined ? 8192 : c.int(o, at('memoryMiB'), 512, 16_777_216, '32768 (MiB)'),
     disk: o?.disk === undefined ? '64G' : c.str(o, at('disk'), '64G', (s) => (/^\d+G$/.test(s) ? undefined : [`${quote(s)} is not a size in GiB`, 'write it as a whole number of GiB, e.g. 64G'])),
+  };
+}
+
+/** The longest wait llmgw accepts for a first byte: a day, which no client waits for anyway. */
+const MAX_FIRST_BYTE_MS = 86_400_000;
+const FIRST_BYTE_EXAMPLE = '600000 (10 min: a long prefill, or a whole non-streamed answer)';
+
+function checkTimeouts(c: Checker, g: Obj | undefined): ServerConfig['gateway']['timeouts'] {
+  const at = (k: string): Seg[] => ['gateway', 'timeouts', k];
+  const t = c.sub(g, ['gateway', 'timeouts'], ['connectMs', 'firstByteMs', 'idleMs']);
+  return {
+    connectMs: c.int(t, at('connectMs'), 100, 60_000, '2000 (a replica on a reachable network connects in milliseconds)'),
+    firstByteMs: c.int(t, at('firstByteMs'), 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE),
+    idleMs: c.int(t, at('idleMs'), 1000, MAX_FIRST_BYTE_MS, '120000 (2 min between two chunks of an answer)'),
   };
 }
 
@@ -286,7 +302,7 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
   const seen = new Map<string, number>();
   return c.list(raw, ['catalog']).map((item, i): ModelSpec => {
     const at: Seg[] = ['catalog', i];
-    const o = c.obj(item, at, ['name', 'source', 'sha256', 'replicas', 'profiles']);
+    const o = c.obj(item, at, ['name', 'source', 'sha256', 'replicas', 'profiles', 'firstByteMs']);
     const name = c.str(o, [...at, 'name'], 'sim-small', nameRule);
     const prev = seen.get(name);
     if (name && prev !== undefined) c.add([...at, 'name'], `${quote(name)} is already the name of catalog[${prev}]`, 'give each model a unique name; clients choose a model by it');
@@ -305,6 +321,7 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       ...(sha256 ? { sha256 } : {}),
       replicas: c.int(o, [...at, 'replicas'], 0, Infinity, '1'),
       profiles: profiles.map((p, j) => checkProfile(c, p, [...at, 'profiles', j], engines, names)),
+      ...(o?.firstByteMs === undefined ? {} : { firstByteMs: c.int(o, [...at, 'firstByteMs'], 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE) }),
     };
   });
 }

@@ -47,10 +47,24 @@ export interface ServerConfig {
     apiKeys: string[];
     /** How often the routing table is re-read from MySQL, ms */
     refreshMs: number;
+    /** How long the gateway waits on a replica before it ends the request with LLMGW_UPSTREAM_TIMEOUT */
+    timeouts: GatewayTimeouts;
+    /** One JSON line per request on stderr (method, path, model, replica, status, duration, bytes) */
+    accessLog: boolean;
   };
   catalog: ModelSpec[];
   /** Where llmgw creates machines (the llmgw-proxmox worker only; null: no Proxmox, provisioning refused) */
   proxmox: ProxmoxConfig | null;
+}
+
+/** The gateway's waits on a replica, ms. */
+export interface GatewayTimeouts {
+  /** for a new connection to a replica to open; a replica that fails it is skipped for a while */
+  connectMs: number;
+  /** from the request sent to the answer's first byte (a stream's first event; a plain answer's whole body); per model: catalog firstByteMs */
+  firstByteMs: number;
+  /** between two chunks of an answer once it flows */
+  idleMs: number;
 }
 
 /** A Proxmox VE host and how llmgw's VMs are made there (docs/provisioning.md). */

@@ -6,6 +6,7 @@ export const ERRORS = {
   LLMGW_BAD_REQUEST: { status: 400, type: 'invalid_request_error' },
   LLMGW_UNAUTHORIZED: { status: 401, type: 'invalid_request_error' },
   LLMGW_UPSTREAM_FAILED: { status: 502, type: 'server_error' },
+  LLMGW_UPSTREAM_TIMEOUT: { status: 504, type: 'server_error' },
   LLMGW_UNKNOWN_NODE: { status: 404, type: 'invalid_request_error' },
   LLMGW_CONFIG_INVALID: { status: 500, type: 'server_error' },
   LLMGW_NVIDIA_SMI_FAILED: { status: 500, type: 'server_error' },

@@ -127,6 +127,8 @@ export interface ModelSpec {
   sha256?: string;
   replicas: number;
   profiles: Profile[];
+  /** How long the gateway waits for a replica's first byte of an answer, ms; overrides gateway.timeouts.firstByteMs */
+  firstByteMs?: number;
 }
 
 export interface ShardAssignment {

@@ -1,14 +1,18 @@
 /** Forwards one inference request to a replica and streams the answer back, retrying elsewhere before the first byte. */
 import { request, type Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
-import { openAiError } from '../../lib/errors';
-import type { RoutableReplica, RoutingTable } from './routing';
+import type { GatewayTimeouts } from '../../config/types';
+import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
+import type { AccessNote, GatewayLog } from './log';
+import type { PickResult, RoutableReplica, RoutingTable } from './routing';
+import { SseTail } from './sse';
 
 /** What a proxied request needs besides the request itself. */
 export interface ProxyDeps {
   routing: RoutingTable;
   /** A keep-alive agent shared by all requests, so the gateway reuses upstream connections. */
   agent: Agent;
-  log: (msg: string, fields?: Record<string, unknown>) => void;
+  log: GatewayLog;
+  timeouts: GatewayTimeouts;
 }
 
 /** One request to proxy: the replica picked first, and the raw body bytes as the client sent them. */
@@ -17,22 +21,36 @@ export interface ProxyCall {
   path: string;
   body: Buffer;
   first: RoutableReplica;
+  /** The model's first-byte timeout, ms: the catalog's, else gateway.timeouts.firstByteMs. */
+  firstByteMs: number;
+  reqId: string;
   req: IncomingMessage;
   res: ServerResponse;
+  /** The access log's record of this request, when the access log is on. */
+  note?: AccessNote;
 }
 
-// Response headers worth passing through; hop-by-hop ones (connection, transfer-encoding) are Node's business.
-const PASS_HEADERS = ['content-type', 'content-length', 'cache-control', 'x-request-id'] as const;
+// Response headers worth passing through; hop-by-hop ones (connection, transfer-encoding) are Node's business, and
+// x-request-id is the gateway's own (set for every response before the route runs).
+const PASS_HEADERS = ['content-type', 'content-length', 'cache-control'] as const;
+
+// The replica is not there: only these eject it. An HTTP error, a reset or a client that left never do.
+const CONNECT_ERRORS = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN']);
+
+// first-byte: sent, nothing back yet; answer: a stream's headers are back, its first event is not; idle: data flows.
+type Phase = 'connect' | 'first-byte' | 'answer' | 'idle';
 
 /**
- * Sends `call` to `call.first`, then to other ready replicas while nothing has reached the client:
- * on a connection or send error, or a 5xx answer when another replica is left. Once bytes flow, an upstream
- * failure aborts the client response (a truncated stream must not look complete). Releases in-flight counts on every path.
+ * Sends `call` to `call.first`, then to other ready replicas while nothing has reached the client: on a connection
+ * error, a connect or first-byte timeout, or a 5xx answer when another replica is left. Once bytes flow, a failure
+ * (the replica closing, or no data for idleMs) ends a stream with an error event at an event boundary, and cuts any
+ * other answer: a truncated answer must never look complete. Releases in-flight counts on every path.
  */
 export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
-  const { routing, agent, log } = deps;
-  const { res } = call;
+  const { routing, agent, log, timeouts } = deps;
+  const { res, note, model, reqId } = call;
   const tried = new Set<string>();
+  const failures: string[] = [];
   let current: ClientRequest | null = null;
   let clientGone = false;
 
@@ -43,49 +61,85 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
     current?.destroy();
   });
 
-  const fail = (message: string): void => {
-    if (clientGone || res.headersSent) return void res.destroy();
-    const body = JSON.stringify(openAiError('LLMGW_UPSTREAM_FAILED', message));
-    res.writeHead(502, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body);
+  /** Ends the request with the gateway's own error: an answer before any byte was sent, an SSE event after. */
+  const fail = (code: ErrorCode, message: string, stream?: SseTail): void => {
+    if (note) note.error = code;
+    const error = JSON.stringify(openAiError(code, message));
+    if (!res.headersSent) {
+      if (note) note.bytes = Buffer.byteLength(error);
+      return void res.writeHead(ERRORS[code].status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(error) }).end(error);
+    }
+    // As vLLM ends a stream that fails: the error in OpenAI's shape as one more event, then [DONE]. Only between two
+    // events: cut inside one, the client would read a broken event first, so the connection is cut instead.
+    if (!stream?.atBoundary()) return void res.destroy();
+    const tail = `data: ${error}\n\ndata: [DONE]\n\n`;
+    if (note) note.bytes += Buffer.byteLength(tail);
+    res.end(tail);
   };
 
-  const next = (failed: RoutableReplica, why: string): void => {
+  const next = (failed: RoutableReplica, why: string, code: ErrorCode, picked?: PickResult): void => {
     tried.add(failed.id);
+    failures.push(why);
     if (clientGone) return;
-    const p = routing.pick(call.model, tried);
-    if (p.kind !== 'ok') return fail(`model ${call.model}: every replica failed (${[...tried].join(', ')}); last error: ${why}`);
-    log('retrying on another replica', { model: call.model, failed: failed.id, next: p.replica.id, error: why });
+    const p = picked ?? routing.pick(model, tried);
+    if (p.kind !== 'ok') {
+      log('request failed: no replica answered', { level: 'error', reqId, model, code, failures });
+      return fail(code, `model ${model}: every replica failed before answering (${failures.join('; ')})`);
+    }
+    log('retrying on another replica', { level: 'warn', reqId, model, failed: failed.id, next: p.replica.id, error: why });
     attempt(p.replica, true);
   };
 
   const attempt = (replica: RoutableReplica, staleRetryAllowed: boolean): void => {
     routing.acquire(replica.id);
+    if (note) note.replica = replica.id;
     let released = false;
     const release = (): void => {
       if (!released) routing.release(replica.id);
       released = true;
     };
-    const headers: OutgoingHttpHeaders = { 'content-type': 'application/json', 'content-length': call.body.length };
+    let phase: Phase = 'first-byte';
+    let timedOut: string | null = null;
+    const headers: OutgoingHttpHeaders = { 'content-type': 'application/json', 'content-length': call.body.length, 'x-request-id': reqId };
     if (call.req.headers.accept) headers.accept = call.req.headers.accept;
     const upReq = request({ agent, host: replica.host, port: replica.port, path: call.path, method: 'POST', headers });
     current = upReq;
 
-    upReq.on('socket', (s) => s.setNoDelay(true));
+    upReq.on('socket', (s) => {
+      s.setNoDelay(true);
+      // A new connection has connectMs to open; Node puts the first-byte timeout below in place on 'connect'.
+      if (s.connecting) s.setTimeout(timeouts.connectMs);
+    });
+    // The socket's own idle timer, reset by every byte and re-armed per phase: no timer of ours per request.
+    upReq.setTimeout(call.firstByteMs, () => {
+      if (upReq.socket?.connecting) phase = 'connect';
+      timedOut = phase === 'connect' ? `${replica.id}: no connection within ${timeouts.connectMs} ms`
+        : phase === 'idle' ? `${replica.id}: the answer stalled, no data for ${timeouts.idleMs} ms`
+          : `${replica.id}: no answer within ${call.firstByteMs} ms`;
+      upReq.destroy(new Error(timedOut));
+    });
+
     upReq.on('error', (err: NodeJS.ErrnoException) => {
       release();
-      if (clientGone) return;
-      if (res.headersSent) return void res.destroy(err);
+      // Once an answer has begun, its 'close' below ends the request.
+      if (clientGone || phase === 'answer' || phase === 'idle') return;
       // A pooled connection the replica closed while idle: not the replica's fault, try it once more.
       if (staleRetryAllowed && upReq.reusedSocket && err.code === 'ECONNRESET') return attempt(replica, false);
-      next(replica, `${replica.id}: ${err.message}`);
+      if (phase === 'connect' || CONNECT_ERRORS.has(err.code ?? '')) routing.eject(replica, err.message);
+      next(replica, timedOut ?? `${replica.id}: ${err.message}`, timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED');
     });
 
     upReq.on('response', (upRes) => {
+      phase = 'answer';
+      routing.healthy(replica.id);
       const status = upRes.statusCode ?? 502;
-      if (status >= 500 && !clientGone && routing.pick(call.model, new Set([...tried, replica.id])).kind === 'ok') {
-        upRes.resume();
-        upRes.once('close', release);
-        return next(replica, `${replica.id} answered ${status}`);
+      if (status >= 500 && !clientGone) {
+        const other = routing.pick(model, new Set([...tried, replica.id]));
+        if (other.kind === 'ok') {
+          upRes.resume();
+          upRes.once('close', release);
+          return next(replica, `${replica.id} answered ${status}`, 'LLMGW_UPSTREAM_FAILED', other);
+        }
       }
       const out: Record<string, string | string[]> = {};
       for (const h of PASS_HEADERS) {
@@ -93,16 +147,33 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
         if (v !== undefined) out[h] = v;
       }
       res.writeHead(status, out);
-      // Streams start with headers only; pass them on so the client sees 200 before the first token.
-      if (String(upRes.headers['content-type']).startsWith('text/event-stream')) res.flushHeaders();
+      const stream = String(upRes.headers['content-type']).startsWith('text/event-stream') ? new SseTail() : undefined;
+      if (stream) {
+        // Streams start with headers only; pass them on so the client sees 200 before the first token. The prefill
+        // comes after the headers, so the first-byte timeout runs on until the first event.
+        res.flushHeaders();
+        upRes.on('data', (chunk: Buffer) => {
+          if (phase !== 'idle') {
+            phase = 'idle';
+            upReq.setTimeout(timeouts.idleMs);
+          }
+          stream.push(chunk);
+          if (note) note.bytes += chunk.length;
+        });
+      } else {
+        phase = 'idle';
+        upReq.setTimeout(timeouts.idleMs);
+        if (note) upRes.on('data', (chunk: Buffer) => void (note.bytes += chunk.length));
+      }
       // pipe rather than pipeline: pipeline builds an AbortSignal per call, measurable at this request rate.
       upRes.on('error', () => undefined); // 'close' below handles it
       upRes.once('close', () => {
         release();
-        if (upRes.complete) return;
-        // The replica died mid-response: abort the client so a truncated answer never looks complete.
-        res.destroy();
-        if (!clientGone) log('upstream failed mid-response', { model: call.model, replica: replica.id });
+        if (upRes.complete || clientGone) return;
+        const why = timedOut ?? `${replica.id} closed the connection mid-answer`;
+        const code: ErrorCode = timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED';
+        log('answer cut: the replica failed after its first byte', { level: 'error', reqId, model, replica: replica.id, code, error: why });
+        fail(code, `model ${model}: ${why}; the answer is incomplete`, stream);
       });
       upRes.pipe(res);
     });

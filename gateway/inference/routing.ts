@@ -1,5 +1,7 @@
-/** The gateway's in-memory routing table: ready replicas per model, refreshed from the store, with in-flight counts. */
+/** The gateway's in-memory routing table: ready replicas per model, refreshed from the store, with in-flight counts and ejections. */
 import type { RouteRows } from '../../lib/store/store';
+import { Ejections } from './ejections';
+import { silentLog, type GatewayLog } from './log';
 
 /** A replica the gateway can send a request to. */
 export interface RoutableReplica {
@@ -11,16 +13,22 @@ export interface RoutableReplica {
   port: number;
 }
 
-/** What `pick` decided. */
+/** What `pick` decided; `firstByteMs` is the model's own first-byte timeout when the catalog sets one. */
 export type PickResult =
-  | { kind: 'ok'; replica: RoutableReplica }
+  | { kind: 'ok'; replica: RoutableReplica; firstByteMs?: number }
   | { kind: 'unknown-model' }
   | { kind: 'none-ready'; reason: string };
 
 /** Options of a routing table. */
 export interface RoutingOptions {
   refreshMs: number;
-  log?: (msg: string, fields?: Record<string, unknown>) => void;
+  log?: GatewayLog;
+  /** How long a replica that failed to connect is skipped at first, ms (default 1 s); doubles while it keeps failing */
+  ejectMs?: number;
+  /** The longest it is skipped, ms (default 30 s) */
+  ejectMaxMs?: number;
+  /** Milliseconds now (ejections, staleness); tests pass their own clock */
+  clock?: () => number;
 }
 
 interface ModelRoutes {
@@ -29,6 +37,7 @@ interface ModelRoutes {
   waiting: { id: string; state: string; reason: string | null }[];
   /** Round-robin cursor among equally loaded replicas. */
   next: number;
+  firstByteMs?: number;
 }
 
 /** `http://host:port` → a routable replica, or null when the endpoint is not a plain http URL. */
@@ -42,15 +51,24 @@ function parseEndpoint(id: string, endpoint: string): RoutableReplica | null {
   }
 }
 
-/** Routes requests by model among ready replicas: least in-flight first, round-robin among ties. */
+/**
+ * Routes requests by model among ready replicas: least in-flight first, round-robin among ties, skipping replicas
+ * that just failed to connect. Serves its last table while the store cannot be read.
+ */
 export class RoutingTable {
   private routes = new Map<string, ModelRoutes>();
   private inFlight = new Map<string, number>();
+  private readonly ejections: Ejections;
   private timer: NodeJS.Timeout | null = null;
-  private readonly log: NonNullable<RoutingOptions['log']>;
+  private refreshing = false;
+  private staleSince: number | null = null;
+  private readonly log: GatewayLog;
+  private readonly now: () => number;
 
   constructor(private readonly load: () => Promise<RouteRows>, private readonly opts: RoutingOptions) {
-    this.log = opts.log ?? ((): void => undefined);
+    this.log = opts.log ?? silentLog;
+    this.now = opts.clock ?? Date.now;
+    this.ejections = new Ejections({ log: this.log, ejectMs: opts.ejectMs, ejectMaxMs: opts.ejectMaxMs, now: this.now });
   }
 
   /** Loads the table once (errors propagate), then refreshes it every `refreshMs` in the background. */
@@ -58,7 +76,10 @@ export class RoutingTable {
     await this.refresh();
     this.stop();
     this.timer = setInterval(() => {
-      this.refresh().catch((err: Error) => this.log('routing refresh failed; keeping the last table', { error: err.message }));
+      // A store that hangs must not pile up queries: one refresh at a time.
+      if (this.refreshing) return;
+      this.refreshing = true;
+      this.refresh().catch(() => undefined).finally(() => { this.refreshing = false; });
     }, this.opts.refreshMs);
     // The refresh timer alone must not keep the process alive.
     this.timer.unref();
@@ -70,15 +91,21 @@ export class RoutingTable {
     this.timer = null;
   }
 
-  /** Reloads the table now; on failure the previous table stays and the error propagates. */
+  /** Reloads the table now; on failure the previous table stays, the table is marked stale and the error propagates. */
   async refresh(): Promise<void> {
-    const rows = await this.load();
+    let rows: RouteRows;
+    try {
+      rows = await this.load();
+    } catch (err) {
+      this.markStale(err as Error);
+      throw err;
+    }
     const next = new Map<string, ModelRoutes>();
     const entry = (model: string): ModelRoutes => {
       let r = next.get(model);
       if (!r) {
         // Keep the cursor so a refresh does not send every next request to the first replica.
-        r = { ready: [], waiting: [], next: this.routes.get(model)?.next ?? 0 };
+        r = { ready: [], waiting: [], next: this.routes.get(model)?.next ?? 0, firstByteMs: rows.firstByteMs?.[model] };
         next.set(model, r);
       }
       return r;
@@ -90,6 +117,16 @@ export class RoutingTable {
       else entry(r.model).waiting.push({ id: r.id, state: r.state, reason: r.reason ?? (r.state !== 'ready' ? null : r.endpoint ? `unusable endpoint ${r.endpoint}` : 'no endpoint yet') });
     }
     this.routes = next;
+    if (!this.ejections.empty) {
+      // A replica that left the table or moved to another endpoint is no longer judged by its old failures.
+      const endpoints = new Map<string, string>();
+      for (const r of next.values()) for (const rep of r.ready) endpoints.set(rep.id, rep.endpoint);
+      this.ejections.keepOnly(endpoints);
+    }
+    if (this.staleSince !== null) {
+      this.log('routing table fresh again: read from the store', { level: 'info', staleForMs: this.now() - this.staleSince });
+      this.staleSince = null;
+    }
   }
 
   /** Routable (ready) replicas per model, as this table holds them now. */
@@ -102,14 +139,22 @@ export class RoutingTable {
     return [...this.routes.keys()].sort();
   }
 
-  /** Chooses a replica of `model`, skipping the ids in `exclude` (replicas that already failed this request). */
+  /**
+   * Chooses a replica of `model`, skipping the ids in `exclude` (replicas that already failed this request) and
+   * ejected ones — unless every candidate is ejected: then they are tried all the same.
+   */
   pick(model: string, exclude?: Set<string>): PickResult {
     const routes = this.routes.get(model);
     if (!routes) return { kind: 'unknown-model' };
-    const candidates = exclude?.size ? routes.ready.filter((r) => !exclude.has(r.id)) : routes.ready;
+    let candidates = exclude?.size ? routes.ready.filter((r) => !exclude.has(r.id)) : routes.ready;
     if (candidates.length === 0) return { kind: 'none-ready', reason: this.noneReadyReason(model, routes, exclude) };
+    const judged = !this.ejections.empty;
+    const now = judged ? this.now() : 0;
+    if (judged) candidates = this.ejections.filter(candidates, now);
     const n = candidates.length;
-    const start = routes.next++ % n;
+    // A retry (exclude set) does not move the cursor: with two replicas it would otherwise always hand the next
+    // request to the one that just failed it.
+    const start = (exclude?.size ? routes.next : routes.next++) % n;
     let best = candidates[start];
     let bestLoad = this.inFlight.get(best.id) ?? 0;
     for (let i = 1; i < n && bestLoad > 0; i++) {
@@ -120,7 +165,26 @@ export class RoutingTable {
         bestLoad = load;
       }
     }
-    return { kind: 'ok', replica: best };
+    if (judged) this.ejections.chosen(best.id, now);
+    return { kind: 'ok', replica: best, firstByteMs: routes.firstByteMs };
+  }
+
+  /**
+   * Skips `replica` for new requests after it failed to connect: for ejectMs at first, doubling up to ejectMaxMs
+   * while it keeps failing. Requests already in flight to it count once, not once each.
+   */
+  eject(replica: RoutableReplica, error: string): void {
+    this.ejections.eject(replica, error);
+  }
+
+  /** Takes `id` back after it answered (any HTTP status: it connects again). */
+  healthy(id: string): void {
+    if (!this.ejections.empty) this.ejections.healthy(id);
+  }
+
+  /** True while `id` is skipped for new requests. */
+  isEjected(id: string): boolean {
+    return this.ejections.has(id);
   }
 
   /** Counts one more request in flight on replica `id`. */
@@ -138,6 +202,13 @@ export class RoutingTable {
   /** Requests in flight on replica `id` through this gateway. */
   inFlightOf(id: string): number {
     return this.inFlight.get(id) ?? 0;
+  }
+
+  /** Logs once when the store cannot be read, not on every refresh while it stays so. */
+  private markStale(err: Error): void {
+    if (this.staleSince !== null) return;
+    this.staleSince = this.now();
+    this.log('routing table stale: cannot read the store; serving the last table', { level: 'warn', error: err.message });
   }
 
   private noneReadyReason(model: string, routes: ModelRoutes, exclude?: Set<string>): string {

@@ -1,6 +1,8 @@
-/** Runs the inference gateway: fastify with logging, timeouts for long streams, graceful close, and `listen`. */
+/** Runs the inference gateway: fastify with request ids, timeouts for long streams, graceful close, and `listen`. */
 import Fastify from 'fastify';
+import type { GatewayTimeouts } from '../../config/types';
 import { buildGatewayApp } from './app';
+import { requestId, type GatewayLog } from './log';
 import type { RoutingTable } from './routing';
 
 /** Where and what the gateway serves. */
@@ -10,8 +12,12 @@ export interface GatewayServerOptions {
   port: number;
   routing: RoutingTable;
   apiKeys: string[];
-  /** fastify's request log; off by default because it costs on every request. */
-  logger?: boolean;
+  /** The role's JSON-lines log; nothing is logged without one. */
+  log?: GatewayLog;
+  /** How long to wait on a replica; default server.yaml's defaults. */
+  timeouts?: GatewayTimeouts;
+  /** One access-log line per request (server.yaml gateway.accessLog). */
+  accessLog?: boolean;
 }
 
 /** A listening gateway. */
@@ -25,18 +31,20 @@ export interface RunningGateway {
 /** Loads the routing table and starts its refresh (the first load must succeed), then builds the app and listens. */
 export async function startGateway(opts: GatewayServerOptions): Promise<RunningGateway> {
   const app = Fastify({
-    logger: opts.logger ? { name: 'gateway' } : false,
+    // The gateway logs through opts.log (one logger per role); fastify's own request log stays off.
+    logger: false,
+    // The client's x-request-id when it is a sane one, so its id names the request in every log line.
+    genReqId: (req) => requestId(req.headers['x-request-id']),
     // Longer than typical client pools (60 s), so the gateway is not the side that closes an idle connection mid-reuse.
     keepAliveTimeout: 72_000,
-    // A stream may run for many minutes; only the client or the replica ends it.
+    // A stream may run for many minutes; the upstream timeouts (opts.timeouts) bound each wait on a replica.
     requestTimeout: 0,
     connectionTimeout: 0,
     forceCloseConnections: 'idle',
     return503OnClosing: true,
   });
   await opts.routing.start();
-  const log = (msg: string, fields?: Record<string, unknown>): void => app.log.warn(fields ?? {}, msg);
-  await app.register(buildGatewayApp({ routing: opts.routing, apiKeys: opts.apiKeys, log }));
+  await app.register(buildGatewayApp({ routing: opts.routing, apiKeys: opts.apiKeys, log: opts.log, timeouts: opts.timeouts, accessLog: opts.accessLog }));
   app.addHook('onClose', async () => opts.routing.stop());
   await app.listen({ host: opts.host, port: opts.port });
   const addr = app.server.address();

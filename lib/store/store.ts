@@ -18,6 +18,8 @@ export interface EventInput {
 export interface RouteRows {
   models: string[];
   replicas: { id: string; model: string; state: string; endpoint: string | null; reason: string | null }[];
+  /** The catalog's first-byte timeout (ms) of each model that sets one */
+  firstByteMs?: Record<string, number>;
 }
 
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
@@ -227,15 +229,19 @@ export class Store {
     await this.pool.query('UPDATE port_leases SET replica_id = NULL, released_at = NOW(3) WHERE replica_id = ?', [replicaId]);
   }
 
-  /** What the gateway routes by: catalog models and every replica's state. */
+  /** What the gateway routes by: catalog models (with their first-byte timeouts) and every replica's state. */
   async routeRows(): Promise<RouteRows> {
-    const [models] = await this.pool.query<RowDataPacket[]>('SELECT name FROM models ORDER BY name');
+    // The timeout lives in the model's spec JSON; JSON_EXTRACT reads just it (NULL when the catalog sets none).
+    const [models] = await this.pool.query<RowDataPacket[]>(`SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms FROM models ORDER BY name`);
     const [reps] = await this.pool.query<RowDataPacket[]>(
       `SELECT id, model, state, endpoint, reason FROM replicas WHERE state <> 'stopped' ORDER BY id`,
     );
+    const firstByteMs: Record<string, number> = {};
+    for (const m of models) if (m.first_byte_ms !== null && Number(m.first_byte_ms) > 0) firstByteMs[String(m.name)] = Number(m.first_byte_ms);
     return {
       models: models.map((m) => String(m.name)),
       replicas: reps.map((r) => ({ id: r.id, model: r.model, state: r.state, endpoint: r.endpoint, reason: r.reason })),
+      firstByteMs,
     };
   }
 

@@ -5,6 +5,7 @@
  *   that host; the range still fills up completely, and an exhausted range says how to widen it.
  * - Node state: a cordon is the operator's and outlives the node going down (the sweeper) and coming back (a
  *   heartbeat or a new registration); uncordoning a down node leaves it down until it is seen.
+ * - Routing rows: a model's first-byte timeout reaches the gateway from the spec it was stored with.
  */
 import type { Pool } from 'mysql2/promise';
 import { openDatabase } from '../../lib/store/db';
@@ -89,5 +90,16 @@ describe('node state', () => {
     expect(await store.isCordoned('c2')).toBe(false);
     await store.heartbeat(id('c2'));
     expect(await store.nodeState(id('c2'))).toBe('ready');
+  });
+});
+
+describe('routing rows', () => {
+  test('carry the catalog\'s first-byte timeout of each model that sets one, read from its spec', async () => {
+    const profiles = [{ name: 'default', engine: 'sim' as const, nodes: 1, gpusPerNode: 1, args: [] }];
+    await store.upsertModel({ name: 'slow-prefill', source: 'sim://slow-prefill', replicas: 1, profiles, firstByteMs: 1_800_000 });
+    await store.upsertModel({ name: 'plain', source: 'sim://plain', replicas: 1, profiles });
+    const rows = await store.routeRows();
+    expect(rows.models).toEqual(expect.arrayContaining(['plain', 'slow-prefill']));
+    expect(rows.firstByteMs).toEqual({ 'slow-prefill': 1_800_000 });
   });
 });

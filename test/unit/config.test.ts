@@ -76,6 +76,26 @@ describe('parseServerConfig', () => {
     expect(e.message.split('\n')).toHaveLength(e.issues.length);
     for (const i of e.issues) expect(i.fix).not.toBe('');
   });
+  it('reads the gateway timeouts key by key over the defaults, and names a bad one with its range', () => {
+    const cfg = parseServerConfig('gateway:\n  accessLog: true\n  timeouts:\n    idleMs: 5000\n', 'server.yaml');
+    expect(cfg.gateway).toEqual({ ...DEFAULT_CONFIG.gateway, accessLog: true, timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 5000 } });
+    const e = configError('gateway:\n  accessLog: "yes"\n  timeouts:\n    connectMs: 0\n    firstByteMs: 10m\n    idleMz: 5\n');
+    expect(e.issues.map((i) => [i.keyPath, i.problem])).toEqual([
+      ['gateway.timeouts.idleMz', 'unknown key "idleMz"'],
+      ['gateway.timeouts.connectMs', 'expected a whole number from 100 to 60000, got number 0'],
+      ['gateway.timeouts.firstByteMs', 'expected a whole number from 1000 to 86400000, got string "10m"'],
+      ['gateway.accessLog', 'expected true or false, got string "yes"'],
+    ]);
+    expect(e.issues[0]?.fix).toContain('did you mean "idleMs"?');
+  });
+  it('takes a model\'s own first-byte timeout from the catalog', () => {
+    const model = (extra: string): string => `catalog:\n  - name: m\n    source: sim://m\n    replicas: 1\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n${extra}`;
+    expect(parseServerConfig(model('    firstByteMs: 30000\n'), 'server.yaml').catalog[0]?.firstByteMs).toBe(30_000);
+    expect(parseServerConfig(model(''), 'server.yaml').catalog[0]).not.toHaveProperty('firstByteMs');
+    const e = configError(model('    firstByteMs: 500\n'));
+    expect(e.keyPath).toBe('catalog[0].firstByteMs');
+    expect(e.fix).toContain('600000');
+  });
   it('never echoes a mysql password', () => {
     const e = configError('mysql:\n  url: mysql://root:hunter2@db:3306\n');
     expect(e.message).not.toContain('hunter2');

@@ -1,63 +1,12 @@
 /** The inference gateway against real upstream HTTP servers: routes, errors, streaming, retry, balancing, aborts. */
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { ServerResponse } from 'node:http';
 import Fastify, { type FastifyInstance } from 'fastify';
 import OpenAI from 'openai';
 import type { RouteRows } from '../../lib/store/store';
 import { buildGatewayApp } from '../../gateway/inference/app';
 import { RoutingTable } from '../../gateway/inference/routing';
-import { startGateway, type RunningGateway } from '../../gateway/inference/server';
 import { freePort } from '../helpers/ports';
-
-type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void | Promise<void>;
-interface Upstream { endpoint: string; hits: string[]; closedEarly: number; close(): Promise<void> }
-
-const servers: Server[] = [];
-const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-/** A tiny OpenAI-shaped engine on port 0 whose behaviour the test chooses. */
-async function upstream(handler: Handler): Promise<Upstream> {
-  const u: Upstream = { endpoint: '', hits: [], closedEarly: 0, close: async () => undefined };
-  const server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      u.hits.push(`${req.method} ${req.url}`);
-      res.once('close', () => { if (!res.writableFinished) u.closedEarly++; });
-      void handler(req, res, Buffer.concat(chunks).toString('utf8'));
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  servers.push(server);
-  u.endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  u.close = async (): Promise<void> => { server.closeAllConnections(); await new Promise((r) => server.close(r)); };
-  return u;
-}
-
-const completion = (model: string, text = 'hello'): string => JSON.stringify({
-  id: 'chatcmpl-1', object: 'chat.completion', created: 1, model,
-  choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop' }],
-  usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 },
-});
-const chunk = (model: string, content: string, finish: string | null = null): string =>
-  `data: ${JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model, choices: [{ index: 0, delta: { content }, finish_reason: finish }] })}\n\n`;
-
-/** Answers like an engine: JSON for plain requests, SSE (one chunk per `delayMs`) for `stream: true`. */
-const engine = (delayMs = 0): Handler => async (_req, res, body) => {
-  const b = JSON.parse(body) as { model: string; stream?: boolean };
-  if (!b.stream) return void res.writeHead(200, { 'content-type': 'application/json' }).end(completion(b.model));
-  res.writeHead(200, { 'content-type': 'text/event-stream' });
-  res.flushHeaders();
-  for (const w of ['Hel', 'lo', '!']) {
-    res.write(chunk(b.model, w));
-    await sleep(delayMs);
-  }
-  res.end(`${chunk(b.model, '', 'stop')}data: [DONE]\n\n`);
-};
-
-const ready = (id: string, model: string, endpoint: string): RouteRows['replicas'][number] => ({ id, model, state: 'ready', endpoint, reason: null });
-const table = (rows: RouteRows): RoutingTable => new RoutingTable(async () => rows, { refreshMs: 60_000 });
-const chat = (model: string, extra: Record<string, unknown> = {}): string => JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], ...extra });
+import { chat, chunk, closeAll, completion, engine, gateway as startTestGateway, post, ready, sleep, table, upstream } from '../helpers/gateway';
 
 /** Polls `cond` until true; fails the test with `what` otherwise. */
 async function waitFor(cond: () => boolean, what: string, ms = 5000): Promise<void> {
@@ -68,21 +17,9 @@ async function waitFor(cond: () => boolean, what: string, ms = 5000): Promise<vo
   }
 }
 
-let gateways: RunningGateway[] = [];
-async function gateway(rows: RouteRows, apiKeys: string[] = []): Promise<{ url: string; routing: RoutingTable }> {
-  const routing = table(rows);
-  const gw = await startGateway({ host: '127.0.0.1', port: 0, routing, apiKeys });
-  gateways.push(gw);
-  return { url: gw.url, routing };
-}
-const post = (url: string, body: string, init: RequestInit = {}): Promise<Response> =>
-  fetch(url, { method: 'POST', body, ...init, headers: { 'content-type': 'application/json', ...(init.headers ?? {}) } });
+const gateway = (rows: RouteRows, apiKeys: string[] = []): ReturnType<typeof startTestGateway> => startTestGateway(rows, { apiKeys });
 
-afterEach(async () => {
-  await Promise.all(gateways.map((g) => g.close()));
-  gateways = [];
-  for (const s of servers.splice(0)) { s.closeAllConnections(); s.close(); }
-});
+afterEach(closeAll);
 
 // A real port rather than app.inject: light-my-request needs cookie@2, which is ESM-only and Jest's CommonJS runtime cannot load it.
 describe('routes', () => {
@@ -243,11 +180,12 @@ describe('proxying to real upstreams', () => {
     await waitFor(() => routing.inFlightOf('m-0') === 0, 'm-0 to be released');
   });
 
-  it('aborts the upstream request when the client disconnects, and aborts the client when the upstream dies mid-stream', async () => {
+  it('aborts the upstream request when the client disconnects, and cuts the client when the upstream dies inside an event', async () => {
     const up = await upstream(async (req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write(chunk('m', 'tick'));
-      if (req.url === '/v1/completions') return void setTimeout(() => res.destroy(), 50);
+      // Half an event: nothing the gateway could add after it would parse, so the client's connection is cut.
+      if (req.url === '/v1/completions') return void res.write('data: {"id":"chatcmpl-1","cho', () => setTimeout(() => res.destroy(), 50));
       const t = setInterval(() => res.write(chunk('m', 'tick')), 20);
       res.once('close', () => clearInterval(t));
     });
