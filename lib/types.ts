@@ -127,6 +127,8 @@ export interface ModelSpec {
   sha256?: string;
   replicas: number;
   profiles: Profile[];
+  /** how long an engine may take to serve once its weights are in place, s (default DEFAULT_START_TIMEOUT_S) */
+  startTimeoutS?: number;
 }
 
 export interface ShardAssignment {
