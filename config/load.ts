@@ -302,7 +302,7 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
   const seen = new Map<string, number>();
   return c.list(raw, ['catalog']).map((item, i): ModelSpec => {
     const at: Seg[] = ['catalog', i];
-    const o = c.obj(item, at, ['name', 'source', 'sha256', 'replicas', 'profiles', 'firstByteMs']);
+    const o = c.obj(item, at, ['name', 'source', 'sha256', 'replicas', 'profiles', 'firstByteMs', 'startTimeoutS']);
     const name = c.str(o, [...at, 'name'], 'sim-small', nameRule);
     const prev = seen.get(name);
     if (name && prev !== undefined) c.add([...at, 'name'], `${quote(name)} is already the name of catalog[${prev}]`, 'give each model a unique name; clients choose a model by it');
@@ -322,6 +322,8 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       replicas: c.int(o, [...at, 'replicas'], 0, Infinity, '1'),
       profiles: profiles.map((p, j) => checkProfile(c, p, [...at, 'profiles', j], engines, names)),
       ...(o?.firstByteMs === undefined ? {} : { firstByteMs: c.int(o, [...at, 'firstByteMs'], 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE) }),
+      // How long its engine may take to serve once the weights are there; unset: DEFAULT_START_TIMEOUT_S.
+      ...(o?.startTimeoutS !== undefined ? { startTimeoutS: c.int(o, [...at, 'startTimeoutS'], 10, 86_400, '3600') } : {}),
     };
   });
 }

@@ -129,6 +129,8 @@ export interface ModelSpec {
   profiles: Profile[];
   /** How long the gateway waits for a replica's first byte of an answer, ms; overrides gateway.timeouts.firstByteMs */
   firstByteMs?: number;
+  /** how long an engine may take to serve once its weights are in place, s (default DEFAULT_START_TIMEOUT_S) */
+  startTimeoutS?: number;
 }
 
 export interface ShardAssignment {

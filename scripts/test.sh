@@ -9,6 +9,8 @@ status=0
 echo "[test] tsc --noEmit";  npx tsc --noEmit -p . || status=1
 echo "[test] eslint";        npx eslint . || status=1
 echo "[test] jest";          npx jest --ci "$@" || status=1
+# The fault suite saturates both cores on purpose, so it runs alone, after the others (unless jest was given paths).
+if [ $# = 0 ]; then echo "[test] jest test/faults (alone)"; LLMGW_FAULTS=1 npx jest --ci test/faults || status=1; fi
 secs=$(( $(date +%s) - start ))
 if [ $status = 0 ]; then echo "PASS: typecheck, lint and tests in ${secs}s"; else echo "FAIL: see above (${secs}s)"; fi
 exit $status

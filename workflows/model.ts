@@ -76,7 +76,7 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
           workflowId: workflowIds.replica(replicaId),
           taskQueue: QUEUES.control,
           parentClosePolicy: ParentClosePolicy.ABANDON,
-          args: [{ replicaId, model: input.model, source: spec.source, ...(spec.sha256 ? { sha256: spec.sha256 } : {}), profile }],
+          args: [{ replicaId, model: input.model, source: spec.source, ...(spec.sha256 ? { sha256: spec.sha256 } : {}), ...(spec.startTimeoutS ? { startTimeoutS: spec.startTimeoutS } : {}), profile }],
         });
       } catch (err) {
         // Already running (a replay after continue-as-new, or a replica left from before): adopt it.

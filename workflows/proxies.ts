@@ -9,6 +9,7 @@ import type { ControlActivities } from '../activities/control';
 import type { NodeActivities } from '../activities/node';
 import type { WeightsActivities } from '../activities/node/weights';
 import type { ProxmoxActivities } from '../activities/proxmox';
+import { SHARD_HEARTBEAT_TIMEOUT_S, SHARD_PICKUP_S } from '../lib/liveness';
 import { QUEUES, nodeQueue } from '../lib/names';
 
 /** MySQL and placement work on llmgw-control: each call is short, and retried through a brief outage of either. */
@@ -17,12 +18,18 @@ export const control = proxyActivities<ControlActivities>({
   retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
 });
 
-/** waitServing: an engine may take minutes to serve (the heartbeat shows the poll alive); a failure is the replica's to handle, so no retry. */
-export const serving = proxyActivities<ControlActivities>({
-  startToCloseTimeout: '10m',
-  heartbeatTimeout: '10s',
-  retry: { maximumAttempts: 1 },
-});
+/**
+ * waitServing: an engine may take many minutes to load real weights, so its deadline is the model's start timeout
+ * (the catalog's startTimeoutS); the heartbeat shows the poll alive. A failure — the timeout included — is the
+ * replica's to handle as an engine failure, so no retry.
+ */
+export function serving(startTimeoutS: number): ControlActivities {
+  return proxyActivities<ControlActivities>({
+    startToCloseTimeout: `${startTimeoutS}s`,
+    heartbeatTimeout: '30s',
+    retry: { maximumAttempts: 1 },
+  });
+}
 
 /** moveStatus: long-polls a move's progress; heartbeats while it waits. */
 export const moveWatch = proxyActivities<ControlActivities>({
@@ -117,29 +124,18 @@ export function nodeWeights(nodeId: string): WeightsActivities {
   });
 }
 
-/** How long a shard may go without a heartbeat before its node counts as lost. */
-const SHARD_HEARTBEAT_TIMEOUT = '5s';
-
 /**
- * How long a shard may wait for its agent to take it: a run again after a lost heartbeat goes to an agent that
- * is running (10 s), any other run may wait for an agent to start, e.g. after an upgrade (60 s).
- */
-export const SHARD_PICKUP = { usual: '60s', afterLostHeartbeat: '10s' } as const;
-/** One of SHARD_PICKUP's timeouts. */
-export type ShardPickup = (typeof SHARD_PICKUP)[keyof typeof SHARD_PICKUP];
-
-/**
- * A shard runs for as long as the replica does; a missing heartbeat means its node is gone.
+ * A shard runs for as long as the replica does. Its heartbeat timeout is a backstop (lib/liveness.ts): a lost
+ * node is reported to the replica by the control plane within seconds, and a dead engine fails the shard at once.
  * Cancelling it waits until the agent reports its engine gone, so 'stopped' (and a rebuild's new placement)
  * never overlaps a live engine; the node worker flushes heartbeats every second, which is how fast a cancel arrives.
  */
-export function nodeShards(nodeId: string, scheduleToStartTimeout: ShardPickup = SHARD_PICKUP.usual): NodeActivities {
+export function nodeShards(nodeId: string): NodeActivities {
   return proxyActivities<NodeActivities>({
     taskQueue: nodeQueue(nodeId),
     startToCloseTimeout: '3650 days',
-    scheduleToStartTimeout,
-    // Shards heartbeat every second: five missed is a lost node, and the replica is rebuilt elsewhere.
-    heartbeatTimeout: SHARD_HEARTBEAT_TIMEOUT,
+    scheduleToStartTimeout: `${SHARD_PICKUP_S}s`,
+    heartbeatTimeout: `${SHARD_HEARTBEAT_TIMEOUT_S}s`,
     cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
     retry: { maximumAttempts: 1 },
   });

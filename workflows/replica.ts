@@ -5,12 +5,13 @@ import {
 } from '@temporalio/workflow';
 import { TimeoutType } from '@temporalio/common';
 import type { PlaceResult, ShardPlan } from '../activities/control';
+import { DEFAULT_START_TIMEOUT_S } from '../lib/liveness';
 import { needsWeights } from '../lib/weights/source';
 import { searchAttributes } from '../lib/names';
 import type { ReplicaId, ReplicaState } from '../lib/types';
 import { replicaReadySignal } from './contracts/model';
-import { nodesChangedSignal, statusQuery, stopSignal, type ReplicaInput, type ReplicaStatus } from './contracts/replica';
-import { SHARD_PICKUP, control, nodeShards, nodeWeights, serving, type ShardPickup } from './proxies';
+import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal, statusQuery, stopSignal, type ReplicaInput, type ReplicaStatus } from './contracts/replica';
+import { control, nodeShards, nodeWeights, serving } from './proxies';
 
 /** How long a stopping replica keeps its engines after leaving the routing table (gateway refresh + in-flight). */
 const DRAIN_MS = 2000;
@@ -32,6 +33,13 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
   const exclude = new Set<string>();
   setHandler(stopSignal, () => void (stopRequested = true));
   setHandler(nodesChangedSignal, () => void (nodesChanged = true));
+  // Set while a placement runs; a node lost outside one needs nothing (the next placement excludes down nodes).
+  let lostNode: ((nodeId: string, why: string) => void) | null = null;
+  const lost = new Set<string>();
+  setHandler(nodeLostSignal, ({ nodeId, why }) => lostNode?.(nodeId, why));
+  const agentRestarts = new Map<string, number>();
+  setHandler(agentRestartedSignal, ({ nodeId }) => void agentRestarts.set(nodeId, (agentRestarts.get(nodeId) ?? 0) + 1));
+  const startTimeoutS = input.startTimeoutS ?? DEFAULT_START_TIMEOUT_S;
   setHandler(statusQuery, () => status);
   upsertSearchAttributes([{ key: searchAttributes.model, value: input.model }, { key: searchAttributes.replica, value: input.replicaId }]);
 
@@ -44,6 +52,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
   };
 
   while (!stopRequested) {
+    lostNode = null;
+    lost.clear();
     // A waiting replica retries quietly: it stays 'waiting' (one event per new reason), not placing/waiting every 10 s.
     if (status.state !== 'waiting') await record(status.rebuilds ? 'rebuilding' : 'placing', status.reason);
     const placement: PlaceResult = await control.placeReplica({ replicaId: input.replicaId, model: input.model, profile: input.profile, exclude: [...exclude] });
@@ -62,14 +72,25 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     // before the worker ranks leave (a worker leaving first would break rank 0's group mid-request).
     const scopes = placement.shards.map(() => new CancellationScope());
     const shards: Promise<void>[] = [];
+    const shardNodes: (string | null)[] = [];
     let failure: Outcome | null = null;
     const startedAt = Date.now();
-    const onShardError = (nodeId: string) => (err: unknown): void => {
+    // A shard's timeout is its node's (the node is excluded from the rebuild's placement); the health check's
+    // is the engine's own: it did not serve within the model's start timeout, which counts as a crash.
+    const onShardError = (nodeId: string | null) => (err: unknown): void => {
       if (isCancellation(err) || failure) return;
       const cause = err instanceof ActivityFailure ? err.cause : undefined;
       const timedOut = cause instanceof TimeoutFailure;
-      const message = timedOut ? `${nodeId}: ${timeoutText(cause.timeoutType)}` : (cause?.message ?? (err as Error).message ?? String(err));
+      const message = timedOut
+        ? nodeId ? `${nodeId}: ${timeoutText(cause.timeoutType)}` : `the engine did not serve within ${startTimeoutS}s (the model's startTimeoutS in the catalog)`
+        : (cause?.message ?? (err as Error).message ?? String(err));
       failure = { kind: 'failed', message, timedOutNode: timedOut ? nodeId : null };
+    };
+    // The control plane found a node of this placement gone (no agent, no door call, engines unreachable).
+    lostNode = (nodeId, why) => {
+      if (failure?.kind === 'failed' || !placement.shards.some((s) => s.nodeId === nodeId)) return;
+      lost.add(nodeId);
+      failure = { kind: 'failed', message: `${nodeId}: ${why}`, timedOutNode: nodeId };
     };
     // Every rank's address in rank order: llama.cpp's rank 0 reaches its workers' rpc-servers by them.
     const peers = [...placement.shards].sort((a, b) => a.rank - b.rank).map(({ host, port }) => ({ host, port }));
@@ -87,28 +108,32 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       }
       weightsFetched();
       let reruns = 0;
-      // A shard run again after a heartbeat timeout goes to an agent that is running: one that does not take
-      // it within 10 s was not alive after all, and the replica is rebuilt. After LLMGW_AGENT_STOPPED the next
-      // agent may take a while to start (an upgrade): 60 s.
-      let wait: ShardPickup = SHARD_PICKUP.usual;
       for (;;) {
         const since = Date.now();
+        const restartsBefore = agentRestarts.get(s.nodeId) ?? 0;
         try {
-          await nodeShards(s.nodeId, wait).runShard({
+          const run = nodeShards(s.nodeId).runShard({
             replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile, generation: status.rebuilds,
             rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
             fabric: placement.fabric, peers, ...(modelPath ? { modelPath } : {}),
           });
+          // The agent running this shard crashed and a new one registered: this run is orphaned (Temporal would
+          // time it out only after SHARD_HEARTBEAT_TIMEOUT_S); run the shard again now for the new agent to adopt.
+          // Not cancellable: a stop cancels the run, and must wait for its engine to be gone, not win this race.
+          const restarted = CancellationScope.nonCancellable(() => condition(() => (agentRestarts.get(s.nodeId) ?? 0) > restartsBefore)).then(() => 'restarted' as const);
+          if ((await Promise.race([run, restarted])) === 'restarted') {
+            run.catch(() => undefined);
+            reruns = Date.now() - since > HEALTHY_RUN_MS ? 1 : reruns + 1;
+            if (reruns <= MAX_RERUNS) continue;
+            throw ApplicationFailure.nonRetryable(`${s.nodeId}: its agent crashed ${reruns} times in a row`, 'LLMGW_AGENT_STOPPED');
+          }
           return;
         } catch (err) {
           // The agent or Temporal went away but the engine did not: schedule the shard again and let the
           // agent adopt its engine, so the replica keeps serving through an agent restart or upgrade and
           // through a Temporal restart. Bounded, so a shard that keeps losing Temporal is rebuilt instead.
           reruns = Date.now() - since > HEALTHY_RUN_MS ? 1 : reruns + 1;
-          if (!isCancellation(err) && reruns <= MAX_RERUNS && (await agentWillAdopt(err, s.nodeId))) {
-            wait = isHeartbeatTimeout(err) ? SHARD_PICKUP.afterLostHeartbeat : SHARD_PICKUP.usual;
-            continue;
-          }
+          if (!isCancellation(err) && reruns <= MAX_RERUNS && (await agentWillAdopt(err, s.nodeId))) continue;
           throw err;
         }
       }
@@ -120,17 +145,20 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       const p = (scopes[i] as CancellationScope).run(launch(s, done));
       p.catch(onShardError(s.nodeId));
       shards.push(p);
+      shardNodes.push(s.nodeId);
     });
     const healthScope = new CancellationScope();
     const health = healthScope.run(async () => {
       await Promise.all(fetched);
-      return serving.waitServing({ endpoint: placement.endpoint });
+      return serving(startTimeoutS).waitServing({ endpoint: placement.endpoint });
     });
-    shards.push(health.then(() => void (failure ??= { kind: 'served' }), onShardError('health check')));
+    shards.push(health.then(() => void (failure ??= { kind: 'served' }), onShardError(null)));
+    shardNodes.push(null);
+    // A shard on a lost node is not waited for: no agent there will ever report its cancellation.
     const stopAll = async (): Promise<void> => {
       healthScope.cancel();
       scopes.forEach((sc) => sc.cancel());
-      await Promise.allSettled(shards);
+      await Promise.allSettled(shards.filter((_, i) => !lost.has(shardNodes[i] ?? '')));
     };
 
     await condition(() => stopRequested || failure !== null);
@@ -185,8 +213,8 @@ async function tellParentReady(replicaId: ReplicaId): Promise<void> {
 
 /**
  * True when a shard's failure means "the agent or Temporal went away, the engine did not": the agent said so
- * as it stopped (LLMGW_AGENT_STOPPED), or the shard's heartbeat timed out while its agent kept checking in
- * with the control plane (Temporal restarted or was unreachable; or the agent restarted in the meantime).
+ * as it stopped (LLMGW_AGENT_STOPPED), or the shard's heartbeat timed out while the control plane — which judges
+ * nodes by every signal it has — does not hold its node down (a wedged worker, a long Temporal outage).
  */
 async function agentWillAdopt(err: unknown, nodeId: string): Promise<boolean> {
   const cause = err instanceof ActivityFailure ? err.cause : undefined;

@@ -7,14 +7,7 @@ import { workflowIds } from '../../lib/names';
 import { deploymentQuery } from '../../workflows/contracts/model';
 import { place } from '../../lib/placement';
 import { parseNodeId, type EngineStatus, type ModelSpec, type NodeId, type Profile, type ReplicaId, type ReplicaState } from '../../lib/types';
-import { nodesChangedSignal } from '../../workflows/contracts/replica';
-
-/**
- * An agent seen by the control plane this recently is alive. It heartbeats every 2 s; a shard's heartbeat
- * times out 5 s after its last beat (sent every 1 s), so a dead agent was last seen at least ~4 s before the
- * timeout is noticed. 3 s keeps a margin on both sides; a live agent judged dead only costs a rebuild.
- */
-const AGENT_SEEN_MS = 3000;
+import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal } from '../../workflows/contracts/replica';
 
 export interface ControlDeps {
   store: Store;
@@ -60,6 +53,25 @@ export async function wakeWaitingReplicas(store: Store, client: Client): Promise
     if (r.state !== 'waiting') continue;
     await client.workflow.getHandle(workflowIds.replica(r.id)).signal(nodesChangedSignal).catch(() => undefined);
   }
+}
+
+/** The replicas with a shard placed on `nodeId`. */
+async function replicasOn(store: Store, nodeId: string): Promise<string[]> {
+  return [...new Set((await store.listShards()).filter((s) => s.nodeId === nodeId).map((s) => s.replicaId))];
+}
+
+/** Tells every replica with a shard on `nodeId` that the node is gone, so it rebuilds elsewhere now. */
+export async function signalNodeLost(store: Store, client: Client, nodeId: string, why: string): Promise<string[]> {
+  const replicas = await replicasOn(store, nodeId);
+  for (const id of replicas) await client.workflow.getHandle(workflowIds.replica(id)).signal(nodeLostSignal, { nodeId, why }).catch(() => undefined);
+  return replicas;
+}
+
+/** Tells every replica with a shard on `nodeId` that its agent crashed and a new one runs: the shards run again, to be adopted. */
+export async function signalAgentRestarted(store: Store, client: Client, nodeId: string): Promise<string[]> {
+  const replicas = await replicasOn(store, nodeId);
+  for (const id of replicas) await client.workflow.getHandle(workflowIds.replica(id)).signal(agentRestartedSignal, { nodeId }).catch(() => undefined);
+  return replicas;
 }
 
 /** Builds the control activities over an injected store. */
@@ -186,13 +198,13 @@ export function createControlActivities(deps: ControlDeps) {
     },
 
     /**
-     * True when the node's agent still checks in with the control plane (it heartbeats every 2 s): a shard of
-     * it that stopped heartbeating to Temporal lost Temporal (a restart, an agent restart), not its node.
+     * False only when the control plane holds the node down — its judgement from every signal it has (the node
+     * liveness service: agent heartbeats, the door, its engines' ports). A shard that stopped heartbeating to
+     * Temporal while its node is not down lost Temporal or its worker, not its engine: it is run again to adopt it.
      */
     async agentAlive(input: { nodeId: string }): Promise<boolean> {
-      const node = (await store.listNodes()).find((n) => n.id === input.nodeId);
-      if (!node || node.state === 'down' || !node.lastSeen) return false;
-      return Date.now() - node.lastSeen.getTime() < AGENT_SEEN_MS;
+      const state = await store.nodeState(parseNodeId(input.nodeId));
+      return state !== null && state !== 'down';
     },
 
     /**

@@ -54,6 +54,8 @@ export interface ClusterOptions {
   basePort: number | null;
   mysqlUrl: string;
   progress: (line: string) => void;
+  /** false: leave tiny-llama out even where llama.cpp is built (fault tests want only sim engines) */
+  llama?: boolean;
 }
 
 export interface Cluster {
@@ -64,6 +66,10 @@ export interface Cluster {
   uiUrl: string | null;
   /** Spawned role processes by name (sim-a, control-plane, …), for tests that kill one. */
   processes: Map<string, ChildProcess>;
+  /** Starts a role again with the arguments it was first started with (after a test killed it). */
+  restart(name: string): ChildProcess;
+  /** The Temporal dev server: kill it (SIGKILL) and start it again on the same database, for fault tests. */
+  temporal: { kill(): void; start(): Promise<void> };
   close(): Promise<void>;
 }
 
@@ -155,12 +161,14 @@ function writeConfig(o: ClusterOptions, llama: boolean): { file: string; config:
 export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   mkdirSync(join(o.stateDir, 'logs'), { recursive: true });
   parseMysqlUrl(o.mysqlUrl);
-  const llamaServer = localLlamaServer();
+  const llamaServer = o.llama === false ? null : localLlamaServer();
   const { file, config, temporalPort, uiPort } = writeConfig(o, llamaServer !== null);
   const processes = new Map<string, ChildProcess>();
+  const started = new Map<string, { args: string[]; env: Record<string, string> }>();
   let temporal: DevServer | null = null;
 
   const role = (name: string, args: string[], env: Record<string, string> = {}): ChildProcess => {
+    started.set(name, { args, env });
     // The role writes its log file itself (not through a pipe to us), so it outlives us intact if we are killed.
     const log = openSync(join(o.stateDir, 'logs', `${name}.log`), 'a');
     // Own process group: Ctrl-C reaches only \`llmgw cluster\`, which stops the roles in order (nodes first,
@@ -191,7 +199,8 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     operator = new TlsClient({ caPem: pem(paths.tls.ca), certPem: pem(paths.tls.clientCert), keyPem: pem(paths.tls.clientKey) });
     const cpFetch = operator.fetch;
     o.progress(`[1/5] Temporal dev server on 127.0.0.1:${temporalPort} (UI ${config.temporal.uiUrl}), history in ${o.stateDir}/temporal.db`);
-    temporal = await startTemporalDev({ port: temporalPort, uiPort, dbFile: join(o.stateDir, 'temporal.db'), pidFile: join(o.stateDir, 'temporal.pid'), log: o.progress });
+    const temporalOptions = { port: temporalPort, uiPort, dbFile: join(o.stateDir, 'temporal.db'), pidFile: join(o.stateDir, 'temporal.pid'), log: o.progress };
+    temporal = await startTemporalDev(temporalOptions);
     o.progress(`[2/5] control plane + control worker (MySQL ${o.mysqlUrl}), llmgw-ca worker over ${paths.caDir}`);
     // Not waited for: only renewals and revocations need it, and their workflows wait for it to poll.
     role('ca-worker', ['ca-worker', '--config', file, '--ca-dir', paths.caDir]);
@@ -233,7 +242,16 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       const { models } = (await r.json()) as { models: Record<string, number> };
       return r.ok && config.catalog.every((m) => (models[m.name] ?? 0) >= m.replicas);
     }, 10_000, 'the gateway to route every catalog replica');
-    return { config, configFile: file, gatewayUrl, controlUrl, uiUrl: temporal.uiUrl, processes, close };
+    const restart = (name: string): ChildProcess => {
+      const r = started.get(name);
+      if (!r) throw new Error(`no role ${name} in this cluster (roles: ${[...started.keys()].join(', ')})`);
+      return role(name, r.args, r.env);
+    };
+    const temporalControl = {
+      kill: (): void => void temporal?.process.kill('SIGKILL'),
+      start: async (): Promise<void> => void (temporal = await startTemporalDev(temporalOptions)),
+    };
+    return { config, configFile: file, gatewayUrl, controlUrl, uiUrl: temporal.uiUrl, processes, restart, temporal: temporalControl, close };
   } catch (err) {
     await close();
     throw err;

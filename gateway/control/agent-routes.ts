@@ -43,7 +43,7 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
 
   app.post<{ Body: RegisterRequest }>('/v1/agent/register', {
     schema: {
-      body: { type: 'object', required: ['nodeId', 'inventory'], properties: { nodeId: { type: 'string' }, inventory: inventorySchema } },
+      body: { type: 'object', required: ['nodeId', 'inventory'], properties: { nodeId: { type: 'string' }, inventory: inventorySchema, afterCrash: { type: 'boolean' } } },
       response: { 400: errorSchema, 403: errorSchema },
     },
   }, async (req, reply) => {
@@ -56,6 +56,7 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
     req.log.info({ node: id, gpus: inv.gpus.length, fabrics: inv.fabrics }, 'node registered');
     opts.onNodesChanged?.(id);
     opts.onRegistered?.(id);
+    if (before && req.body.afterCrash) opts.onAgentCrashed?.(id);
     const { address, namespace, mtls } = opts.temporal;
     const temporal: NodeTemporal = { address: typeof address === 'string' ? address : address(req.hostname), namespace, mtls: mtls ?? false };
     const registration: Registration = { nodeId: id, temporal, heartbeatMs: opts.heartbeatMs };

@@ -9,6 +9,8 @@ import type { NodeId, NodeInventory, NodeRecord } from '../../lib/types';
 export interface RegisterRequest {
   nodeId: string;
   inventory: NodeInventory;
+  /** The agent's first registration after the previous agent on the node crashed: its shards' activities are orphaned. */
+  afterCrash?: boolean;
 }
 
 /** Where a node's worker reaches Temporal (the registration's answer); `mtls`: with its node certificate, the door. */

@@ -29,6 +29,8 @@ export interface ControlAppOptions {
   onNodesChanged?: (nodeId: string) => void;
   /** Called after a node (an agent starting) registers: the control plane has it install and probe its engines. */
   onRegistered?: (nodeId: NodeId) => void;
+  /** Called when a known node's agent registers after its previous agent crashed: its replicas run their shards again. */
+  onAgentCrashed?: (nodeId: NodeId) => void;
 }
 
 /** A node's newest unrevoked certificate as the node list shows it (null: none recorded, or all revoked). */

@@ -38,6 +38,8 @@ export interface TemporalDoor {
   tokens: TaskTokenMemory;
   /** calls let through and refused so far, and streams open now */
   stats(): { passed: number; refused: number; open: number };
+  /** When a node's certificate last made a call through this door (ms since the epoch), for node liveness. */
+  lastCall(nodeId: string): number | undefined;
   close(): Promise<void>;
 }
 
@@ -92,6 +94,8 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
   const tokens = o.tokens ?? new TaskTokenMemory();
   const maxRequest = o.maxRequestBytes ?? 16 * 1024 * 1024;
   const counts = { passed: 0, refused: 0, open: 0 };
+  // A node's worker calls through here every second while it runs shards (their heartbeats): evidence it lives.
+  const lastCalls = new Map<string, number>();
   const sessions = new Set<ServerHttp2Session>();
   let upstreamSession: ClientHttp2Session | null = null;
   let lastUpstreamLog = 0;
@@ -231,6 +235,7 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     const body = await readBody(stream, maxRequest);
     if (body === null) return;
     const cn = verdict.cn;
+    lastCalls.set(cn, Date.now());
     if (body === 'too-large') {
       const reason = `request larger than ${maxRequest} bytes`;
       return refuse(stream, GRPC.RESOURCE_EXHAUSTED, { cn, method, reason }, `LLMGW_TEMPORAL_CALL_REFUSED: ${method}: ${reason}`);
@@ -279,6 +284,7 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     port,
     tokens,
     stats: () => ({ ...counts }),
+    lastCall: (nodeId) => lastCalls.get(nodeId),
     async close(): Promise<void> {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const s of sessions) s.destroy();

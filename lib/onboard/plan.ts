@@ -83,6 +83,8 @@ export function systemdUnit(nodeId: string, unitLines: string[]): string {
   return [
     '[Unit]',
     `Description=llmgw node agent of ${nodeId} (written by llmgw onboard-node)`,
+    // Never give up restarting (systemd's default limit, 5 starts in 10 s, would at RestartSec=1).
+    'StartLimitIntervalSec=0',
     'After=network-online.target',
     'Wants=network-online.target',
     '',
@@ -90,7 +92,9 @@ export function systemdUnit(nodeId: string, unitLines: string[]): string {
     `ExecStart=${NODE_PATHS.agentScript}`,
     ...unitLines,
     'Restart=always',
-    'RestartSec=5',
+    // Back within a second or two: the engines serve on meanwhile (the control plane sees them answer and waits),
+    // but nothing supervises them until the agent is back.
+    'RestartSec=1',
     // Engines run under the agent's shims and outlive it (a restarted agent adopts them): stopping the
     // agent must not kill the rest of its cgroup.
     'KillMode=process',

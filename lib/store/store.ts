@@ -52,15 +52,33 @@ export class Store {
     return before;
   }
 
-  /** Marks nodes unseen for longer than `ms` as down; returns their ids. */
-  async markStaleNodesDown(ms: number): Promise<string[]> {
+  /**
+   * Nodes not down whose agent has not heartbeated for longer than `ms` (by MySQL's clock), each with the address
+   * its engines are reached at, the ports of the shards placed on it and how long it has been silent: the node
+   * liveness service's suspects.
+   */
+  async silentNodes(ms: number): Promise<{ id: NodeId; host: string; ports: number[]; silentMs: number }[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>(
-      `SELECT id FROM nodes WHERE state <> 'down' AND last_seen < NOW(3) - INTERVAL ? MICROSECOND`,
+      `SELECT n.id, JSON_UNQUOTE(JSON_EXTRACT(n.inventory, '$.host')) AS host, GROUP_CONCAT(s.port) AS ports,
+              TIMESTAMPDIFF(MICROSECOND, n.last_seen, NOW(3)) DIV 1000 AS silent_ms
+         FROM nodes n LEFT JOIN shards s ON s.node_id = n.id
+        WHERE n.state <> 'down' AND n.last_seen < NOW(3) - INTERVAL ? MICROSECOND
+        GROUP BY n.id, n.inventory`,
       [ms * 1000],
     );
-    const ids = rows.map((r) => String(r.id));
-    if (ids.length) await this.pool.query(`UPDATE nodes SET state = 'down' WHERE id IN (?)`, [ids]);
-    return ids;
+    return rows.map((r) => ({ id: r.id as NodeId, host: String(r.host ?? ''), ports: r.ports ? String(r.ports).split(',').map(Number) : [], silentMs: Number(r.silent_ms) }));
+  }
+
+  /**
+   * Marks a node down if its agent is still silent for longer than `ms` (another control plane may have heard
+   * it meanwhile); true when this call did, so one control plane alone reports the loss.
+   */
+  async markNodeDown(id: NodeId, ms: number): Promise<boolean> {
+    const [r] = await this.pool.query<ResultSetHeader>(
+      `UPDATE nodes SET state = 'down' WHERE id = ? AND state <> 'down' AND last_seen < NOW(3) - INTERVAL ? MICROSECOND`,
+      [id, ms * 1000],
+    );
+    return r.affectedRows > 0;
   }
 
   /**

@@ -3,6 +3,7 @@ import { NativeConnection, Worker } from '@temporalio/worker';
 import { createNodeActivities } from '../../activities/node';
 import type { Client } from '@temporalio/client';
 import { nodeQueue, workflowIds } from '../../lib/names';
+import { AGENT_HEARTBEAT_MS } from '../../lib/liveness';
 import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory } from '../../lib/types';
 import type { TlsCredentials } from '../../lib/tls-client';
@@ -17,11 +18,30 @@ export const simInventory = (o: { gpus?: number; fabric?: boolean } = {}): NodeI
   adapters: [], fabrics: o.fabric === false ? {} : { 'ib-a': ['mlx5_0', 'mlx5_1'] }, cpuFlags: ['avx2'], engines: ['sim'], host: '127.0.0.1',
 });
 
-/** Registers a node with the control plane over mTLS with a certificate for `nodeId`; fails the test on anything but 200. */
+/** Heartbeat loops of registered test nodes, by node id (one each, however often a node registers). */
+const beats = new Map<string, NodeJS.Timeout>();
+
+/**
+ * Registers a node with the control plane over mTLS with a certificate for `nodeId` (fails the test on anything
+ * but 200), then heartbeats for it every AGENT_HEARTBEAT_MS as its agent would, until stopHeartbeats(): the
+ * control plane's node liveness judges a silent node by its engines, and a test node must not look lost.
+ */
 export async function registerNode(cp: Pick<ControlPlane, 'url' | 'config' | 'store'>, nodeId: string, inventory: NodeInventory): Promise<void> {
   const { fetch } = await certClient(cp.config, cp.store, nodeId);
   const res = await fetch(`${cp.url}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId, inventory }) });
   if (res.status !== 200) throw new Error(`registering ${nodeId}: HTTP ${res.status} ${await res.text()}`);
+  clearInterval(beats.get(nodeId));
+  const beat = setInterval(() => void fetch(`${cp.url}/v1/agent/heartbeat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId }) }).catch(() => undefined), AGENT_HEARTBEAT_MS);
+  beat.unref();
+  beats.set(nodeId, beat);
+}
+
+/** Stops the heartbeats of registered test nodes: all of them, or those named (a test that loses a node). */
+export function stopHeartbeats(nodeIds: string[] = [...beats.keys()]): void {
+  for (const id of nodeIds) {
+    clearInterval(beats.get(id));
+    beats.delete(id);
+  }
 }
 
 export interface NodeWorker {
@@ -36,7 +56,7 @@ export interface NodeWorker {
 /**
  * Runs a node worker for `nodeId` against Temporal at `address`, with sim engines as real processes. With
  * `cp` it also does what the agent does beside its worker, over mTLS with the node's certificate: heartbeats to
- * that control plane every 2 s, and asks it which shards stay placed here (so an engine outlives a Temporal
+ * that control plane every second, and asks it which shards stay placed here (so an engine outlives a Temporal
  * restart, as under a real agent). With `door`, `address` is Temporal's front door and the worker connects to it
  * as the agent does, with these credentials (the node's certificate).
  */
@@ -52,7 +72,7 @@ export async function startNodeWorker(address: string, nodeId: string, pids = ne
       log: (msg, f) => { if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid)); } }),
   });
   const beat = cpUrl && tls
-    ? setInterval(() => void tls.fetch(`${cpUrl}/v1/agent/heartbeat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId }) }).catch(() => undefined), 2000)
+    ? setInterval(() => void tls.fetch(`${cpUrl}/v1/agent/heartbeat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId }) }).catch(() => undefined), AGENT_HEARTBEAT_MS)
     : undefined;
   const running = worker.run();
   const ended = running.then(() => null, (err: Error) => err);
@@ -85,6 +105,7 @@ export async function stopSimCluster(o: {
   for (const pid of o.pids.values()) try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
   await o.gateway?.close();
   await cp?.close();
+  stopHeartbeats();
   await closeCertClients();
   await o.temporal?.stop();
   await o.dropDatabase(o.mysqlUrl);

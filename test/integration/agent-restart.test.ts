@@ -87,7 +87,8 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
       temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(),
       catalog: [{ name: MODEL, source: 'sim://keep', replicas: 1, profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '200'] }] }],
     });
-    cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
+    // An agent gone for good is judged after 8 s here (30 s in production), so the last test does not wait half a minute.
+    cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() }, liveness: { agentLostMs: 8000 } });
     gateway = await startGateway({ host: '127.0.0.1', port: 0, routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }), apiKeys: [] });
     await startAgentProc('a1');
     await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
@@ -128,18 +129,18 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
     expect(await readyOn()).toEqual(['a1']);
   }, 120_000);
 
-  test('SIGKILL the agent as its restart comes up: the shard times out, runs again on a1 and adopts the engine', async () => {
+  test('SIGKILL the agent, restart it after the unit\'s RestartSec: it registers after a crash, the shard runs again on a1 and adopts the engine', async () => {
     const before = engineOn('a1');
     const old = agents[agents.length - 1] as AgentProc;
-    // The next agent is up first (a supervisor restarting it at once), so what is measured is the adoption, not
-    // how long a Node process takes to start on a loaded machine: an agent that is not back within the 5 s
-    // heartbeat timeout is a lost node, and its replica is rebuilt elsewhere (the test after this one).
-    const next = await startAgentProc('a1');
     const t0 = Date.now();
     const load = startLoad(gateway.url, MODEL, { clients: 2 });
     old.child.kill('SIGKILL');
     await exited(old);
-    await waitFor(() => next.lines.some((l) => l.includes('shard adopted') && l.includes(`"pid":${before.enginePid}`)), { timeoutMs: 30_000, what: 'the new agent to adopt the engine after the heartbeat timeout' });
+    // What systemd does with the shipped unit (lib/onboard/plan.ts: RestartSec=1); the agent's own start takes longer
+    // on a loaded machine, and none of it may cost a request or a rebuild: the engine serves on meanwhile.
+    await sleep(1000);
+    const next = await startAgentProc('a1');
+    await waitFor(() => next.lines.some((l) => l.includes('shard adopted') && l.includes(`"pid":${before.enginePid}`)), { timeoutMs: 30_000, what: 'the new agent to adopt the engine (its registration after a crash runs the shard again)' });
     await sleep(1000);
     const s = await load.stop();
     console.log(`agent SIGKILL + restart: ${s.ok} requests ok, ${s.failed} failed; engine pid ${before.enginePid} adopted after ${Date.now() - t0} ms`);
@@ -159,7 +160,7 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
     console.log(`agent kill -9, not restarted: serving on a2 after ${Date.now() - t0} ms`);
     const why = await rebuildsSince(t0);
     expect(why.length).toBeGreaterThanOrEqual(1);
-    expect(why[0]).toMatch(/a1: the shard stopped heartbeating/);
+    expect(why[0]).toMatch(/a1: agent lost: no heartbeat for \d+s while its engines answer/);
     engineOn('a2');
     // Nothing supervises a1's engine now; the agent that comes back finds no shard wants it and stops it.
     expect(pidAlive(before.enginePid)).toBe(true);

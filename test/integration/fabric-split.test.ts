@@ -19,6 +19,7 @@ import { simEngineArgv } from '../../lib/sim/argv';
 import { parseNodeId, type NodeInventory, type ReplicaRecord } from '../../lib/types';
 import { discover } from '../../workers/agent/discovery';
 import { NODE_WORKER_OPTIONS } from '../../workers/agent/worker';
+import { AGENT_HEARTBEAT_MS } from '../../lib/liveness';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
@@ -53,6 +54,9 @@ describe('one fabric name over two subnet managers (sim nodes, real Temporal and
     // No GPU on this machine: the sim engine needs one GPU a shard.
     const inventory: NodeInventory = { ...discovered, gpus: [{ index: 0, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: `GPU-${node}` }] };
     await cp.store.upsertNode(parseNodeId(node), inventory);
+    // Its agent's heartbeats, straight into the store: a silent node would be judged lost (node liveness).
+    const beat = setInterval(() => void cp.store.heartbeat(parseNodeId(node)).catch(() => undefined), AGENT_HEARTBEAT_MS);
+    stops.push(async () => clearInterval(beat));
     const connection = await NativeConnection.connect({ address: temporal.address });
     const worker = await Worker.create({
       ...NODE_WORKER_OPTIONS, connection, taskQueue: nodeQueue(node),

@@ -15,7 +15,7 @@ import { startControlPlane, type ControlPlane } from '../../workers/control/inde
 import { scaleUpdate } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
-import { registerNode, simInventory, startNodeWorker, type NodeWorker } from '../helpers/node-workers';
+import { registerNode, simInventory, startNodeWorker, stopHeartbeats, type NodeWorker } from '../helpers/node-workers';
 import { closeCertClients } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
@@ -54,6 +54,7 @@ describe('a replica over two nodes of one fabric', () => {
     for (const w of workers) await w.stop();
     for (const pid of pids.values()) try { process.kill(pid, 'SIGKILL'); } catch { /* already gone */ }
     await cp?.close();
+    stopHeartbeats();
     await closeCertClients();
     await temporal?.stop();
     await dropDatabase(config.mysql.url);

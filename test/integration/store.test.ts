@@ -63,14 +63,16 @@ describe('node state', () => {
     await store.upsertNode(id('c1'), inv);
     expect(await store.setNodeState('c1', 'cordoned')).toBe(true);
     await sleep(30);
-    expect(await store.markStaleNodesDown(10)).toEqual(['c1']);
+    expect((await store.silentNodes(10)).map((n) => n.id)).toEqual(['c1']);
+    expect(await store.markNodeDown(id('c1'), 10)).toBe(true);
+    expect(await store.markNodeDown(id('c1'), 10)).toBe(false);
     expect(await store.nodeState(id('c1'))).toBe('down');
     expect(await store.isCordoned('c1')).toBe(true);
     expect(await store.heartbeat(id('c1'))).toBe('down');
     expect(await store.nodeState(id('c1'))).toBe('cordoned');
 
     await sleep(30);
-    await store.markStaleNodesDown(10);
+    await store.markNodeDown(id('c1'), 10);
     await store.upsertNode(id('c1'), inv); // the agent restarted
     expect(await store.nodeState(id('c1'))).toBe('cordoned');
   });
@@ -78,13 +80,13 @@ describe('node state', () => {
   test('a down node can be cordoned and uncordoned; it stays down until seen, then takes the cordon it was given', async () => {
     await store.upsertNode(id('c2'), inv);
     await sleep(30);
-    await store.markStaleNodesDown(10);
+    await store.markNodeDown(id('c2'), 10);
     await store.setNodeState('c2', 'cordoned');
     expect(await store.nodeState(id('c2'))).toBe('down');
     await store.heartbeat(id('c2'));
     expect(await store.nodeState(id('c2'))).toBe('cordoned');
     await sleep(30);
-    await store.markStaleNodesDown(10);
+    await store.markNodeDown(id('c2'), 10);
     await store.setNodeState('c2', 'ready');
     expect(await store.nodeState(id('c2'))).toBe('down');
     expect(await store.isCordoned('c2')).toBe(false);

@@ -23,11 +23,11 @@ export async function assignedShards(client: TlsClient, server: string, nodeId: 
 }
 
 /** Registers, retrying with backoff while the control plane is unreachable. */
-export async function register(client: TlsClient, opts: AgentOptions, inventory: NodeInventory, stopped: () => boolean): Promise<Registration> {
+export async function register(client: TlsClient, opts: AgentOptions, inventory: NodeInventory, stopped: () => boolean, afterCrash = false): Promise<Registration> {
   let delay = 250;
   for (;;) {
     try {
-      const r = await post<Registration & ErrorBody>(client, `${opts.server}/v1/agent/register`, { nodeId: opts.nodeId, inventory } satisfies RegisterRequest);
+      const r = await post<Registration & ErrorBody>(client, `${opts.server}/v1/agent/register`, { nodeId: opts.nodeId, inventory, afterCrash } satisfies RegisterRequest);
       if (r.status === 200) return r.body;
       throw new LlmgwError('LLMGW_BAD_REQUEST', `control plane refused registration (${r.status}): ${r.body.error?.message ?? JSON.stringify(r.body)}`);
     } catch (err) {
@@ -40,15 +40,27 @@ export async function register(client: TlsClient, opts: AgentOptions, inventory:
 }
 
 /**
- * Heartbeats every `heartbeatMs`; a control plane that no longer knows the node (404) gets a new registration,
- * and one that refuses the node's certificate is logged.
+ * Heartbeats every `heartbeatMs` (one at a time: a slow control plane is not sent a pile); a control plane that no
+ * longer knows the node (404) gets a new registration, and one that refuses the node's certificate is logged.
+ * A failing heartbeat is logged when it starts failing and when it answers again, not every beat.
  */
 export function startHeartbeat(client: TlsClient, opts: AgentOptions, inventory: NodeInventory, heartbeatMs: number, stopped: () => boolean): { stop(): void } {
+  let inFlight = false;
+  let failingSince: number | null = null;
+  const failed = (error: string): void => {
+    if (failingSince === null) opts.log('heartbeat failed; retrying every beat (the engines keep serving)', { server: opts.server, error });
+    failingSince ??= Date.now();
+  };
   const beat = setInterval(() => {
+    if (inFlight) return;
+    inFlight = true;
     void post<ErrorBody>(client, `${opts.server}/v1/agent/heartbeat`, { nodeId: opts.nodeId }).then(async (r) => {
       if (r.status === 404) await register(client, opts, inventory, stopped);
       else if (r.status === 401 || r.status === 403) opts.log('control plane refused this node\'s certificate', { status: r.status, error: r.body.error?.message });
-    }).catch((err: Error) => opts.log('heartbeat failed', { error: err.message }));
+      if (r.status >= 500) return failed(`HTTP ${r.status}: ${r.body.error?.message ?? ''}`);
+      if (failingSince !== null) opts.log('heartbeat answered again', { server: opts.server, failedForMs: Date.now() - failingSince });
+      failingSince = null;
+    }).catch((err: Error) => failed(err.message)).finally(() => void (inFlight = false));
   }, heartbeatMs);
   return { stop: () => clearInterval(beat) };
 }

@@ -11,6 +11,7 @@ import { TlsClient } from '../../lib/tls-client';
 import { simEngineArgv } from '../../lib/sim/argv';
 import { assignedShards, register, startHeartbeat } from './control-client';
 import { discover } from './discovery';
+import { markCleanStop, previousAgentCrashed } from './handover';
 import type { Agent, AgentOptions } from './options';
 import { startRenewal } from './renewal';
 import { startNodeWeights } from './weights';
@@ -32,7 +33,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   gpus.count = inventory.gpus.length;
   let closing = false;
   const client = new TlsClient(opts.tls);
-  const reg = await register(client, opts, inventory, () => closing).catch(async (err: unknown) => {
+  const afterCrash = previousAgentCrashed(opts.stateDir);
+  const reg = await register(client, opts, inventory, () => closing, afterCrash).catch(async (err: unknown) => {
     await client.close();
     throw err;
   });
@@ -89,6 +91,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       renewal.stop();
       gc?.cancel();
       await worker.stop();
+      markCleanStop(opts.stateDir);
       await weights?.close();
       await worker.disconnect();
       await client.close();

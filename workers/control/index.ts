@@ -4,7 +4,8 @@ import { dirname, join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker, type WorkflowBundleOption } from '@temporalio/worker';
 import { createCaOperations } from '../../activities/ca';
-import { createControlActivities, wakeWaitingReplicas } from '../../activities/control';
+import { createControlActivities, signalAgentRestarted, signalNodeLost, wakeWaitingReplicas } from '../../activities/control';
+import { AGENT_HEARTBEAT_MS } from '../../lib/liveness';
 import type { ServerConfig } from '../../config/types';
 import { buildControlServer } from '../../gateway/control/server';
 import { TaskTokenMemory } from '../../gateway/door/task-tokens';
@@ -17,7 +18,7 @@ import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { NodeId } from '../../lib/types';
 import { EnginePolicy } from './engine-policy';
-import { StaleNodeSweep } from './stale-node-sweep';
+import { NodeLiveness, type NodeLivenessOptions } from './node-liveness';
 import { TaskTokenPruning } from './token-pruning';
 
 /** What the control role is started with: server.yaml, parsed, and test hooks. */
@@ -25,8 +26,8 @@ export interface ControlPlaneOptions {
   config: ServerConfig;
   /** A pre-built workflow bundle (tests bundle once); default bundles workflows/ at start. */
   workflowBundle?: WorkflowBundleOption;
-  /** A node unseen for this long is marked down. */
-  nodeDownAfterMs?: number;
+  /** Overrides of the node liveness timers (lib/liveness.ts), for tests. */
+  liveness?: Pick<NodeLivenessOptions, 'silentMs' | 'agentLostMs' | 'everyMs' | 'probeMs'>;
   logger?: boolean;
   /** The control plane's log (certificate refusals, refused identity claims, revocations). */
   log?: (msg: string, fields: Record<string, unknown>) => void;
@@ -103,9 +104,12 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     logger: opts.logger,
     // Nodes reach Temporal only through the door, with their certificate; they are never told Temporal's address.
     temporal: { address: (host) => doorAddressFor(config.listeners, host), namespace: config.temporal.namespace, mtls: true },
-    heartbeatMs: 2000,
+    heartbeatMs: AGENT_HEARTBEAT_MS,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
     onRegistered: engines.onRegistered,
+    onAgentCrashed: (nodeId) => void signalAgentRestarted(store, client, nodeId)
+      .then((replicas) => replicas.length && log('agent restarted after a crash: its shards run again to adopt their engines', { nodeId, replicas }))
+      .catch((err: Error) => log('could not tell replicas their agent restarted (they adopt once Temporal times the old shards out)', { nodeId, error: err.message })),
     renew: (input: { csrPem: string; identity: NodeId; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
     revoke: async (nodeId, reason) => {
       if (ca) return ca.revokeNode({ nodeId, reason });
@@ -118,8 +122,6 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       return count;
     },
   });
-  const sweep = new StaleNodeSweep({ store, downAfterMs: opts.nodeDownAfterMs ?? 15_000 });
-  sweep.start();
   // The same gate as the HTTPS API: one verdict per connection, and a revocation cuts the node's gRPC streams too.
   // Its task tokens also go to MySQL, so a restarted control plane (or another one) lets running shards answer on.
   const tokens = new TaskTokenMemory({ backing: store, log });
@@ -129,6 +131,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   pruning.start();
   const { host, port } = config.listeners.controlPlane;
   const url = await app.listen({ host, port });
+  // From now on agents can reach this control plane: only silence from here on is evidence.
+  const liveness = new NodeLiveness({
+    store, log, lastDoorCall: door.lastCall, nodeLost: (nodeId, why) => signalNodeLost(store, client, nodeId, why), ...opts.liveness,
+  });
+  liveness.start();
 
   return {
     url,
@@ -137,7 +144,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     client,
     door,
     async close(): Promise<void> {
-      sweep.stop();
+      liveness.stop();
       pruning.stop();
       await door.close();
       await app.close();

@@ -9,6 +9,8 @@ export interface ReplicaInput {
   /** the catalog's sha256 of a URL source's file: fetchWeights verifies it on each node */
   sha256?: string;
   profile: Profile;
+  /** how long the engine may take to serve once its weights are in place (the catalog's startTimeoutS) */
+  startTimeoutS?: number;
   /** rebuilds so far, carried across continue-as-new */
   rebuilds?: number;
 }
@@ -25,4 +27,8 @@ export interface ReplicaStatus {
 export const stopSignal = defineSignal('stop');
 /** Nodes changed (one registered, uncordoned): a waiting replica tries placement again now. */
 export const nodesChangedSignal = defineSignal('nodesChanged');
+/** The control plane found a node gone by every signal (docs/operations.md): a replica placed there rebuilds elsewhere now. */
+export const nodeLostSignal = defineSignal<[{ nodeId: string; why: string }]>('nodeLost');
+/** A node's agent crashed and a new one registered: the replica's shards there run again, and the new agent adopts their engines. */
+export const agentRestartedSignal = defineSignal<[{ nodeId: string }]>('agentRestarted');
 export const statusQuery = defineQuery<ReplicaStatus>('status');

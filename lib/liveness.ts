@@ -1,0 +1,51 @@
+/**
+ * Every timer that decides whether a replica is alive, in one place, with why it is what it is. llmgw rebuilds a
+ * replica only on evidence that its engine is gone: the agent saw it exit, or its node is gone by every signal
+ * (no agent heartbeat, no Temporal call through the door, and its engines' ports refuse a connection). Silence
+ * of llmgw's own path — a control plane, the door, Temporal or MySQL down, a starved CPU — is never evidence.
+ * Chosen for a saturated 2-core host; docs/operations.md ("Timers") tells operators the same.
+ */
+
+/** How often an agent heartbeats the control plane: cheap, and four of them fit in NODE_SILENT_MS. */
+export const AGENT_HEARTBEAT_MS = 1000;
+
+/**
+ * A node whose agent has been silent this long — counted only while the judging control plane was itself up
+ * and reading MySQL — is a suspect; it is lost only if the door saw no call from it either and none of its
+ * engines' ports accepts a connection. Four missed heartbeats: a starved agent is late by milliseconds, not
+ * seconds, and an agent restarting (systemd's RestartSec plus its start) leaves its engines answering.
+ */
+export const NODE_SILENT_MS = 4000;
+
+/**
+ * An agent silent this long while its engines still answer is not coming back (systemd restarts one within a
+ * second or two, an upgrade within seconds): nothing supervises those engines, so their replicas are rebuilt.
+ */
+export const AGENT_LOST_MS = 30_000;
+
+/** How often the control plane looks for silent nodes. */
+export const NODE_SWEEP_MS = 1000;
+
+/**
+ * How long a connection to an engine's port may take before it counts as refused: the kernel accepts a
+ * connection to a listening socket without waiting for the engine's process to run, so a starved engine
+ * still answers at once, while a node that is gone (powered off, network down) never does.
+ */
+export const ENGINE_PROBE_MS = 1000;
+
+/**
+ * A shard's Temporal heartbeat timeout: a backstop only. A lost node is found by the control plane in seconds
+ * (above) and its replicas told at once; this fires only when a node's worker stopped reporting while its
+ * agent and engines look alive (a wedged worker), and must outlast a Temporal or control-plane restart (a
+ * 30 s outage, then reconnection backoff) so such a restart times out no shard.
+ */
+export const SHARD_HEARTBEAT_TIMEOUT_S = 90;
+
+/**
+ * How long a shard scheduled again (after its agent stopped or its heartbeat timed out) may wait for an agent to
+ * take it: an agent restarting under systemd is back within seconds, an upgrade's may take a minute.
+ */
+export const SHARD_PICKUP_S = 60;
+
+/** A model's start timeout when the catalog names none: loading real weights (tens to hundreds of GB) takes minutes. */
+export const DEFAULT_START_TIMEOUT_S = 1800;

@@ -1,0 +1,156 @@
+/**
+ * Fault scenarios on the local cluster (every role a real process, a private MariaDB), with both cores
+ * saturated and load through the gateway on two models: what each outage costs in failed requests, rebuilt
+ * replicas and replaced engine processes. Shared by test/faults/ (asserts) and npm run bench:faults (prints).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startCluster, SIM_NODES, type Cluster } from '../../cli/cluster/run';
+import { listEngineKeys, readEngineState, sameProcess } from '../../lib/engine-state';
+import { openDatabase } from '../../lib/store/db';
+import { Store } from '../../lib/store/store';
+import { startLoad, waitRoutable, type LoadStats } from './load';
+import { freePort } from './ports';
+import { startPrivateMariadb, type PrivateMariadb } from './private-mariadb';
+import { waitFor } from './wait';
+
+/** The models loaded during every scenario: one single-node, one over two nodes of a fabric. */
+export const LOADED_MODELS = ['sim-small', 'sim-large'] as const;
+
+/** A cluster for fault scenarios, with what a scenario needs to break it and to judge the damage. */
+export interface FaultCluster {
+  cluster: Cluster;
+  mysql: PrivateMariadb;
+  store: Store;
+  /** Every live engine process by its shard key (`<replica>.g<n>.r<rank>`), from the agents' state dirs. */
+  enginePids(): Map<string, number>;
+  close(): Promise<void>;
+}
+
+/** Brings up the local cluster (sim engines only) over a private MariaDB. */
+export async function startFaultCluster(progress: (line: string) => void = () => undefined): Promise<FaultCluster> {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-faults-'));
+  const mysql = await startPrivateMariadb(join(dir, 'mariadb'));
+  const stateDir = join(dir, 'state');
+  let cluster: Cluster;
+  try {
+    cluster = await startCluster({ stateDir, basePort: (await freePort()) % 20000 + 30000, mysqlUrl: mysql.url, progress, llama: false });
+  } catch (err) {
+    await mysql.stop();
+    throw err;
+  }
+  const pool = await openDatabase(mysql.url);
+  const store = new Store(pool);
+  for (const m of LOADED_MODELS) await waitRoutable(cluster.gatewayUrl, m, 30_000);
+  return {
+    cluster, mysql, store,
+    enginePids: () => {
+      const pids = new Map<string, number>();
+      for (const n of SIM_NODES) {
+        const d = join(stateDir, 'engines', n.id);
+        for (const k of listEngineKeys(d)) {
+          const st = readEngineState(d, k);
+          if (st && sameProcess(st.enginePid, st.engineStartTime)) pids.set(k, st.enginePid);
+        }
+      }
+      return pids;
+    },
+    async close(): Promise<void> {
+      await cluster.close();
+      await pool.end().catch(() => undefined);
+      await mysql.stop();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** Two busy loops at normal priority: both cores saturated, as on a loaded host. */
+export function burnCpu(loops = 2): { stop(): void } {
+  const children: ChildProcess[] = Array.from({ length: loops }, () => spawn('sh', ['-c', 'while :; do :; done'], { stdio: 'ignore' }));
+  return { stop: () => children.forEach((c) => c.kill('SIGKILL')) };
+}
+
+/** What one scenario cost. */
+export interface FaultResult {
+  name: string;
+  /** requests sent through the gateway during the scenario, and those that failed (with the first few reasons) */
+  load: LoadStats;
+  /** replica.rebuilding events since the fault */
+  rebuilds: string[];
+  /** engines before the fault that are gone or were replaced after it */
+  replacedEngines: string[];
+  /** from the fault until every loaded model had all its desired replicas ready again, ms */
+  servingAgainMs: number;
+}
+
+/**
+ * Runs one scenario: load on LOADED_MODELS and both cores busy; `fault` breaks something (and, for an outage,
+ * waits and restores it); then waits until every model serves its desired replicas again and `settleMs` more.
+ */
+export async function runFault(fc: FaultCluster, name: string, fault: () => Promise<void>, o: { settleMs?: number; clients?: number } = {}): Promise<FaultResult> {
+  const before = fc.enginePids();
+  const burn = burnCpu();
+  const loads = LOADED_MODELS.map((m) => startLoad(fc.cluster.gatewayUrl, m, { clients: o.clients ?? 2 }));
+  const t0 = Date.now();
+  let servingAgainMs = 0;
+  try {
+    await new Promise((r) => setTimeout(r, 2000));
+    const faultAt = Date.now();
+    await fault();
+    await waitFor(async () => {
+      for (const m of LOADED_MODELS) {
+        const rs = (await fc.store.listReplicas(m)).filter((r) => r.state !== 'stopped');
+        const desired = (await fc.store.listModels()).find((x) => x.name === m)?.replicas ?? 0;
+        if (rs.filter((r) => r.state === 'ready').length < desired) return false;
+      }
+      return true;
+    }, { timeoutMs: 120_000, what: `every loaded model serving again after ${name}` });
+    servingAgainMs = Date.now() - faultAt;
+    await new Promise((r) => setTimeout(r, o.settleMs ?? 3000));
+  } finally {
+    burn.stop();
+  }
+  const stats = await Promise.all(loads.map((l) => l.stop()));
+  const load = stats.reduce((a, s) => ({ sent: a.sent + s.sent, ok: a.ok + s.ok, failed: a.failed + s.failed, failures: [...a.failures, ...s.failures].slice(0, 10), durationMs: Math.max(a.durationMs, s.durationMs) }));
+  const rebuilds = (await fc.store.recentEvents(500)).filter((e) => e.kind === 'replica.rebuilding' && e.at.getTime() >= t0).map((e) => `${e.replicaId}: ${e.message}`);
+  const after = fc.enginePids();
+  const replacedEngines = [...before].filter(([k, pid]) => after.get(k) !== pid).map(([k, pid]) => `${k} (pid ${pid})`);
+  return { name, load, rebuilds, replacedEngines, servingAgainMs };
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Kills a role process with SIGKILL and waits until it is gone. */
+async function killRole(fc: FaultCluster, name: string): Promise<void> {
+  const p = fc.cluster.processes.get(name);
+  if (!p) throw new Error(`no ${name} process`);
+  const gone = new Promise((r) => p.once('exit', r));
+  p.kill('SIGKILL');
+  await gone;
+}
+
+/** The outages that must cost nothing: each kills part of llmgw's own path and brings it back. */
+export const OUTAGES: Record<string, (fc: FaultCluster, downMs: number) => Promise<void>> = {
+  'control plane kill -9': async (fc, downMs) => {
+    await killRole(fc, 'control-plane');
+    await sleep(downMs);
+    fc.cluster.restart('control-plane');
+  },
+  'Temporal kill -9': async (fc, downMs) => {
+    fc.cluster.temporal.kill();
+    await sleep(downMs);
+    await fc.cluster.temporal.start();
+  },
+  'MySQL unreachable': async (fc, downMs) => {
+    fc.mysql.kill();
+    await sleep(downMs);
+    await fc.mysql.start();
+  },
+  'agent kill -9, back after RestartSec': async (fc) => {
+    await killRole(fc, 'sim-a');
+    await sleep(1000); // the shipped unit's RestartSec (lib/onboard/plan.ts)
+    fc.cluster.restart('sim-a');
+  },
+};

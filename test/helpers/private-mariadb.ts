@@ -1,0 +1,56 @@
+/**
+ * A MariaDB server of a test's own — its own datadir, port and socket — that the test may kill and start again
+ * (a MySQL outage) without touching the machine's shared server. Root with an empty password, loopback only.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { createConnection } from 'mysql2/promise';
+import { stopProcess } from '../../lib/process';
+import { freePort } from './ports';
+import { waitFor } from './wait';
+
+/** A running private MariaDB. */
+export interface PrivateMariadb {
+  /** mysql://root@127.0.0.1:PORT/DB for llmgw's server.yaml */
+  url: string;
+  port: number;
+  /** SIGKILL: what an outage looks like to its clients (connections refused until start()). */
+  kill(): void;
+  /** Starts it again on the same datadir and port; resolves once it answers. */
+  start(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+const MARIADBD = ['/usr/sbin/mariadbd', '/usr/sbin/mysqld'].find((p) => existsSync(p)) ?? 'mariadbd';
+
+/** Initialises a datadir under `dir` and starts a server on a free port; `database` is created. */
+export async function startPrivateMariadb(dir: string, database = 'llmgw'): Promise<PrivateMariadb> {
+  const datadir = join(dir, 'data');
+  mkdirSync(dir, { recursive: true });
+  const user = process.getuid?.() === 0 ? 'root' : (process.env.USER ?? 'root');
+  const init = spawnSync('mariadb-install-db', ['--no-defaults', `--datadir=${datadir}`, `--user=${user}`, '--auth-root-authentication-method=normal', '--skip-test-db'], { encoding: 'utf8' });
+  if (init.status !== 0) throw new Error(`mariadb-install-db failed (${init.status}): ${init.stderr || init.stdout}`);
+  const port = await freePort();
+  let child: ChildProcess | null = null;
+  const start = async (): Promise<void> => {
+    child = spawn(MARIADBD, ['--no-defaults', `--datadir=${datadir}`, `--port=${port}`, '--bind-address=127.0.0.1', `--socket=${join(dir, 'sock')}`,
+      `--pid-file=${join(dir, 'pid')}`, `--user=${user}`, '--skip-log-bin', '--innodb-buffer-pool-size=32M'], { stdio: 'ignore' });
+    await waitFor(async () => {
+      const c = await createConnection({ host: '127.0.0.1', port, user: 'root' });
+      await c.query(`CREATE DATABASE IF NOT EXISTS \`${database}\``);
+      await c.end();
+      return true;
+    }, { timeoutMs: 60_000, what: `the private MariaDB on port ${port} to answer` });
+  };
+  await start();
+  return {
+    url: `mysql://root@127.0.0.1:${port}/${database}`,
+    port,
+    kill: () => void child?.kill('SIGKILL'),
+    start,
+    stop: async () => {
+      if (child) await stopProcess(child, 10_000);
+    },
+  };
+}
