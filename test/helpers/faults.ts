@@ -81,7 +81,7 @@ export interface FaultResult {
   rebuilds: string[];
   /** engines before the fault that are gone or were replaced after it */
   replacedEngines: string[];
-  /** from the fault until every loaded model had all its desired replicas ready again, ms */
+  /** from the fault (or, for an outage, from the moment it was restored) until every loaded model had all its desired replicas ready again, ms */
   servingAgainMs: number;
 }
 
@@ -97,8 +97,8 @@ export async function runFault(fc: FaultCluster, name: string, fault: () => Prom
   let servingAgainMs = 0;
   try {
     await new Promise((r) => setTimeout(r, 2000));
-    const faultAt = Date.now();
     await fault();
+    const faultAt = Date.now();
     await waitFor(async () => {
       for (const m of LOADED_MODELS) {
         const rs = (await fc.store.listReplicas(m)).filter((r) => r.state !== 'stopped');
