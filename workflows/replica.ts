@@ -149,7 +149,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     });
     const healthScope = new CancellationScope();
     const health = healthScope.run(async () => {
-      await Promise.all(fetched);
+      // Cancellable: a shard whose weights never arrive (its fetch cancelled, its node lost) must not hold a stop.
+      await Promise.race([Promise.all(fetched), CancellationScope.current().cancelRequested]);
       return serving(startTimeoutS).waitServing({ endpoint: placement.endpoint });
     });
     shards.push(health.then(() => void (failure ??= { kind: 'served' }), onShardError(null)));

@@ -88,7 +88,8 @@ describe('the local cluster', () => {
   afterAll(async () => {
     for (const r of [first, again, third]) if (r && r.child.exitCode === null) try { process.kill(-(r.child.pid as number), 'SIGKILL'); } catch { /* gone */ }
     await dropDatabase(mysqlUrl);
-    rmSync(stateDir, { recursive: true, force: true });
+    // KEEP_E2E=1 keeps the state dir (logs, temporal.db) for a post-mortem.
+    if (!process.env.KEEP_E2E) rmSync(stateDir, { recursive: true, force: true });
   }, 60_000);
   let again: Running | undefined;
   let third: Running | undefined;
