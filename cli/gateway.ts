@@ -13,7 +13,7 @@ export async function gatewayCommand(argv: string[]): Promise<void> {
   });
   const config = loadServerConfig(values.config);
   const log = makeLog('gateway');
-  const gw = await startGatewayRole({ config });
+  const gw = await startGatewayRole({ config, log });
   log('gateway listening', { url: gw.url });
   await untilSignal(() => gw.close());
 }

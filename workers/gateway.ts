@@ -1,9 +1,14 @@
-/** The gateway role: MySQL's routing table, refreshed, behind the inference API on listeners.gateway. */
+/** The gateway role: MySQL's routing table, refreshed, behind the inference API on listeners.gateway; its in-flight report. */
 import type { ServerConfig } from '../config/types';
+import { InflightReporter } from '../gateway/inference/inflight-report';
 import { RoutingTable } from '../gateway/inference/routing';
 import { startGateway } from '../gateway/inference/server';
 import { openDatabase } from '../lib/store/db';
+import { DrainStore } from '../lib/store/drain';
 import { Store } from '../lib/store/store';
+
+/** Rows of gateways silent this long are removed when a gateway starts (a row is a few hundred bytes; restarts add one each). */
+const FORGET_GATEWAYS_AFTER_MS = 24 * 3600_000;
 
 /** A running gateway role. */
 export interface GatewayRole {
@@ -12,8 +17,8 @@ export interface GatewayRole {
   close(): Promise<void>;
 }
 
-/** Opens MySQL, loads the routing table and serves the inference API; close() stops both. */
-export async function startGatewayRole(opts: { config: ServerConfig }): Promise<GatewayRole> {
+/** Opens MySQL, loads the routing table, serves the inference API and reports its in-flight requests; close() stops all. */
+export async function startGatewayRole(opts: { config: ServerConfig; log?: (msg: string, fields?: Record<string, unknown>) => void }): Promise<GatewayRole> {
   const { config } = opts;
   const pool = await openDatabase(config.mysql.url);
   const store = new Store(pool);
@@ -22,10 +27,16 @@ export async function startGatewayRole(opts: { config: ServerConfig }): Promise<
     await pool.end();
     throw err;
   });
+  const drains = new DrainStore(pool);
+  await drains.pruneGateways(FORGET_GATEWAYS_AFTER_MS).catch(() => 0);
+  const reporter = new InflightReporter({ source: routing, sink: drains, ...(opts.log ? { log: opts.log } : {}) });
+  reporter.start();
   return {
     url: gw.url,
     async close(): Promise<void> {
+      // The server first: its in-flight requests finish while they are still reported.
       await gw.close();
+      await reporter.stop();
       await pool.end();
     },
   };
