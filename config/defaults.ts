@@ -38,6 +38,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     apiKeys: [],
     refreshMs: 500,
   },
+  drain: { graceS: 600 },
   catalog: [
     {
       name: 'sim-small',

@@ -48,6 +48,11 @@ export interface ServerConfig {
     /** How often the routing table is re-read from MySQL, ms */
     refreshMs: number;
   };
+  /** How a stopping replica (drain, scale-down, rebuild elsewhere) lets the requests in flight on it finish. */
+  drain: {
+    /** Longest wait, s, from leaving routing until no gateway has a request on it; then its engine is stopped anyway (catalog drainGraceS overrides per model) */
+    graceS: number;
+  };
   catalog: ModelSpec[];
   /** Where llmgw creates machines (the llmgw-proxmox worker only; null: no Proxmox, provisioning refused) */
   proxmox: ProxmoxConfig | null;

@@ -8,6 +8,7 @@ import { deploymentQuery } from '../../workflows/contracts/model';
 import { place } from '../../lib/placement';
 import { parseNodeId, type EngineStatus, type ModelSpec, type NodeId, type Profile, type ReplicaId, type ReplicaState } from '../../lib/types';
 import { nodesChangedSignal } from '../../workflows/contracts/replica';
+import { createDrainWaitActivities } from './drain-wait';
 
 /**
  * An agent seen by the control plane this recently is alive. It heartbeats every 2 s; a shard's heartbeat
@@ -21,6 +22,10 @@ export interface ControlDeps {
   /** For reading workflow state (the deployment's replacements) while a drain waits. */
   client?: Client;
   enginePorts: { base: number; count: number };
+  /** server.yaml drain.graceS: how long a stopping replica waits for its requests in flight (default 600) */
+  drainGraceS?: number;
+  /** server.yaml gateway.refreshMs (default 500) */
+  gatewayRefreshMs?: number;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -212,6 +217,8 @@ export function createControlActivities(deps: ControlDeps) {
     async releaseReplica(replicaId: string): Promise<void> {
       await store.releaseReplica(replicaId);
     },
+
+    ...createDrainWaitActivities(deps),
   };
 }
 

@@ -81,7 +81,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     namespace: config.temporal.namespace,
     taskQueue: QUEUES.control,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : defaultWorkflows()),
-    activities: createControlActivities({ store, client, enginePorts: config.enginePorts }),
+    activities: createControlActivities({ store, client, enginePorts: config.enginePorts, drainGraceS: config.drain.graceS, gatewayRefreshMs: config.gateway.refreshMs }),
   });
   const running = worker.run();
 
