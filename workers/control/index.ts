@@ -16,6 +16,7 @@ import { release } from '../../lib/release';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { NodeId } from '../../lib/types';
+import { endDrain } from './drain-end';
 import { EnginePolicy } from './engine-policy';
 import { StaleNodeSweep } from './stale-node-sweep';
 import { TaskTokenPruning } from './token-pruning';
@@ -105,6 +106,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     temporal: { address: (host) => doorAddressFor(config.listeners, host), namespace: config.temporal.namespace, mtls: true },
     heartbeatMs: 2000,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
+    endDrain: (nodeId) => endDrain(client, nodeId),
     onRegistered: engines.onRegistered,
     renew: (input: { csrPem: string; identity: NodeId; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
     revoke: async (nodeId, reason) => {
