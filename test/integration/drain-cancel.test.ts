@@ -5,7 +5,10 @@
  * --allow-downtime the replica moves stop-first and the drain prints how long it was out of routing. Real
  * Temporal, MariaDB, node workers, sim engine processes, the gateway role and the control API with `ctl`'s code.
  */
-import type { DevServer } from '../../cli/cluster/temporal-dev';
+import { execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { TEMPORAL_BIN, type DevServer } from '../../cli/cluster/temporal-dev';
 import { controlApi, type ControlApi } from '../../cli/control-api';
 import { setCordon } from '../../cli/ctl/cordon';
 import { cancelDrain, drain } from '../../cli/ctl/drain';
@@ -23,6 +26,7 @@ import { writeOperatorCert } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
 const MODEL = 'big';
+const HISTORIES = join(__dirname, '../fixtures/histories');
 
 describe('a drain of a replica nothing else can take while it runs', () => {
   let temporal: DevServer;
@@ -32,6 +36,7 @@ describe('a drain of a replica nothing else can take while it runs', () => {
   let api: ControlApi;
   const workers: NodeWorker[] = [];
   const pids = new Map<string, number>();
+  let cancelledRun = '';
   const live = async (): Promise<ReplicaRecord[]> => (await cp.store.listReplicas(MODEL)).filter((r) => r.state !== 'stopped');
   const state = async (id: string | null | undefined): Promise<string | undefined> => (await cp.store.listReplicas(MODEL)).find((r) => r.id === id)?.state;
   /** What a client sees: how many replicas of the model the gateway routes. */
@@ -85,6 +90,7 @@ describe('a drain of a replica nothing else can take while it runs', () => {
     expect(formatDrainProgress(p)).toMatch(new RegExp(`moving ${original} → ${replacement} waiting — no placement for big/tp2 .*fabric ib-a has 1 of 2 usable nodes .*\\[it fits once ${original} is gone: llmgw ctl drain d1 --allow-downtime moves it stop-first\\]`));
 
     const out: string[] = [];
+    cancelledRun = (await cp.client.workflow.getHandle(workflowIds.drain('d1')).describe()).runId;
     await cancelDrain(api, 'd1', (s) => out.push(s));
     expect(out.join('')).toBe(`drain/d1 ended (cancelled): its replacement ${replacement} stopped: ${original} keeps serving\nd1 stays cordoned: llmgw ctl uncordon d1 gives it back\n`);
     expect((await cp.client.workflow.getHandle(workflowIds.drain('d1')).describe()).status.name).toBe('CANCELLED');
@@ -128,5 +134,14 @@ describe('a drain of a replica nothing else can take while it runs', () => {
     expect(now.map((r) => [r.id, r.state, r.shards.map((s) => s.nodeId).sort()])).toEqual([[replacement, 'ready', ['d2', 'd3']]]);
     const dep = await cp.client.workflow.getHandle(workflowIds.model(MODEL)).query(deploymentQuery);
     expect({ replicas: dep.replicas, replacing: dep.replacing }).toEqual({ replicas: [replacement], replacing: [] });
+
+    if (process.env.LLMGW_RECORD_HISTORIES) {
+      // Replay fixtures of the new paths: LLMGW_RECORD_HISTORIES=1 npx jest test/integration/drain-cancel.test.ts
+      const record = (file: string, id: string, runId?: string): void => writeFileSync(join(HISTORIES, file), execFileSync(TEMPORAL_BIN, [
+        'workflow', 'show', '--address', temporal.address, '-w', id, ...(runId ? ['-r', runId] : []), '--output', 'json'], { encoding: 'utf8' }));
+      record('drain-cancelled.json', workflowIds.drain('d1'), cancelledRun);
+      record('drain-stop-first.json', workflowIds.drain('d1'));
+      record('replica-stop-first.json', workflowIds.replica(original as string));
+    }
   }, 150_000);
 });
