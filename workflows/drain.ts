@@ -1,7 +1,7 @@
 /** The drainNode workflow: cordon a node, then move its replicas off one at a time, each replacement serving first. */
 import {
   ApplicationFailure, CancellationScope, condition, getExternalWorkflowHandle, isCancellation, patched, setCurrentDetails, setHandler,
-  upsertSearchAttributes,
+  sleep, upsertSearchAttributes,
 } from '@temporalio/workflow';
 import { searchAttributes, workflowIds } from '../lib/names';
 import type { Placement } from '../lib/placement';
@@ -17,6 +17,8 @@ import { control, moveWatch } from './proxies';
 const DRAIN_V2_PATCH = 'drain-inflight-stop-first-cancel';
 /** How long a replacement stays unplaceable before --allow-downtime moves its original stop-first. */
 const STOP_FIRST_AFTER_MS = 10_000;
+/** How long a cancelled drain waits for its withdrawn replacement to stop (checked every second). */
+const GIVE_BACK_WAIT_S = 20;
 
 /** Moves every replica off `nodeId` (make before break), then ends; the node stays cordoned. */
 export async function drainNode(input: DrainInput): Promise<DrainResult> {
@@ -125,10 +127,15 @@ export async function drainNode(input: DrainInput): Promise<DrainResult> {
       return `${cur.replicaId} was already ${original ?? 'gone'}: its move${cur.replacement ? ` to ${cur.replacement}` : ''} completes`;
     }
     await getExternalWorkflowHandle(workflowIds.model(model)).signal(withdrawReplaceSignal, { replicaId: cur.replicaId, why: `drain of ${input.nodeId} cancelled` }).catch(() => undefined);
-    const rep = cur.replacement ? await control.replicaState(cur.replacement) : null;
-    return rep === 'ready'
-      ? `its replacement ${cur.replacement} already served: the move completes`
-      : `${cur.replacement ? `its replacement ${cur.replacement} stopped` : 'no replacement started'}: ${cur.replicaId} keeps serving`;
+    if (!cur.replacement) return `its replacement, if one started, is withdrawn: ${cur.replicaId} keeps serving`;
+    // Until the deployment has acted, so that a cancel that returned means the model is back at its count.
+    for (let i = 0; i < GIVE_BACK_WAIT_S; i++) {
+      const rep = await control.replicaState(cur.replacement);
+      if (rep === 'ready') return `its replacement ${cur.replacement} already served: the move completes`;
+      if (rep === 'stopped') return `its replacement ${cur.replacement} stopped: ${cur.replicaId} keeps serving`;
+      await sleep(1000);
+    }
+    return `its replacement ${cur.replacement} is withdrawn and still stopping: ${cur.replicaId} keeps serving`;
   };
 
   show();

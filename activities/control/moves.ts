@@ -87,10 +87,13 @@ export function createMoveActivities(deps: MoveDeps) {
       return place({ nodes: await store.listNodes(), profile, usedGpus, model: input.model });
     },
 
-    /** A stop-first move's downtime: from the original leaving routing to its replacement serving, ms (MySQL's clock). */
+    /**
+     * A stop-first move's downtime: from the original leaving routing (its `stopping` event, logged long before) to
+     * its replacement serving (its ready row: its event may not be written yet), ms by MySQL's clock.
+     */
     async moveDowntime(input: { original: string; replacement: string }): Promise<number | null> {
       const left = await drains.lastEventAt(input.original, 'replica.stopping');
-      const back = await drains.lastEventAt(input.replacement, 'replica.ready');
+      const back = await drains.readySince(input.replacement);
       return left && back ? Math.max(0, back.getTime() - left.getTime()) : null;
     },
   };

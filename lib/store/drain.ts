@@ -85,7 +85,13 @@ export class DrainStore {
     return rows[0] ? Number(rows[0].us) / 1000 : null;
   }
 
-  /** When the event `kind` (e.g. replica.ready) was last logged for a replica, or null. */
+  /** When the replica became ready (its row's time: written in the same statement as the state), or null when it is not ready. */
+  async readySince(replicaId: string): Promise<Date | null> {
+    const [rows] = await this.pool.query<RowDataPacket[]>(`SELECT updated_at FROM replicas WHERE id = ? AND state = 'ready'`, [replicaId]);
+    return rows[0] ? new Date(rows[0].updated_at as Date) : null;
+  }
+
+  /** When the event `kind` (e.g. replica.stopping) was last logged for a replica, or null. */
   async lastEventAt(replicaId: string, kind: string): Promise<Date | null> {
     const [rows] = await this.pool.query<RowDataPacket[]>('SELECT MAX(at) AS at FROM events WHERE replica_id = ? AND kind = ?', [replicaId, kind]);
     return rows[0]?.at ? new Date(rows[0].at as Date) : null;

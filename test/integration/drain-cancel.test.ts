@@ -91,10 +91,13 @@ describe('a drain of a replica nothing else can take while it runs', () => {
 
     const out: string[] = [];
     cancelledRun = (await cp.client.workflow.getHandle(workflowIds.drain('d1')).describe()).runId;
+    const t0 = Date.now();
     await cancelDrain(api, 'd1', (s) => out.push(s));
+    console.log(`ctl drain --cancel returned after ${Date.now() - t0}ms: ${out.join('')}`);
     expect(out.join('')).toBe(`drain/d1 ended (cancelled): its replacement ${replacement} stopped: ${original} keeps serving\nd1 stays cordoned: llmgw ctl uncordon d1 gives it back\n`);
+    // When the command returns, the drain has ended and its replacement is gone.
     expect((await cp.client.workflow.getHandle(workflowIds.drain('d1')).describe()).status.name).toBe('CANCELLED');
-    await waitFor(async () => (await state(replacement)) === 'stopped', { timeoutMs: 20_000, what: `the replacement ${replacement} to stop` });
+    expect(await state(replacement)).toBe('stopped');
     await expectOneServing(original as string);
     expect(await cp.store.nodeState('d1' as NodeId)).toBe('cordoned');
     // Nothing left to cancel.
@@ -107,9 +110,12 @@ describe('a drain of a replica nothing else can take while it runs', () => {
     const [original] = (await live()).map((r) => r.id);
     const p = await drainUntilWaiting();
     const out: string[] = [];
+    const t0 = Date.now();
     await setCordon(api, 'd1', 'uncordon', (s) => out.push(s));
+    console.log(`ctl uncordon returned after ${Date.now() - t0}ms: ${out.join('')}`);
     expect(out.join('')).toBe(`drain/d1 ended (cancelled): its replacement ${p.current?.replacement} stopped: ${original} keeps serving\nd1: ready\n`);
     expect(await cp.store.nodeState('d1' as NodeId)).toBe('ready');
+    expect(await state(p.current?.replacement)).toBe('stopped');
     await expectOneServing(original as string);
   }, 120_000);
 
