@@ -34,11 +34,11 @@ export function controlApi(config: ServerConfig, serverFlag: string | undefined)
   };
 }
 
-/** POSTs to the control plane; a refusal throws its message, an unreachable control plane says so. */
-export async function postControl<T>(api: ControlApi, path: string, body?: unknown): Promise<T> {
+/** POSTs to the control plane (waiting up to `timeoutMs`); a refusal throws its message, an unreachable control plane says so. */
+export async function postControl<T>(api: ControlApi, path: string, body?: unknown, timeoutMs = 10_000): Promise<T> {
   let res: Response;
   try {
-    res = await api.fetch(`${api.server}${path}`, { method: 'POST', signal: AbortSignal.timeout(10_000), ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }) });
+    res = await api.fetch(`${api.server}${path}`, { method: 'POST', signal: AbortSignal.timeout(timeoutMs), ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }) });
   } catch (err) {
     if (err instanceof UsageError) throw err; // e.g. the operator certificate is missing
     throw new UsageError(`cannot reach the control plane at ${api.server} (${(err as Error).message}): is it running? pass --server URL`);

@@ -40,6 +40,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 120_000 },
     accessLog: false,
   },
+  drain: { graceS: 600 },
   catalog: [
     {
       name: 'sim-small',

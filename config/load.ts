@@ -155,17 +155,22 @@ const mysqlUrlRule: Rule = (s) => {
 
 const wordRule: Rule = (s) => (/\s|:\/\//.test(s) ? [`${quote(s)} contains whitespace or a URL scheme`, 'give a bare name or address, e.g. 127.0.0.1'] : undefined);
 
+/** A stopping replica's wait for its requests in flight is one activity run: a day at most (proxies.ts gives it 25 h). */
+const MAX_GRACE_S = 86_400;
+const GRACE_EXAMPLE = '600 (10 minutes: longer than the longest stream clients run)';
+
 const TLS_KEYS = ['ca', 'serverCert', 'serverKey', 'clientCert', 'clientKey'] as const;
 
 const pathRule: Rule = (s) => (/^\s|\s$|:\/\//.test(s) ? [`${quote(s)} is not a file path`, 'give the path of a PEM file, e.g. .llmgw/ca/ca.crt (no URL, no surrounding spaces)'] : undefined);
 
 function checkConfig(c: Checker, raw: unknown): ServerConfig {
-  const root = c.obj(raw, [], ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'catalog', 'proxmox']);
+  const root = c.obj(raw, [], ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'drain', 'catalog', 'proxmox']);
   const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
   const m = c.sub(root, ['mysql'], ['url']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
   const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog']);
+  const d = c.sub(root, ['drain'], ['graceS']);
   const tls = c.sub(root, ['tls'], TLS_KEYS);
   const engines = checkEngines(c, root?.engines);
   const config: ServerConfig = {
@@ -193,6 +198,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       timeouts: checkTimeouts(c, g),
       accessLog: c.bool(g, ['gateway', 'accessLog']),
     },
+    drain: { graceS: c.int(d, ['drain', 'graceS'], 0, MAX_GRACE_S, GRACE_EXAMPLE) },
     catalog: checkCatalog(c, root?.catalog, engines),
     proxmox: checkProxmox(c, root?.proxmox),
   };
@@ -302,7 +308,7 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
   const seen = new Map<string, number>();
   return c.list(raw, ['catalog']).map((item, i): ModelSpec => {
     const at: Seg[] = ['catalog', i];
-    const o = c.obj(item, at, ['name', 'source', 'sha256', 'replicas', 'profiles', 'firstByteMs', 'startTimeoutS']);
+    const o = c.obj(item, at, ['name', 'source', 'sha256', 'replicas', 'drainGraceS', 'profiles', 'firstByteMs', 'startTimeoutS']);
     const name = c.str(o, [...at, 'name'], 'sim-small', nameRule);
     const prev = seen.get(name);
     if (name && prev !== undefined) c.add([...at, 'name'], `${quote(name)} is already the name of catalog[${prev}]`, 'give each model a unique name; clients choose a model by it');
@@ -320,6 +326,7 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       source,
       ...(sha256 ? { sha256 } : {}),
       replicas: c.int(o, [...at, 'replicas'], 0, Infinity, '1'),
+      ...(o?.drainGraceS === undefined ? {} : { drainGraceS: c.int(o, [...at, 'drainGraceS'], 0, MAX_GRACE_S, GRACE_EXAMPLE) }),
       profiles: profiles.map((p, j) => checkProfile(c, p, [...at, 'profiles', j], engines, names)),
       ...(o?.firstByteMs === undefined ? {} : { firstByteMs: c.int(o, [...at, 'firstByteMs'], 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE) }),
       // How long its engine may take to serve once the weights are there; unset: DEFAULT_START_TIMEOUT_S.

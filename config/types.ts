@@ -52,6 +52,11 @@ export interface ServerConfig {
     /** One JSON line per request on stderr (method, path, model, replica, status, duration, bytes) */
     accessLog: boolean;
   };
+  /** How a stopping replica (drain, scale-down, rebuild elsewhere) lets the requests in flight on it finish. */
+  drain: {
+    /** Longest wait, s, from leaving routing until no gateway has a request on it; then its engine is stopped anyway (catalog drainGraceS overrides per model) */
+    graceS: number;
+  };
   catalog: ModelSpec[];
   /** Where llmgw creates machines (the llmgw-proxmox worker only; null: no Proxmox, provisioning refused) */
   proxmox: ProxmoxConfig | null;

@@ -126,6 +126,8 @@ export interface ModelSpec {
   /** sha256 (hex) of the file a URL source names: each node verifies its download against it */
   sha256?: string;
   replicas: number;
+  /** how long a stopping replica of this model waits for its requests in flight, s (server.yaml drain.graceS when unset) */
+  drainGraceS?: number;
   profiles: Profile[];
   /** How long the gateway waits for a replica's first byte of an answer, ms; overrides gateway.timeouts.firstByteMs */
   firstByteMs?: number;

@@ -29,7 +29,7 @@ export const MAX_REPLICAS = 64;
 export async function modelDeployment(input: ModelDeploymentInput): Promise<void> {
   const state: ModelDeploymentState = input.state ?? { desired: null, replicas: [], nextIndex: 0 };
   const replacing = (state.replacing ??= []);
-  const requested: { replicaId: ReplicaId; why: string }[] = [];
+  const requested: { replicaId: ReplicaId; why: string; stopFirst?: boolean }[] = [];
   const withdrawn: ReplicaId[] = [];
   const readyNow: ReplicaId[] = [];
   let dirty = true;
@@ -89,6 +89,13 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
       const at = state.replicas.indexOf(req.replicaId);
       const pending = replacing.find((r) => r.old === req.replicaId);
       if (pending) {
+        if (req.stopFirst && !pending.stopFirst) {
+          // --allow-downtime: the replacement cannot be placed while the original holds what it needs, so the
+          // original drains and stops first; the replacement then takes its place (the drain wakes it).
+          pending.stopFirst = true;
+          await stopReplica(pending.old);
+          continue;
+        }
         // Asked again (the drain re-asks while it waits): if its ready signal was missed, finish it now.
         if ((await control.replicaState(pending.new)) === 'ready') readyNow.push(pending.new);
         continue;
@@ -102,7 +109,8 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     for (const old of withdrawn.splice(0)) {
       const at = replacing.findIndex((r) => r.old === old);
       const r = replacing[at];
-      if (!r) continue;
+      // A stop-first move cannot be withdrawn: its original is already stopping, the replacement is all there is.
+      if (!r || r.stopFirst) continue;
       if ((await control.replicaState(r.new)) === 'ready') {
         readyNow.push(r.new);
         continue;

@@ -31,6 +31,17 @@ export function serving(startTimeoutS: number): ControlActivities {
   });
 }
 
+/**
+ * waitInflight: a stopping replica waits until no gateway has a request on it, up to its drain grace (server.yaml
+ * drain.graceS, at most a day). The heartbeat says it is alive and what it waits for; the deadline is the replica's
+ * `stopping` row in MySQL, so a retry after a lost control worker resumes the same wait.
+ */
+export const inflightWait = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '25h',
+  heartbeatTimeout: '30s',
+  retry: { initialInterval: '1s', maximumInterval: '10s' },
+});
+
 /** moveStatus: long-polls a move's progress; heartbeats while it waits. */
 export const moveWatch = proxyActivities<ControlActivities>({
   startToCloseTimeout: '60s',

@@ -1,7 +1,7 @@
 /** The replica workflow: place, start shards (rank 0 first), wait until it serves, route; rebuild on failure; drain and stop on request. */
 import {
   ActivityFailure, ApplicationFailure, CancellationScope, TimeoutFailure, condition, continueAsNew,
-  getExternalWorkflowHandle, isCancellation, setCurrentDetails, setHandler, sleep, upsertSearchAttributes, workflowInfo,
+  getExternalWorkflowHandle, isCancellation, patched, setCurrentDetails, setHandler, sleep, upsertSearchAttributes, workflowInfo,
 } from '@temporalio/workflow';
 import { TimeoutType } from '@temporalio/common';
 import type { PlaceResult, ShardPlan } from '../activities/control';
@@ -11,10 +11,12 @@ import { searchAttributes } from '../lib/names';
 import type { ReplicaId, ReplicaState } from '../lib/types';
 import { replicaReadySignal } from './contracts/model';
 import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal, statusQuery, stopSignal, type ReplicaInput, type ReplicaStatus } from './contracts/replica';
-import { control, nodeShards, nodeWeights, serving } from './proxies';
+import { control, inflightWait, nodeShards, nodeWeights, serving } from './proxies';
 
-/** How long a stopping replica keeps its engines after leaving the routing table (gateway refresh + in-flight). */
+/** How long a stopping replica kept its engines after leaving the routing table, before it waited for the gateways' in-flight reports. */
 const DRAIN_MS = 2000;
+/** Marks histories whose stop path waits for the requests in flight (waitInflight) instead of DRAIN_MS. */
+const INFLIGHT_WAIT_PATCH = 'stop-waits-for-inflight';
 const WAIT_RETRY = '10s';
 const CRASH_BACKOFF_MAX_MS = 60_000;
 /** A replica that served for this long before failing resets its crash count. */
@@ -173,7 +175,9 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     }
     if (outcome.kind === 'stop') {
       await record('stopping', null, 'stop requested: left the routing table, draining');
-      await sleep(DRAIN_MS);
+      // Until no gateway routes it or has a request on it (bounded by the drain grace); before, a fixed 2 s.
+      if (patched(INFLIGHT_WAIT_PATCH)) await inflightWait.waitInflight({ replicaId: input.replicaId, model: input.model });
+      else await sleep(DRAIN_MS);
       healthScope.cancel();
       // Rank 0 drains its in-flight requests and exits; then the worker ranks.
       scopes[0]?.cancel();

@@ -4,16 +4,21 @@ import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Store } from '../../lib/store/store';
 import { workflowIds } from '../../lib/names';
-import { deploymentQuery } from '../../workflows/contracts/model';
 import { place } from '../../lib/placement';
 import { parseNodeId, type EngineStatus, type ModelSpec, type NodeId, type Profile, type ReplicaId, type ReplicaState } from '../../lib/types';
 import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal } from '../../workflows/contracts/replica';
+import { createDrainWaitActivities } from './drain-wait';
+import { createMoveActivities } from './moves';
 
 export interface ControlDeps {
   store: Store;
   /** For reading workflow state (the deployment's replacements) while a drain waits. */
   client?: Client;
   enginePorts: { base: number; count: number };
+  /** server.yaml drain.graceS: how long a stopping replica waits for its requests in flight (default 600) */
+  drainGraceS?: number;
+  /** server.yaml gateway.refreshMs (default 500) */
+  gatewayRefreshMs?: number;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -172,32 +177,6 @@ export function createControlActivities(deps: ControlDeps) {
     },
 
     /**
-     * Waits (up to `waitMs`) for a replica to leave the node or for what its replacement reports to change,
-     * so the drain's progress is fresh without a workflow timer per second.
-     */
-    async moveStatus(input: { model: string; replicaId: string; nodeId: string; seen: string | null; waitMs?: number }): Promise<MoveStatus> {
-      const deadline = Date.now() + (input.waitMs ?? 20_000);
-      for (;;) {
-        const replicas = await store.listReplicas(input.model);
-        const old = replicas.find((r) => r.id === input.replicaId);
-        if (!old || old.state === 'stopped') return { kind: 'moved' };
-        let replacement: ReplicaId | null = null;
-        if (deps.client) {
-          const dep = await deps.client.workflow.getHandle(workflowIds.model(input.model)).query(deploymentQuery).catch(() => null);
-          replacement = dep?.replacing?.find((r) => r.old === input.replicaId)?.new ?? null;
-        }
-        // Still running, but not here: a failure rebuilt it elsewhere before its replacement served.
-        if (!old.shards.some((s) => s.nodeId === input.nodeId)) return { kind: 'moved', leftByItself: true, replacement };
-        const row = replacement ? replicas.find((r) => r.id === replacement) : undefined;
-        const status: MoveStatus = { kind: 'moving', replacement, state: row?.state ?? null, reason: row?.reason ?? null };
-        const key = JSON.stringify(status);
-        if (key !== input.seen || Date.now() > deadline) return status;
-        heartbeat(status);
-        await sleep(500);
-      }
-    },
-
-    /**
      * False only when the control plane holds the node down — its judgement from every signal it has (the node
      * liveness service: agent heartbeats, the door, its engines' ports). A shard that stopped heartbeating to
      * Temporal while its node is not down lost Temporal or its worker, not its engine: it is run again to adopt it.
@@ -224,13 +203,10 @@ export function createControlActivities(deps: ControlDeps) {
     async releaseReplica(replicaId: string): Promise<void> {
       await store.releaseReplica(replicaId);
     },
+
+    ...createDrainWaitActivities(deps),
+    ...createMoveActivities(deps),
   };
 }
-
-/** What a drain learns about one replica it is moving off a node. */
-export type MoveStatus =
-  /** Off the node: moved by the drain, or (leftByItself) rebuilt elsewhere first, `replacement` then unneeded */
-  | { kind: 'moved'; leftByItself?: boolean; replacement?: ReplicaId | null }
-  | { kind: 'moving'; replacement: ReplicaId | null; state: string | null; reason: string | null };
 
 export type ControlActivities = ReturnType<typeof createControlActivities>;

@@ -1,30 +1,31 @@
 /** `llmgw ctl drain NODE`: cordon NODE and move its replicas elsewhere, each replacement serving before its original stops. */
 import { WorkflowFailedError, type Client } from '@temporalio/client';
+import type { DrainCancelAnswer } from '../../gateway/control/contract';
 import { QUEUES, searchAttributes, workflowIds } from '../../lib/names';
 import { checkNodeId } from '../../lib/pki/node-id';
 import type { NodeId } from '../../lib/types';
-import { drainProgressQuery, type DrainInput, type DrainProgress, type DrainResult } from '../../workflows/contracts/drain';
+import {
+  allowDowntimeSignal, downtimeText, drainProgressQuery, formatDrainProgress, type DrainInput, type DrainResult,
+} from '../../workflows/contracts/drain';
 import { intOption } from '../args';
+import { postControl, type ControlApi } from '../control-api';
 import { temporalClient, workflowLink } from '../temporal';
 import { nodeArg, type CtlVerb } from './verb';
-
-/** One line per change of a drain's progress. */
-export function formatDrainProgress(p: DrainProgress): string {
-  const c = p.current;
-  const now = c ? `; moving ${c.replicaId} → ${c.replacement ?? '(starting a replacement)'}${c.state ? ` ${c.state}` : ''}${c.reason ? ` — ${c.reason}` : ''}` : '';
-  return `${p.nodeId}: ${p.phase}, moved ${p.moved} of ${p.total}${now}`;
-}
+import { END_DRAIN_TIMEOUT_MS, endedDrainText, stillCordoned } from './views/drain';
 
 /**
  * Starts `drain/<node>` (or joins the one running) and follows it until it ends. Ctrl-C only stops following:
- * the drain goes on in Temporal, and running the command again follows it again.
+ * the drain goes on in Temporal, and running the command again follows it again. `allowDowntime` also reaches a
+ * drain that was already running.
  */
-export async function drain(client: Client, o: { nodeId: NodeId; timeoutS: number | null; wait: boolean; uiLink: string; out: (s: string) => void }): Promise<void> {
+export async function drain(client: Client, o: { nodeId: NodeId; timeoutS: number | null; allowDowntime: boolean; wait: boolean; uiLink: string; out: (s: string) => void }): Promise<void> {
   const workflowId = workflowIds.drain(o.nodeId);
+  const input: DrainInput = { nodeId: o.nodeId, timeoutS: o.timeoutS, ...(o.allowDowntime ? { allowDowntime: true } : {}) };
   const handle = await client.workflow.start('drainNode', {
-    taskQueue: QUEUES.control, workflowId, args: [{ nodeId: o.nodeId, timeoutS: o.timeoutS } satisfies DrainInput],
+    taskQueue: QUEUES.control, workflowId, args: [input],
     workflowIdConflictPolicy: 'USE_EXISTING', typedSearchAttributes: [{ key: searchAttributes.node, value: [o.nodeId] }],
   });
+  if (o.allowDowntime) await handle.signal(allowDowntimeSignal);
   o.out(`workflow ${workflowId}\n  ${o.uiLink}\n`);
   if (!o.wait) return;
   let last = '';
@@ -40,25 +41,34 @@ export async function drain(client: Client, o: { nodeId: NodeId; timeoutS: numbe
   }
   try {
     const r = await result;
-    o.out(`${o.nodeId}: drained, ${r.moved.length} replica${r.moved.length === 1 ? '' : 's'} moved (${r.moved.join(', ') || 'none there'}); it stays cordoned until llmgw ctl uncordon ${o.nodeId}\n`);
+    o.out(`${o.nodeId}: drained, ${r.moved.length} replica${r.moved.length === 1 ? '' : 's'} moved (${r.moved.join(', ') || 'none there'})${downtimeText(r.downtime)}; it stays cordoned until llmgw ctl uncordon ${o.nodeId}\n`);
   } catch (err) {
     const cause = err instanceof WorkflowFailedError ? err.cause : undefined;
     throw new Error(cause?.message ?? (err as Error).message);
   }
 }
 
+/** Ends a running drain of the node through the control plane (its move in progress is given back). */
+export async function cancelDrain(api: ControlApi, nodeId: string, out: (s: string) => void): Promise<void> {
+  const body = await postControl<DrainCancelAnswer>(api, `/v1/nodes/${encodeURIComponent(nodeId)}/drain/cancel`, undefined, END_DRAIN_TIMEOUT_MS);
+  out(body.drain ? `${endedDrainText(nodeId, body.drain)}\n${stillCordoned(nodeId)}\n` : `no drain of ${nodeId} is running\n`);
+}
+
 /** `ctl drain` */
 export const drainVerb: CtlVerb = {
-  help: `  drain NODE [--timeout S] [--no-wait]
+  help: `  drain NODE [--timeout S] [--allow-downtime] [--no-wait]
                               cordon NODE and move its replicas elsewhere, one at a time, each replacement
-                              serving before its original stops (workflow drain/NODE; running it again joins it)`,
+                              serving before its original stops (workflow drain/NODE; running it again joins it);
+                              --allow-downtime: a replica that fits nowhere else while it runs moves stop-first
+  drain NODE --cancel         end a running drain of NODE: the move in progress is given back (NODE stays cordoned)`,
   async run(ctx) {
     const nodeId = checkNodeId(nodeArg(ctx));
     const { values, config, out } = ctx;
+    if (values.cancel) return cancelDrain(ctx.api, nodeId, out);
     const timeoutS = values.timeout === undefined ? null : intOption(values.timeout, '--timeout', 1);
     const { client, close } = await temporalClient(config);
     try {
-      await drain(client, { nodeId, timeoutS, wait: !values['no-wait'], uiLink: workflowLink(config, workflowIds.drain(nodeId)), out });
+      await drain(client, { nodeId, timeoutS, allowDowntime: values['allow-downtime'] ?? false, wait: !values['no-wait'], uiLink: workflowLink(config, workflowIds.drain(nodeId)), out });
     } finally {
       await close();
     }

@@ -7,6 +7,7 @@ import type { ControlApi } from '../control-api';
 export const CTL_OPTIONS = {
   config: { type: 'string' }, server: { type: 'string' }, json: { type: 'boolean' }, model: { type: 'string' },
   replicas: { type: 'string' }, 'no-wait': { type: 'boolean' }, timeout: { type: 'string' }, reason: { type: 'string' },
+  cancel: { type: 'boolean' }, 'allow-downtime': { type: 'boolean' },
 } as const;
 
 /** The parsed values of CTL_OPTIONS. */
@@ -19,6 +20,8 @@ export interface CtlValues {
   'no-wait'?: boolean;
   timeout?: string;
   reason?: string;
+  cancel?: boolean;
+  'allow-downtime'?: boolean;
 }
 
 /** One verb's inputs: the configuration, the control plane, its options and positionals, and where to print. */

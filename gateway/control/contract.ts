@@ -79,3 +79,26 @@ export interface CertificateStatus {
 export interface ErrorBody {
   error?: { message: string; type?: string; code?: string };
 }
+
+/** A running drain the control plane ended (`ctl drain NODE --cancel`, `ctl uncordon NODE`). */
+export interface EndedDrain {
+  workflowId: string;
+  /** how its workflow closed (cancelled, completed, failed, …); running: it did not end within the wait */
+  status: string;
+  /** what became of the move it was making (the drain's progress note), when it says */
+  note: string | null;
+}
+
+/** POST /v1/nodes/:id/drain/cancel's answer; drain null: none was running. */
+export interface DrainCancelAnswer {
+  nodeId: string;
+  drain: EndedDrain | null;
+}
+
+/** POST /v1/nodes/:id/cordon and /uncordon's answer; an uncordon first ends a running drain of the node. */
+export interface CordonAnswer {
+  nodeId: string;
+  state: string;
+  changed: boolean;
+  drainEnded?: EndedDrain | null;
+}

@@ -1,5 +1,5 @@
 /**
- * The control API's operator routes (an operator certificate): the node list, cordon and uncordon, revocation,
+ * The control API's operator routes (an operator certificate): the node list, cordon and uncordon, ending a drain, revocation,
  * and the read API the CLI uses (replicas, models, events).
  */
 import type { FastifyInstance } from 'fastify';
@@ -7,7 +7,7 @@ import { openAiError, type LlmgwError } from '../../lib/errors';
 import { renewAt } from '../../lib/pki/issue';
 import { checkNodeId } from '../../lib/pki/node-id';
 import type { NodeId } from '../../lib/types';
-import type { NodeCertificate, NodeListEntry } from './contract';
+import type { CordonAnswer, DrainCancelAnswer, NodeCertificate, NodeListEntry } from './contract';
 import { answerValidationErrors, errorSchema } from './identity';
 import type { ControlAppOptions } from './routes';
 
@@ -41,6 +41,8 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
       const id = req.params.id;
       const before = await store.nodeState(id as NodeId);
       if (before === null) return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`));
+      // Uncordoning gives the node back: a drain still moving replicas off it ends first (its move is given back).
+      const drainEnded = verb === 'uncordon' && opts.endDrain ? await opts.endDrain(id as NodeId) : undefined;
       // A down node can be cordoned too: it then comes back cordoned when its agent is seen again.
       const changed = (await store.isCordoned(id)) !== (state === 'cordoned');
       if (changed) {
@@ -48,7 +50,17 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
         await store.event({ kind: `node.${state}`, nodeId: id, message: `${verb} by operator${before === 'down' ? ' (node down: applies when it is back)' : ''}` });
         if (state === 'ready' && before !== 'down') opts.onNodesChanged?.(id);
       }
-      return { nodeId: id, state: (await store.nodeState(id as NodeId)) ?? state, changed };
+      return { nodeId: id, state: (await store.nodeState(id as NodeId)) ?? state, changed, ...(drainEnded === undefined ? {} : { drainEnded }) } satisfies CordonAnswer;
+    });
+  }
+  const { endDrain } = opts;
+  if (endDrain) {
+    app.post<{ Params: { id: string } }>('/v1/nodes/:id/drain/cancel', {
+      schema: { params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } }, response: { 404: errorSchema } },
+    }, async (req, reply) => {
+      const id = req.params.id;
+      if ((await store.nodeState(id as NodeId)) === null) return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`));
+      return { nodeId: id, drain: await endDrain(id as NodeId) } satisfies DrainCancelAnswer;
     });
   }
   const { revoke } = opts;

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Store } from '../../lib/store/store';
 import type { NodeId } from '../../lib/types';
 import { agentRoutes } from './agent-routes';
-import type { RenewedCertificate } from './contract';
+import type { EndedDrain, RenewedCertificate } from './contract';
 import type { ControlLog } from './identity';
 import { operatorRoutes } from './operator-routes';
 
@@ -25,6 +25,8 @@ export interface ControlAppOptions {
    * unrevoked certificate of that CN (`POST /v1/agent/renew`).
    */
   renew?: (input: { csrPem: string; identity: NodeId; presentedSerial: string }) => Promise<RenewedCertificate>;
+  /** Ends a running drain of the node (`POST /v1/nodes/:id/drain/cancel`, and before an uncordon); null: none ran. */
+  endDrain?: (nodeId: NodeId) => Promise<EndedDrain | null>;
   /** Called after a node registers or returns from down, so waiting replicas try placement again. */
   onNodesChanged?: (nodeId: string) => void;
   /** Called after a node (an agent starting) registers: the control plane has it install and probe its engines. */

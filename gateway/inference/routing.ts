@@ -1,4 +1,5 @@
 /** The gateway's in-memory routing table: ready replicas per model, refreshed from the store, with in-flight counts and ejections. */
+import type { GatewayReport } from '../../lib/store/drain';
 import type { RouteRows } from '../../lib/store/store';
 import { Ejections } from './ejections';
 import { silentLog, type GatewayLog } from './log';
@@ -197,6 +198,11 @@ export class RoutingTable {
     const n = (this.inFlight.get(id) ?? 0) - 1;
     if (n > 0) this.inFlight.set(id, n);
     else this.inFlight.delete(id);
+  }
+
+  /** The replicas this table routes and the requests in flight per replica: what the gateway reports for drains. */
+  report(): GatewayReport {
+    return { routed: [...this.routes.values()].flatMap((r) => r.ready.map((x) => x.id)).sort(), inflight: Object.fromEntries(this.inFlight) };
   }
 
   /** Requests in flight on replica `id` through this gateway. */

@@ -169,4 +169,21 @@ export const MIGRATIONS: Migration[] = [
       )`,
     ],
   },
+  {
+    version: 9,
+    name: 'gateway in-flight reports',
+    statements: [
+      // Each gateway process's report, one row it rewrites about every second: the replicas its routing table
+      // holds and its requests in flight per replica. A stopping replica waits until no live gateway (row newer
+      // than a few seconds) routes it or has a request on it. JSON, so a report is one statement.
+      `CREATE TABLE gateway_inflight (
+        gateway_id VARCHAR(160) PRIMARY KEY,
+        routed JSON NOT NULL,
+        inflight JSON NOT NULL,
+        started_at DATETIME(3) NOT NULL,
+        updated_at DATETIME(3) NOT NULL,
+        KEY gateway_inflight_updated (updated_at)
+      )`,
+    ],
+  },
 ];

@@ -53,6 +53,17 @@ describe('parseServerConfig', () => {
     expect(e.fix).toContain('host:port');
     expect(e.message).toMatch(/^\/etc\/llmgw\/server\.yaml:2:\d+: temporal\.address: /);
   });
+  it('reads the drain grace and a model\'s own, and names the key of a bad one', () => {
+    const cfg = parseServerConfig('drain:\n  graceS: 120\ncatalog:\n  - name: m\n    source: sim://m\n    replicas: 1\n    drainGraceS: 3600\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n', 'server.yaml');
+    expect(cfg.drain.graceS).toBe(120);
+    expect(cfg.catalog[0]?.drainGraceS).toBe(3600);
+    expect(DEFAULT_CONFIG.drain.graceS).toBe(600);
+    const e = configError('drain:\n  graceS: 10m\n');
+    expect(e.keyPath).toBe('drain.graceS');
+    expect(e.fix).toMatch(/whole number from 0 to 86400, e\.g\. 600/);
+    expect(configError('catalog:\n  - name: m\n    source: sim://m\n    replicas: 1\n    drainGraceS: -5\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n').keyPath).toBe('catalog[0].drainGraceS');
+    expect(configError('drain:\n  grace: 60\n').fix).toContain('did you mean "graceS"?');
+  });
   it('names list indexes in the key path', () => {
     const e = configError('catalog:\n  - name: m\n    source: sim://m\n    replicas: -1\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n');
     expect(e.keyPath).toBe('catalog[0].replicas');

@@ -1,6 +1,7 @@
 /**
  * Determinism guard: the workflow code of today must replay the histories recorded from a real run
- * (test/fixtures/histories, written by `LLMGW_RECORD_HISTORIES=1 npx jest test/integration/replica.test.ts`).
+ * (test/fixtures/histories, written by `LLMGW_RECORD_HISTORIES=1 npx jest test/integration/replica.test.ts` and
+ * `… test/integration/drain-cancel.test.ts`).
  * A change that alters the command sequence of a running workflow fails here with a DeterminismViolationError;
  * such a change needs `patched()` (see docs/development.md), not a new recording.
  */
@@ -16,12 +17,18 @@ const COVERS: Record<string, string[]> = {
   'replica-pair-0.json': ['ACTIVITY_TASK_FAILED', 'ACTIVITY_TASK_CANCELED', 'WORKFLOW_EXECUTION_SIGNALED', 'WORKFLOW_EXECUTION_COMPLETED'],
   // started its child, took a scale update, saw the child finish (the deployment itself runs on)
   'model-pair.json': ['START_CHILD_WORKFLOW_EXECUTION_INITIATED', 'WORKFLOW_EXECUTION_UPDATE_COMPLETED', 'CHILD_WORKFLOW_EXECUTION_COMPLETED'],
+  // (test/integration/drain-cancel.test.ts) a drain cancelled while its replacement waited: it withdrew the replacement
+  'drain-cancelled.json': ['MARKER_RECORDED', 'WORKFLOW_EXECUTION_CANCEL_REQUESTED', 'SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED', 'WORKFLOW_EXECUTION_CANCELED'],
+  // a drain told --allow-downtime while it waited (its long-poll cancelled), which moved the replica stop-first
+  'drain-stop-first.json': ['MARKER_RECORDED', 'WORKFLOW_EXECUTION_SIGNALED', 'ACTIVITY_TASK_CANCEL_REQUESTED', 'WORKFLOW_EXECUTION_COMPLETED'],
+  // a replica stopped through the in-flight wait (the patch marker, then waitInflight), its shards cancelled
+  'replica-stop-first.json': ['MARKER_RECORDED', 'WORKFLOW_EXECUTION_SIGNALED', 'ACTIVITY_TASK_CANCELED', 'WORKFLOW_EXECUTION_COMPLETED'],
 };
 const files = readdirSync(HISTORIES).filter((f) => f.endsWith('.json')).sort();
 
 describe('recorded workflow histories replay on the current code', () => {
-  test('fixtures exist for the replica and the model deployment workflows', () => {
-    expect(files).toEqual(expect.arrayContaining(['model-pair.json', 'replica-pair-0.json']));
+  test('fixtures exist for the replica, the model deployment and the drain workflows', () => {
+    expect(files).toEqual(expect.arrayContaining(Object.keys(COVERS)));
   });
 
   test.each(files)('%s replays without a determinism violation', async (file) => {

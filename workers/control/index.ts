@@ -17,6 +17,7 @@ import { release } from '../../lib/release';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { NodeId } from '../../lib/types';
+import { endDrain } from './drain-end';
 import { EnginePolicy } from './engine-policy';
 import { NodeLiveness, type NodeLivenessOptions } from './node-liveness';
 import { TaskTokenPruning } from './token-pruning';
@@ -82,7 +83,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     namespace: config.temporal.namespace,
     taskQueue: QUEUES.control,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : defaultWorkflows()),
-    activities: createControlActivities({ store, client, enginePorts: config.enginePorts }),
+    activities: createControlActivities({ store, client, enginePorts: config.enginePorts, drainGraceS: config.drain.graceS, gatewayRefreshMs: config.gateway.refreshMs }),
   });
   const running = worker.run();
 
@@ -106,6 +107,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     temporal: { address: (host) => doorAddressFor(config.listeners, host), namespace: config.temporal.namespace, mtls: true },
     heartbeatMs: AGENT_HEARTBEAT_MS,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
+    endDrain: (nodeId) => endDrain(client, nodeId),
     onRegistered: engines.onRegistered,
     onAgentCrashed: (nodeId) => void signalAgentRestarted(store, client, nodeId)
       .then((replicas) => replicas.length && log('agent restarted after a crash: its shards run again to adopt their engines', { nodeId, replicas }))

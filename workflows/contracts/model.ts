@@ -20,13 +20,19 @@ export interface Replacement {
   old: ReplicaId;
   new: ReplicaId;
   why: string;
+  /** the old one was stopped before the new one served (a drain with --allow-downtime) */
+  stopFirst?: boolean;
 }
 
-/** Replace one replica (make before break): start a new one, and stop the old one once the new one serves. */
-export const replaceSignal = defineSignal<[{ replicaId: ReplicaId; why: string }]>('replace');
 /**
- * Withdraw a replacement: its original left the node by itself (rebuilt elsewhere after a failure), so a
- * replacement that does not serve yet is stopped and the original keeps its place. One that serves completes.
+ * Replace one replica (make before break): start a new one, and stop the old one once the new one serves.
+ * `stopFirst` on a replacement already asked for: stop the old one now (the new one cannot be placed beside it).
+ */
+export const replaceSignal = defineSignal<[{ replicaId: ReplicaId; why: string; stopFirst?: boolean }]>('replace');
+/**
+ * Withdraw a replacement: its original left the node by itself (rebuilt elsewhere after a failure), or the drain
+ * was cancelled, so a replacement that does not serve yet is stopped and the original keeps its place. One that
+ * serves completes; a stop-first one stays (its original is already stopping).
  */
 export const withdrawReplaceSignal = defineSignal<[{ replicaId: ReplicaId; why: string }]>('withdrawReplace');
 /** Sent by a child replica each time it becomes ready. */
