@@ -4,11 +4,11 @@ import { resolve } from 'node:path';
 import { parseNodeId } from '../lib/types';
 import { parseWeightsListen } from '../workers/agent/weights';
 import { startAgent } from '../workers/agent';
+import type { AgentOptions } from '../workers/agent/options';
 import { NODE_CA_PATH } from '../lib/pki/trust';
 import { parse, UsageError } from './args';
 import { agentBinUsage, ENGINE_BIN_OPTIONS, engineBins } from './engine-flags';
-import { makeLog } from './log';
-import { ownSignals, untilSignal } from './role-process';
+import { runRole } from './role-process';
 
 const AGENT_USAGE = `
 llmgw agent --node ID --server URL [options]
@@ -72,14 +72,14 @@ export async function agentCommand(argv: string[]): Promise<void> {
   });
   if (!values.node) throw new UsageError(`--node ID is required\n${AGENT_USAGE}`);
   if (!values.server) throw new UsageError(`--server URL is required (the control plane, e.g. https://127.0.0.1:7443)\n${AGENT_USAGE}`);
-  const log = makeLog(`agent ${values.node}`);
-  ownSignals();
-  const agent = await startAgent({
-    nodeId: parseNodeId(values.node),
+  const node = values.node;
+  // Flags and certificate files are checked before the role starts: a mistake there is a usage error, in plain text.
+  const options: Omit<AgentOptions, 'log'> = {
+    nodeId: parseNodeId(node),
     server: values.server.replace(/\/$/, ''),
     tls: {
-      certPem: readPem('--cert', values.cert ?? '/etc/llmgw/node.crt', `llmgw ca issue --node ${values.node}`),
-      keyPem: readPem('--key', values.key ?? '/etc/llmgw/node.key', `llmgw ca issue --node ${values.node}`),
+      certPem: readPem('--cert', values.cert ?? '/etc/llmgw/node.crt', `llmgw ca issue --node ${node}`),
+      keyPem: readPem('--key', values.key ?? '/etc/llmgw/node.key', `llmgw ca issue --node ${node}`),
       caPem: readPem('--ca', values.ca ?? NODE_CA_PATH, 'the CA host\'s ca.crt (llmgw ca init)'),
     },
     certFiles: { cert: values.cert ?? '/etc/llmgw/node.crt', key: values.key ?? '/etc/llmgw/node.key' },
@@ -99,8 +99,10 @@ export async function agentCommand(argv: string[]): Promise<void> {
     },
     stateDir: resolve(values['state-dir'] ?? '/var/lib/llmgw/engines'),
     stopEnginesOnExit: values['stop-engines-on-exit'] ?? false,
-    log,
+  };
+  await runRole(`agent ${node}`, async (log) => {
+    const agent = await startAgent({ ...options, log });
+    log('agent running', { gpus: agent.inventory.gpus.length, fabrics: agent.inventory.fabrics });
+    return agent;
   });
-  log('agent running', { gpus: agent.inventory.gpus.length, fabrics: agent.inventory.fabrics });
-  await untilSignal(() => agent.close());
 }
