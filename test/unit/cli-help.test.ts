@@ -22,6 +22,7 @@ describe('llmgw --help', () => {
     [['ca-worker', '--help'], /llmgw-ca[\s\S]*--ca-dir DIR[\s\S]*--crl-days N/],
     [['gateway', '--help'], /--config FILE/],
     [['agent', '--help'], /--fabric NAME[\s\S]*--sminfo PATH/],
+    [['agent', '--help'], /--server URL \[--server URL …\][\s\S]*comma list[\s\S]*control plane failover/],
     [['doctor', '--help'], /--sminfo PATH[\s\S]*--json/],
     [['sim-engine', '--help'], /--dist-port DP[\s\S]*--help/],
     [['onboard-node', '--help'], /--node ID[\s\S]*--binary ARTEFACT[\s\S]*--ssh-timeout S/],
