@@ -170,7 +170,8 @@ describe('two control planes over one MySQL and one Temporal; one killed -9 unde
     // The shards' activities heartbeat on through B's door: the same activities, never run again.
     await waitFor(async () => Object.values(await shards(Object.keys(before))).every((s) => s.beat > movedBy), { timeoutMs: 20_000, what: 'every shard to heartbeat through B\'s door' });
     const shardsAfter = await shards(Object.keys(before));
-    for (const node of ['a1', 'a2']) expect(cpB.door.lastCall(node)).toBeGreaterThan(movedBy);
+    // Every node that runs a shard heartbeats through B's door (a node without one may only hold a long poll open).
+    for (const node of new Set(Object.values(before).map((e) => e.node))) expect(cpB.door.lastCall(node)).toBeGreaterThan(movedBy);
 
     // The operator's view and a scale, through the surviving control plane.
     const nodes = JSON.parse(await ctl('nodes', '--json')) as { id: string; state: string }[];
@@ -212,8 +213,8 @@ describe('two control planes over one MySQL and one Temporal; one killed -9 unde
     for (const agent of agents) {
       expect(linesOf(agent, 'control plane failover')).toHaveLength(1);
       expect(linesOf(agent, 'node worker moved')).toHaveLength(1);
-      expect(cpB.door.lastCall(agent.node)).toBeGreaterThan(t0 + 4000);
     }
+    for (const node of new Set(Object.values(before).map((e) => e.node))) expect(cpB.door.lastCall(node)).toBeGreaterThan(t0 + 4000);
   }, 180_000);
 
   test('every role process wrote JSON log lines only, Temporal core\'s included, and no ANSI escape', () => {
