@@ -22,7 +22,8 @@ export function progressLine(p: BenchProgress, bar: boolean): string {
   return `[${'#'.repeat(filled)}${'.'.repeat(BAR - filled)}] ${stats}`;
 }
 
-const ms = (x: number): string => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
+// Three significant figures or so; the thresholds sit where rounding would carry (9.996 is "10.0", not "10.00").
+const ms = (x: number): string => (x >= 99.95 ? x.toFixed(0) : x >= 9.995 ? x.toFixed(1) : x.toFixed(2));
 const statRow = (name: string, s: Summary | null): string[] => (s ? [name, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.mean), ms(s.max)] : [name, '—', '', '', '', '']);
 const num = (x: number): string => Math.round(x).toLocaleString('en-US');
 
