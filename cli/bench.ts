@@ -32,7 +32,7 @@ the completed requests per second whose TTFT was within a budget you state.
 Progress goes to stderr: a bar on a terminal, a plain line every 5 s otherwise. Failures are counted by
 kind (HTTP status, timeout, a connection error, a stream cut before [DONE], an error event) and the first
 few of each are shown. "client CPU" is the load generator's own CPU time: near 100 % of one core, the
-generator, not the server, set the pace (run two, or use a lower --concurrency per copy).
+generator, not the server, set the pace: run a second copy beside it and add up their rates.
 Exit status: 0 when every request succeeded, 1 when any failed, 2 for bad options.
 
 Examples:
