@@ -25,6 +25,7 @@ describe('llmgw --help', () => {
     [['agent', '--help'], /--server URL \[--server URL …\][\s\S]*comma list[\s\S]*control plane failover/],
     [['doctor', '--help'], /--sminfo PATH[\s\S]*--json/],
     [['sim-engine', '--help'], /--dist-port DP[\s\S]*--help/],
+    [['bench', '--help'], /--concurrency N[\s\S]*--prompt-tokens N[\s\S]*--ttft-budget MS[\s\S]*--json/],
     [['onboard-node', '--help'], /--node ID[\s\S]*--binary ARTEFACT[\s\S]*--ssh-timeout S/],
     [['ctl', '--help'], /follow WORKFLOW-ID[\s\S]*forget-host-key NODE/],
     [['engine-probe', '--help'], /engine-probe sim/],
