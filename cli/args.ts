@@ -19,7 +19,12 @@ export function parse<O extends NonNullable<ParseArgsConfig['options']>>(argv: s
     process.exit(0);
   }
   try {
-    return parseArgs({ args: argv, options: spec.options, allowPositionals: spec.allowPositionals ?? false, strict: true });
+    return parseArgs({
+      args: argv,
+      options: spec.options,
+      allowPositionals: spec.allowPositionals ?? false,
+      strict: true,
+    });
   } catch (err) {
     throw new UsageError(`${(err as Error).message}\n\n${spec.usage.trim()}`);
   }

@@ -15,8 +15,13 @@ function read(config: ServerConfig, key: 'ca' | 'clientCert' | 'clientKey'): str
   try {
     return readFileSync(file, 'utf8');
   } catch (err) {
-    const fix = key === 'ca' ? 'point tls.ca at the cluster CA\'s ca.crt' : 'issue one with llmgw ca issue --operator NAME and point tls.clientCert/clientKey at it';
-    throw new UsageError(`tls.${key} ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}): ${fix} (--config FILE)`);
+    const fix =
+      key === 'ca'
+        ? "point tls.ca at the cluster CA's ca.crt"
+        : 'issue one with llmgw ca issue --operator NAME and point tls.clientCert/clientKey at it';
+    throw new UsageError(
+      `tls.${key} ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}): ${fix} (--config FILE)`,
+    );
   }
 }
 
@@ -30,7 +35,12 @@ export function controlApi(config: ServerConfig, serverFlag: string | undefined)
   let client: TlsClient | undefined;
   return {
     server,
-    fetch: (url, init) => (client ??= new TlsClient({ caPem: read(config, 'ca'), certPem: read(config, 'clientCert'), keyPem: read(config, 'clientKey') })).fetch(url, init),
+    fetch: (url, init) =>
+      (client ??= new TlsClient({
+        caPem: read(config, 'ca'),
+        certPem: read(config, 'clientCert'),
+        keyPem: read(config, 'clientKey'),
+      })).fetch(url, init),
   };
 }
 
@@ -38,10 +48,16 @@ export function controlApi(config: ServerConfig, serverFlag: string | undefined)
 export async function postControl<T>(api: ControlApi, path: string, body?: unknown, timeoutMs = 10_000): Promise<T> {
   let res: Response;
   try {
-    res = await api.fetch(`${api.server}${path}`, { method: 'POST', signal: AbortSignal.timeout(timeoutMs), ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }) });
+    res = await api.fetch(`${api.server}${path}`, {
+      method: 'POST',
+      signal: AbortSignal.timeout(timeoutMs),
+      ...(body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }),
+    });
   } catch (err) {
     if (err instanceof UsageError) throw err; // e.g. the operator certificate is missing
-    throw new UsageError(`cannot reach the control plane at ${api.server} (${(err as Error).message}): is it running? pass --server URL`);
+    throw new UsageError(
+      `cannot reach the control plane at ${api.server} (${(err as Error).message}): is it running? pass --server URL`,
+    );
   }
   const parsed = (await res.json()) as T & { error?: { message: string } };
   if (!res.ok) throw new UsageError(parsed.error?.message ?? `HTTP ${res.status}`);

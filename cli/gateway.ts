@@ -11,9 +11,13 @@ export async function gatewayCommand(argv: string[]): Promise<void> {
     options: { config: { type: 'string' } },
   });
   // No Temporal here: the gateway serves from MySQL's routing table.
-  await runRole('gateway', async (log) => {
-    const gw = await startGatewayRole({ config: loadServerConfig(values.config), log });
-    log('gateway listening', { url: gw.url });
-    return gw;
-  }, { temporal: false });
+  await runRole(
+    'gateway',
+    async (log) => {
+      const gw = await startGatewayRole({ config: loadServerConfig(values.config), log });
+      log('gateway listening', { url: gw.url });
+      return gw;
+    },
+    { temporal: false },
+  );
 }

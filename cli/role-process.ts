@@ -24,7 +24,11 @@ function roleRuntime(log: Log): void {
  * Runs a role until SIGINT/SIGTERM: its log (`c` = `component`), the Temporal runtime unless `temporal: false`,
  * then `start`. A start that fails is one `error` line in that log and exit code 1, not the CLI's plain text.
  */
-export async function runRole(component: string, start: (log: Log) => Promise<{ close(): Promise<void> }>, o: { temporal?: boolean } = {}): Promise<never> {
+export async function runRole(
+  component: string,
+  start: (log: Log) => Promise<{ close(): Promise<void> }>,
+  o: { temporal?: boolean } = {},
+): Promise<never> {
   const log = makeLog(component);
   if (o.temporal !== false) roleRuntime(log);
   let role: { close(): Promise<void> };
@@ -47,10 +51,13 @@ function untilSignal(close: () => Promise<void>, log: Log): Promise<never> {
       stopping = true;
       const force = setTimeout(() => process.exit(1), 30_000);
       force.unref();
-      void close().then(() => process.exit(0), (err: Error) => {
-        log('error while stopping', { level: 'error', error: err.message });
-        process.exit(1);
-      });
+      void close().then(
+        () => process.exit(0),
+        (err: Error) => {
+          log('error while stopping', { level: 'error', error: err.message });
+          process.exit(1);
+        },
+      );
     };
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);
@@ -63,6 +70,6 @@ function untilSignal(close: () => Promise<void>, log: Log): Promise<never> {
   });
 }
 
-
 /** The --config line of every role's help. */
-export const CONFIG_HELP = '  --config FILE   server.yaml (default: built-in local-cluster defaults; see config/server.example.yaml)';
+export const CONFIG_HELP =
+  '  --config FILE   server.yaml (default: built-in local-cluster defaults; see config/server.example.yaml)';

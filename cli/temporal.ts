@@ -10,14 +10,21 @@ export function workflowLink(config: Pick<ServerConfig, 'temporal'>, workflowId:
 
 /** A Temporal client for server.yaml's temporal section; an unreachable Temporal is a UsageError naming the key. */
 export async function temporalClient(config: ServerConfig): Promise<{ client: Client; close: () => Promise<void> }> {
-  const connection = await Connection.connect({ address: config.temporal.address, connectTimeout: 5000 }).catch((err: Error) => {
-    throw new UsageError(`cannot reach Temporal at ${config.temporal.address} (${err.message}): is it running? check temporal.address in server.yaml (--config FILE)`);
-  });
+  const connection = await Connection.connect({ address: config.temporal.address, connectTimeout: 5000 }).catch(
+    (err: Error) => {
+      throw new UsageError(
+        `cannot reach Temporal at ${config.temporal.address} (${err.message}): is it running? check temporal.address in server.yaml (--config FILE)`,
+      );
+    },
+  );
   return { client: new Client({ connection, namespace: config.temporal.namespace }), close: () => connection.close() };
 }
 
 /** Runs `fn` with a Temporal client; Ctrl-C aborts `signal` (the command then detaches, the workflow goes on). */
-export async function withTemporalClient<T>(config: ServerConfig, fn: (client: Client, signal: AbortSignal) => Promise<T>): Promise<T> {
+export async function withTemporalClient<T>(
+  config: ServerConfig,
+  fn: (client: Client, signal: AbortSignal) => Promise<T>,
+): Promise<T> {
   const { client, close } = await temporalClient(config);
   const detach = new AbortController();
   const onSigint = (): void => detach.abort();

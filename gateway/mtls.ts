@@ -15,7 +15,13 @@ export type CertRole = 'node' | 'server' | 'operator';
 
 export type PeerVerdict =
   | { kind: 'ok'; cn: string; serial: string; role: CertRole; notAfter: Date }
-  | { kind: 'refused'; why: 'no-certificate' | 'unknown-ca' | 'expired' | 'not-yet-valid' | 'revoked' | 'unrecorded'; cn: string | null; serial: string | null; detail: string };
+  | {
+      kind: 'refused';
+      why: 'no-certificate' | 'unknown-ca' | 'expired' | 'not-yet-valid' | 'revoked' | 'unrecorded';
+      cn: string | null;
+      serial: string | null;
+      detail: string;
+    };
 
 /** What the gate needs from the certificates table. */
 export interface CertificateLookup {
@@ -35,7 +41,13 @@ export interface GateOptions {
 }
 
 /** Options for `https.createServer` / fastify's `https`: ask for a client certificate, judge it in the gate. */
-export function mtlsServerOptions(o: { caPem: string; certPem: string; keyPem: string }): { ca: string; cert: string; key: string; requestCert: true; rejectUnauthorized: false } {
+export function mtlsServerOptions(o: { caPem: string; certPem: string; keyPem: string }): {
+  ca: string;
+  cert: string;
+  key: string;
+  requestCert: true;
+  rejectUnauthorized: false;
+} {
   return { ca: o.caPem, cert: o.certPem, key: o.keyPem, requestCert: true, rejectUnauthorized: false };
 }
 
@@ -56,7 +68,10 @@ export class CertificateGate {
   /** Loads the revoked set and starts refreshing it. */
   async start(): Promise<void> {
     await this.refresh();
-    this.timer = setInterval(() => void this.refresh().catch((err: Error) => this.o.log('revocation refresh failed', { error: err.message })), this.o.refreshMs ?? 1000);
+    this.timer = setInterval(
+      () => void this.refresh().catch((err: Error) => this.o.log('revocation refresh failed', { error: err.message })),
+      this.o.refreshMs ?? 1000,
+    );
     this.timer.unref();
   }
 
@@ -94,17 +109,62 @@ export class CertificateGate {
 
   private async judge(socket: TLSSocket): Promise<PeerVerdict> {
     const peer = typeof socket.getPeerCertificate === 'function' ? socket.getPeerCertificate() : null;
-    const refused = (why: Extract<PeerVerdict, { kind: 'refused' }>['why'], detail: string, cn: string | null = null, serial: string | null = null): PeerVerdict => ({ kind: 'refused', why, cn, serial, detail });
-    if (!peer || !peer.raw) return refused('no-certificate', 'the client sent no certificate: give the agent --cert and --key (issued by llmgw ca issue)');
+    const refused = (
+      why: Extract<PeerVerdict, { kind: 'refused' }>['why'],
+      detail: string,
+      cn: string | null = null,
+      serial: string | null = null,
+    ): PeerVerdict => ({ kind: 'refused', why, cn, serial, detail });
+    if (!peer || !peer.raw)
+      return refused(
+        'no-certificate',
+        'the client sent no certificate: give the agent --cert and --key (issued by llmgw ca issue)',
+      );
     const info = certificateInfo(peer.raw);
-    if (!info.issuerMatches(this.ca)) return refused('unknown-ca', `issued by "${new X509Certificate(peer.raw).issuer.replace(/\n/g, ', ')}", not this cluster's CA`, info.cn, info.serial);
+    if (!info.issuerMatches(this.ca))
+      return refused(
+        'unknown-ca',
+        `issued by "${new X509Certificate(peer.raw).issuer.replace(/\n/g, ', ')}", not this cluster's CA`,
+        info.cn,
+        info.serial,
+      );
     const now = this.now();
-    if (now > info.notAfter) return refused('expired', `expired ${info.notAfter.toISOString()}: issue a new one (llmgw ca issue --node ${info.cn ?? 'ID'})`, info.cn, info.serial);
-    if (now < info.notBefore) return refused('not-yet-valid', `valid only from ${info.notBefore.toISOString()}: check the clocks`, info.cn, info.serial);
-    if (this.revoked.has(info.serial)) return refused('revoked', 'revoked: this certificate can no longer be used; onboard the node again for a new one', info.cn, info.serial);
+    if (now > info.notAfter)
+      return refused(
+        'expired',
+        `expired ${info.notAfter.toISOString()}: issue a new one (llmgw ca issue --node ${info.cn ?? 'ID'})`,
+        info.cn,
+        info.serial,
+      );
+    if (now < info.notBefore)
+      return refused(
+        'not-yet-valid',
+        `valid only from ${info.notBefore.toISOString()}: check the clocks`,
+        info.cn,
+        info.serial,
+      );
+    if (this.revoked.has(info.serial))
+      return refused(
+        'revoked',
+        'revoked: this certificate can no longer be used; onboard the node again for a new one',
+        info.cn,
+        info.serial,
+      );
     const rec = await this.o.lookup.bySerial(info.serial);
-    if (!rec) return refused('unrecorded', "signed by this CA but not in this cluster's certificates table (another cluster's certificate?)", info.cn, info.serial);
-    if (rec.revokedAt) return refused('revoked', 'revoked: this certificate can no longer be used; onboard the node again for a new one', info.cn, info.serial);
+    if (!rec)
+      return refused(
+        'unrecorded',
+        "signed by this CA but not in this cluster's certificates table (another cluster's certificate?)",
+        info.cn,
+        info.serial,
+      );
+    if (rec.revokedAt)
+      return refused(
+        'revoked',
+        'revoked: this certificate can no longer be used; onboard the node again for a new one',
+        info.cn,
+        info.serial,
+      );
     return { kind: 'ok', cn: rec.cn, serial: info.serial, role: rec.role, notAfter: info.notAfter };
   }
 }
@@ -121,19 +181,40 @@ declare module 'fastify' {
  * not yet valid) or 403 (revoked, unrecorded, wrong role) in OpenAI's error shape, and one log line.
  * `roleFor` says which certificate role a URL needs (agent routes: node; the rest: operator).
  */
-export function installGate(app: FastifyInstance, gate: CertificateGate, roleFor: (url: string) => CertRole, log: GateOptions['log']): void {
+export function installGate(
+  app: FastifyInstance,
+  gate: CertificateGate,
+  roleFor: (url: string) => CertRole,
+  log: GateOptions['log'],
+): void {
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
     if (req.url === '/health') return;
     const v = await gate.verify(req.raw.socket as TLSSocket);
     if (v.kind === 'refused') {
       log('certificate refused', { reason: v.why, cn: v.cn, serial: v.serial, url: req.url, detail: v.detail });
       const status = v.why === 'revoked' || v.why === 'unrecorded' ? 403 : 401;
-      return reply.code(status).send(openAiError('LLMGW_CERT_REFUSED', `client certificate refused (${v.why}): ${v.detail}`));
+      return reply
+        .code(status)
+        .send(openAiError('LLMGW_CERT_REFUSED', `client certificate refused (${v.why}): ${v.detail}`));
     }
     const need = roleFor(req.url);
     if (v.role !== need) {
-      log('certificate refused', { reason: 'wrong-role', cn: v.cn, serial: v.serial, url: req.url, role: v.role, need });
-      return reply.code(403).send(openAiError('LLMGW_CERT_REFUSED', `a ${v.role} certificate (CN ${v.cn}) may not call ${req.url}: it needs ${need === 'operator' ? 'an' : 'a'} ${need} certificate`));
+      log('certificate refused', {
+        reason: 'wrong-role',
+        cn: v.cn,
+        serial: v.serial,
+        url: req.url,
+        role: v.role,
+        need,
+      });
+      return reply
+        .code(403)
+        .send(
+          openAiError(
+            'LLMGW_CERT_REFUSED',
+            `a ${v.role} certificate (CN ${v.cn}) may not call ${req.url}: it needs ${need === 'operator' ? 'an' : 'a'} ${need} certificate`,
+          ),
+        );
     }
     req.peer = { cn: v.cn, serial: v.serial, role: v.role, notAfter: v.notAfter };
   });

@@ -64,6 +64,9 @@ export function hasCode(err: unknown, code: ErrorCode): boolean {
 }
 
 /** The OpenAI error body for a catalogue error. */
-export function openAiError(code: ErrorCode, message: string): { error: { message: string; type: string; code: string } } {
+export function openAiError(
+  code: ErrorCode,
+  message: string,
+): { error: { message: string; type: string; code: string } } {
   return { error: { message, type: ERRORS[code].type, code } };
 }

@@ -28,7 +28,11 @@ export interface ProxmoxWorker {
 export async function startProxmoxWorker(opts: ProxmoxWorkerOptions): Promise<ProxmoxWorker> {
   const log = opts.log ?? ((): void => undefined);
   const cfg = opts.config.proxmox;
-  if (!cfg) throw new LlmgwError('LLMGW_CONFIG_INVALID', 'server.yaml has no proxmox section: add one (url, node, tokenId, tokenSecretFile, ca, storage, image, bridge; see config/server.example.yaml and docs/provisioning.md)');
+  if (!cfg)
+    throw new LlmgwError(
+      'LLMGW_CONFIG_INVALID',
+      'server.yaml has no proxmox section: add one (url, node, tokenId, tokenSecretFile, ca, storage, image, bridge; see config/server.example.yaml and docs/provisioning.md)',
+    );
   const proxmox = new Proxmox(proxmoxConnection(cfg));
   let version: string;
   try {
@@ -47,7 +51,12 @@ export async function startProxmoxWorker(opts: ProxmoxWorkerOptions): Promise<Pr
     // The steps heartbeat what they wait for; the CLI and the UI show it within a second.
     maxHeartbeatThrottleInterval: '1s',
     defaultHeartbeatThrottleInterval: '1s',
-    activities: createProxmoxActivities({ proxmox, pollMs: opts.pollMs, lockBackoffMs: opts.lockBackoffMs, log: (m, f) => log(m, f ?? {}) }),
+    activities: createProxmoxActivities({
+      proxmox,
+      pollMs: opts.pollMs,
+      lockBackoffMs: opts.lockBackoffMs,
+      log: (m, f) => log(m, f ?? {}),
+    }),
   });
   const running = worker.run();
   return {

@@ -19,8 +19,20 @@ import { weights } from './weights';
 
 /** Every verb, in the order `llmgw ctl --help` lists them. */
 const VERBS: Record<string, CtlVerb> = {
-  nodes, fabrics, replicas, models, deploy, scale, drain: drainVerb, weights, cordon, uncordon, revoke, follow,
-  'forget-host-key': forgetHostKeyVerb, 'engine-check': engineCheckVerb,
+  nodes,
+  fabrics,
+  replicas,
+  models,
+  deploy,
+  scale,
+  drain: drainVerb,
+  weights,
+  cordon,
+  uncordon,
+  revoke,
+  follow,
+  'forget-host-key': forgetHostKeyVerb,
+  'engine-check': engineCheckVerb,
 };
 
 const COMMON = `  --config FILE   server.yaml (default: built-in local-cluster defaults)
@@ -31,19 +43,39 @@ const COMMON = `  --config FILE   server.yaml (default: built-in local-cluster d
 const USAGE = `
 llmgw ctl COMMAND [options]
 
-${Object.values(VERBS).map((v) => v.help).join('\n')}
+${Object.values(VERBS)
+  .map((v) => v.help)
+  .join('\n')}
 
 ${COMMON}
 `;
 
 /** Entry for `llmgw ctl`. */
-export async function ctlCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
+export async function ctlCommand(
+  argv: string[],
+  out: (s: string) => void = (s) => process.stdout.write(s),
+): Promise<void> {
   const [verb, ...rest] = argv;
   const chosen = verb !== undefined && Object.hasOwn(VERBS, verb) ? VERBS[verb] : undefined;
   if (chosen?.raw) return chosen.raw(rest, out); // its own options and --help
   // `llmgw ctl --help` (no verb) teaches like `llmgw ctl nodes --help` does.
-  const { values, positionals } = parse(verb?.startsWith('-') ? argv : rest, { usage: USAGE, allowPositionals: true, options: CTL_OPTIONS });
+  const { values, positionals } = parse(verb?.startsWith('-') ? argv : rest, {
+    usage: USAGE,
+    allowPositionals: true,
+    options: CTL_OPTIONS,
+  });
   const config = loadServerConfig(values.config);
-  if (!chosen) throw new UsageError(verb ? `unknown command "ctl ${verb}"\n${USAGE}` : `ctl needs a COMMAND, e.g. llmgw ctl nodes\n${USAGE}`);
-  await chosen.run({ verb: verb as string, config, api: controlApi(config, values.server), values, positionals, out, usage: USAGE });
+  if (!chosen)
+    throw new UsageError(
+      verb ? `unknown command "ctl ${verb}"\n${USAGE}` : `ctl needs a COMMAND, e.g. llmgw ctl nodes\n${USAGE}`,
+    );
+  await chosen.run({
+    verb: verb as string,
+    config,
+    api: controlApi(config, values.server),
+    values,
+    positionals,
+    out,
+    usage: USAGE,
+  });
 }

@@ -5,9 +5,16 @@ import type { ControlApi } from '../control-api';
 
 /** The options `llmgw ctl` parses for every verb (parseArgs' shape). */
 export const CTL_OPTIONS = {
-  config: { type: 'string' }, server: { type: 'string' }, json: { type: 'boolean' }, model: { type: 'string' },
-  replicas: { type: 'string' }, 'no-wait': { type: 'boolean' }, timeout: { type: 'string' }, reason: { type: 'string' },
-  cancel: { type: 'boolean' }, 'allow-downtime': { type: 'boolean' },
+  config: { type: 'string' },
+  server: { type: 'string' },
+  json: { type: 'boolean' },
+  model: { type: 'string' },
+  replicas: { type: 'string' },
+  'no-wait': { type: 'boolean' },
+  timeout: { type: 'string' },
+  reason: { type: 'string' },
+  cancel: { type: 'boolean' },
+  'allow-downtime': { type: 'boolean' },
 } as const;
 
 /** The parsed values of CTL_OPTIONS. */
@@ -52,7 +59,9 @@ export async function getJson<T>(api: ControlApi, url: string): Promise<T> {
     res = await api.fetch(url, { signal: AbortSignal.timeout(10_000) });
   } catch (err) {
     if (err instanceof UsageError) throw err; // e.g. the operator certificate is missing
-    throw new UsageError(`cannot reach the control plane at ${new URL(url).origin} (${(err as Error).message}): is it running? pass --server URL`);
+    throw new UsageError(
+      `cannot reach the control plane at ${new URL(url).origin} (${(err as Error).message}): is it running? pass --server URL`,
+    );
   }
   if (!res.ok) throw new Error(`${url}: HTTP ${res.status} ${await res.text()}`);
   return (await res.json()) as T;

@@ -22,7 +22,14 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
     const certOf = (id: string): NodeCertificate | null => {
       const mine = certs.filter((c) => c.cn === id && c.role === 'node');
       const c = mine.find((x) => !x.revokedAt) ?? mine[0];
-      return c ? { serial: c.serial, notAfter: c.notAfter.toISOString(), renewAt: renewAt(c.notBefore, c.notAfter).toISOString(), revoked: !!c.revokedAt } : null;
+      return c
+        ? {
+            serial: c.serial,
+            notAfter: c.notAfter.toISOString(),
+            renewAt: renewAt(c.notBefore, c.notAfter).toISOString(),
+            revoked: !!c.revokedAt,
+          }
+        : null;
     };
     return {
       nodes: nodes.map((n): NodeListEntry => ({
@@ -34,55 +41,100 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
     };
   });
   // Operator actions on a node. Cordon state lives in MySQL, so it survives restarts and re-registration.
-  for (const [verb, state] of [['cordon', 'cordoned'], ['uncordon', 'ready']] as const) {
-    app.post<{ Params: { id: string } }>(`/v1/nodes/:id/${verb}`, {
-      schema: { params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } }, response: { 404: errorSchema, 409: errorSchema } },
-    }, async (req, reply) => {
-      const id = req.params.id;
-      const before = await store.nodeState(id as NodeId);
-      if (before === null) return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`));
-      // Uncordoning gives the node back: a drain still moving replicas off it ends first (its move is given back).
-      const drainEnded = verb === 'uncordon' && opts.endDrain ? await opts.endDrain(id as NodeId) : undefined;
-      // A down node can be cordoned too: it then comes back cordoned when its agent is seen again.
-      const changed = (await store.isCordoned(id)) !== (state === 'cordoned');
-      if (changed) {
-        await store.setNodeState(id, state);
-        await store.event({ kind: `node.${state}`, nodeId: id, message: `${verb} by operator${before === 'down' ? ' (node down: applies when it is back)' : ''}` });
-        if (state === 'ready' && before !== 'down') opts.onNodesChanged?.(id);
-      }
-      return { nodeId: id, state: (await store.nodeState(id as NodeId)) ?? state, changed, ...(drainEnded === undefined ? {} : { drainEnded }) } satisfies CordonAnswer;
-    });
+  for (const [verb, state] of [
+    ['cordon', 'cordoned'],
+    ['uncordon', 'ready'],
+  ] as const) {
+    app.post<{ Params: { id: string } }>(
+      `/v1/nodes/:id/${verb}`,
+      {
+        schema: {
+          params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } },
+          response: { 404: errorSchema, 409: errorSchema },
+        },
+      },
+      async (req, reply) => {
+        const id = req.params.id;
+        const before = await store.nodeState(id as NodeId);
+        if (before === null)
+          return reply
+            .code(404)
+            .send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`));
+        // Uncordoning gives the node back: a drain still moving replicas off it ends first (its move is given back).
+        const drainEnded = verb === 'uncordon' && opts.endDrain ? await opts.endDrain(id as NodeId) : undefined;
+        // A down node can be cordoned too: it then comes back cordoned when its agent is seen again.
+        const changed = (await store.isCordoned(id)) !== (state === 'cordoned');
+        if (changed) {
+          await store.setNodeState(id, state);
+          await store.event({
+            kind: `node.${state}`,
+            nodeId: id,
+            message: `${verb} by operator${before === 'down' ? ' (node down: applies when it is back)' : ''}`,
+          });
+          if (state === 'ready' && before !== 'down') opts.onNodesChanged?.(id);
+        }
+        return {
+          nodeId: id,
+          state: (await store.nodeState(id as NodeId)) ?? state,
+          changed,
+          ...(drainEnded === undefined ? {} : { drainEnded }),
+        } satisfies CordonAnswer;
+      },
+    );
   }
   const { endDrain } = opts;
   if (endDrain) {
-    app.post<{ Params: { id: string } }>('/v1/nodes/:id/drain/cancel', {
-      schema: { params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } }, response: { 404: errorSchema } },
-    }, async (req, reply) => {
-      const id = req.params.id;
-      if ((await store.nodeState(id as NodeId)) === null) return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`));
-      return { nodeId: id, drain: await endDrain(id as NodeId) } satisfies DrainCancelAnswer;
-    });
+    app.post<{ Params: { id: string } }>(
+      '/v1/nodes/:id/drain/cancel',
+      {
+        schema: {
+          params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } },
+          response: { 404: errorSchema },
+        },
+      },
+      async (req, reply) => {
+        const id = req.params.id;
+        if ((await store.nodeState(id as NodeId)) === null)
+          return reply
+            .code(404)
+            .send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`));
+        return { nodeId: id, drain: await endDrain(id as NodeId) } satisfies DrainCancelAnswer;
+      },
+    );
   }
   const { revoke } = opts;
   if (revoke) {
-    app.post<{ Params: { id: string }; Body: { reason?: string } | undefined }>('/v1/nodes/:id/revoke', {
-      schema: { params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } }, response: { 400: errorSchema } },
-    }, async (req, reply) => {
-      const id = req.params.id;
-      const reason = req.body?.reason ?? `revoked by operator ${req.peer?.cn ?? '(unknown)'}`;
-      let revoked: number;
-      try {
-        revoked = await revoke(checkNodeId(id), reason);
-      } catch (err) {
-        const e = err as LlmgwError;
-        if (!e.code || e.status >= 500) throw err;
-        return reply.code(400).send(openAiError(e.code, e.message));
-      }
-      await store.event({ kind: 'node.revoked', nodeId: id, message: `${revoked} certificate${revoked === 1 ? '' : 's'} revoked: ${reason}` });
-      return { nodeId: id, revoked };
-    });
+    app.post<{ Params: { id: string }; Body: { reason?: string } | undefined }>(
+      '/v1/nodes/:id/revoke',
+      {
+        schema: {
+          params: { type: 'object', required: ['id'], properties: { id: { type: 'string' } } },
+          response: { 400: errorSchema },
+        },
+      },
+      async (req, reply) => {
+        const id = req.params.id;
+        const reason = req.body?.reason ?? `revoked by operator ${req.peer?.cn ?? '(unknown)'}`;
+        let revoked: number;
+        try {
+          revoked = await revoke(checkNodeId(id), reason);
+        } catch (err) {
+          const e = err as LlmgwError;
+          if (!e.code || e.status >= 500) throw err;
+          return reply.code(400).send(openAiError(e.code, e.message));
+        }
+        await store.event({
+          kind: 'node.revoked',
+          nodeId: id,
+          message: `${revoked} certificate${revoked === 1 ? '' : 's'} revoked: ${reason}`,
+        });
+        return { nodeId: id, revoked };
+      },
+    );
   }
-  app.get<{ Querystring: { model?: string } }>('/v1/replicas', async (req) => ({ replicas: await store.listReplicas(req.query.model) }));
+  app.get<{ Querystring: { model?: string } }>('/v1/replicas', async (req) => ({
+    replicas: await store.listReplicas(req.query.model),
+  }));
   app.get('/v1/models', async () => ({ models: await store.listModels() }));
   app.get('/v1/events', async () => ({ events: await store.recentEvents(100) }));
   app.get('/health', async () => ({ status: 'ok' }));

@@ -26,7 +26,9 @@ export function roleForUrl(url: string): CertRole {
 }
 
 /** Builds (does not listen) the HTTPS control plane app and starts its certificate gate. */
-export async function buildControlServer(o: ControlServerOptions): Promise<{ app: FastifyInstance; gate: CertificateGate }> {
+export async function buildControlServer(
+  o: ControlServerOptions,
+): Promise<{ app: FastifyInstance; gate: CertificateGate }> {
   const { store, log } = o;
   const gate = new CertificateGate({
     caPem: o.tls.caPem,

@@ -44,7 +44,15 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
     return503OnClosing: true,
   });
   await opts.routing.start();
-  await app.register(buildGatewayApp({ routing: opts.routing, apiKeys: opts.apiKeys, log: opts.log, timeouts: opts.timeouts, accessLog: opts.accessLog }));
+  await app.register(
+    buildGatewayApp({
+      routing: opts.routing,
+      apiKeys: opts.apiKeys,
+      log: opts.log,
+      timeouts: opts.timeouts,
+      accessLog: opts.accessLog,
+    }),
+  );
   app.addHook('onClose', async () => opts.routing.stop());
   await app.listen({ host: opts.host, port: opts.port });
   const addr = app.server.address();
