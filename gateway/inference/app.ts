@@ -94,15 +94,13 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     app.setErrorHandler((err: Error & { statusCode?: number }, req, reply) => {
       const status = err.statusCode ?? 500;
       if (status >= 500) log('gateway error', { level: 'error', reqId: req.id, error: err.message });
-      return reply
-        .code(status)
-        .send({
-          error: {
-            message: err.message,
-            type: status < 500 ? 'invalid_request_error' : 'server_error',
-            code: status < 500 ? 'LLMGW_BAD_REQUEST' : 'LLMGW_UPSTREAM_FAILED',
-          },
-        });
+      return reply.code(status).send({
+        error: {
+          message: err.message,
+          type: status < 500 ? 'invalid_request_error' : 'server_error',
+          code: status < 500 ? 'LLMGW_BAD_REQUEST' : 'LLMGW_UPSTREAM_FAILED',
+        },
+      });
     });
 
     // Keep the raw bytes to forward untouched; parse once here only to learn the model. Never fail in the

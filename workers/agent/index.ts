@@ -122,14 +122,12 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     () => closing,
     (creds) => {
       weights?.useCredentials(creds);
-      void worker
-        .renewed(creds)
-        .catch((err: Error) =>
-          opts.log('NODE WORKER NOT MOVED to the renewed certificate: it keeps the old one until the agent restarts', {
-            level: 'error',
-            error: err.message,
-          }),
-        );
+      void worker.renewed(creds).catch((err: Error) =>
+        opts.log('NODE WORKER NOT MOVED to the renewed certificate: it keeps the old one until the agent restarts', {
+          level: 'error',
+          error: err.message,
+        }),
+      );
     },
   );
   // Each answer names the door of the control plane that gave it: after a failover, the worker follows.
