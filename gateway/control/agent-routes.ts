@@ -4,46 +4,21 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { type LlmgwError, openAiError } from '../../lib/errors';
-import { DOCTOR_STATUSES } from '../../lib/types';
+import { answerErrors } from '../errors';
 import type { NodeTemporal, Registration, RegisterRequest, RenewRequest } from './contract';
-import { answerValidationErrors, errorSchema, identify } from './identity';
+import { errorSchema, identify } from './identity';
 import type { ControlAppOptions } from './routes';
-
-const inventorySchema = {
-  type: 'object',
-  required: ['gpus', 'adapters', 'fabrics', 'cpuFlags', 'engines', 'host'],
-  properties: {
-    gpus: { type: 'array' }, adapters: { type: 'array' }, fabrics: { type: 'object' },
-    cpuFlags: { type: 'array', items: { type: 'string' } }, engines: { type: 'array', items: { type: 'string' } },
-    host: { type: 'string', minLength: 1 },
-    // fabric name -> the subnet manager its ports see (placement splits one name over two SM GUIDs)
-    fabricIdentity: {
-      type: 'object',
-      additionalProperties: {
-        type: 'object', required: ['smGuid', 'strength'],
-        properties: {
-          smGuid: { type: ['string', 'null'], pattern: '^0x[0-9a-f]{16}$' }, strength: { enum: ['sm-guid', 'declared-only'] },
-          smLid: { type: ['string', 'null'] }, note: { type: 'string' },
-        },
-      },
-    },
-    // the agent's doctor results at start (the node list's CHECKS column)
-    doctor: {
-      type: 'array',
-      items: { type: 'object', required: ['id', 'status', 'summary', 'fix'], properties: { id: { type: 'string', minLength: 1 }, status: { enum: DOCTOR_STATUSES }, summary: { type: 'string' }, fix: { type: 'string' } } },
-    },
-  },
-} as const;
+import { inventorySchema, nodeIdSchema } from './schemas';
 
 /** Registers the agent routes on `app`. */
 export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
   const { store } = opts;
-  answerValidationErrors(app);
   const log = opts.log ?? ((): void => undefined);
+  answerErrors(app, log);
 
   app.post<{ Body: RegisterRequest }>('/v1/agent/register', {
     schema: {
-      body: { type: 'object', required: ['nodeId', 'inventory'], properties: { nodeId: { type: 'string' }, inventory: inventorySchema, afterCrash: { type: 'boolean' } } },
+      body: { type: 'object', additionalProperties: false, required: ['nodeId', 'inventory'], properties: { nodeId: nodeIdSchema, inventory: inventorySchema, afterCrash: { type: 'boolean' } } },
       response: { 400: errorSchema, 403: errorSchema },
     },
   }, async (req, reply) => {
@@ -64,7 +39,7 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
   });
 
   app.post<{ Body: { nodeId: string } }>('/v1/agent/heartbeat', {
-    schema: { body: { type: 'object', required: ['nodeId'], properties: { nodeId: { type: 'string' } } } },
+    schema: { body: { type: 'object', additionalProperties: false, required: ['nodeId'], properties: { nodeId: nodeIdSchema } }, response: { 400: errorSchema, 403: errorSchema, 404: errorSchema } },
   }, async (req, reply) => {
     const id = identify(req, reply, req.body.nodeId, log);
     if (!id) return reply;
@@ -77,7 +52,7 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
   // What an agent asks at start: the shards placed on it, so it stops the engines no shard wants any more.
   app.get<{ Querystring: { node: string } }>('/v1/agent/shards', {
     schema: {
-      querystring: { type: 'object', required: ['node'], properties: { node: { type: 'string' } } },
+      querystring: { type: 'object', additionalProperties: false, required: ['node'], properties: { node: nodeIdSchema } },
       response: {
         200: {
           type: 'object', required: ['shards'],
@@ -97,7 +72,7 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
   const { renew } = opts;
   if (renew) {
     app.post<{ Body: RenewRequest }>('/v1/agent/renew', {
-      schema: { body: { type: 'object', required: ['nodeId', 'csr'], properties: { nodeId: { type: 'string' }, csr: { type: 'string' } } }, response: { 400: errorSchema, 403: errorSchema, 503: errorSchema } },
+      schema: { body: { type: 'object', additionalProperties: false, required: ['nodeId', 'csr'], properties: { nodeId: nodeIdSchema, csr: { type: 'string', maxLength: 16_384 } } }, response: { 400: errorSchema, 403: errorSchema, 503: errorSchema } },
     }, async (req, reply) => {
       const id = identify(req, reply, req.body.nodeId, log);
       if (!id) return reply;

@@ -322,11 +322,11 @@ export class Store {
     return rows.map(certificateRow);
   }
 
-  /** Marks every unrevoked certificate of `cn` revoked; returns how many were. */
+  /** Marks every unrevoked certificate of `cn` revoked, with the reason cut to what the column holds; returns how many were. */
   async revokeCertificates(cn: string, reason: string): Promise<number> {
     const [r] = await this.pool.query<ResultSetHeader>(
       'UPDATE certificates SET revoked_at = NOW(3), revoked_reason = ? WHERE cn = ? AND revoked_at IS NULL',
-      [reason, cn],
+      [cutRevocationReason(reason).reason, cn],
     );
     return r.affectedRows;
   }
@@ -366,6 +366,15 @@ export class Store {
     );
     return rows.map((r) => ({ serial: String(r.serial), cn: String(r.cn), revokedAt: new Date(r.revoked_at), notAfter: new Date(r.not_after) }));
   }
+}
+
+/** The most characters of a revocation reason the certificates table holds (revoked_reason VARCHAR(255)). */
+export const REVOCATION_REASON_MAX = 255;
+
+/** A revocation reason as the store records it: cut to REVOCATION_REASON_MAX characters (ending in …), and whether it was. */
+export function cutRevocationReason(reason: string): { reason: string; cut: boolean } {
+  const chars = Array.from(reason);
+  return chars.length <= REVOCATION_REASON_MAX ? { reason, cut: false } : { reason: `${chars.slice(0, REVOCATION_REASON_MAX - 1).join('')}…`, cut: true };
 }
 
 /** What the CA issued a certificate for. */
