@@ -6,7 +6,7 @@ import { QUEUES } from '../lib/names';
 import { startCaWorker } from '../workers/ca';
 import { intOption, parse, UsageError } from './args';
 import { makeLog } from './log';
-import { CONFIG_HELP, ownSignals, untilSignal } from './role-process';
+import { announceDefaultDatabase, CONFIG_HELP, ownSignals, untilSignal } from './role-process';
 
 const CA_WORKER_USAGE = `llmgw ca-worker --config FILE [--ca-dir DIR] [--crl-days N]
 
@@ -30,6 +30,7 @@ export async function caWorkerCommand(argv: string[]): Promise<void> {
   if (crlDays < 1) throw new UsageError(`--crl-days must be at least 1\n\n${CA_WORKER_USAGE}`);
   const config = loadServerConfig(values.config);
   const log = makeLog('ca-worker');
+  announceDefaultDatabase(config, log);
   ownSignals();
   const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
   const ca = await startCaWorker({ config, caDir, crlDays, log });

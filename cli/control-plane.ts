@@ -3,7 +3,7 @@ import { loadServerConfig } from '../config/load';
 import { startControlPlane } from '../workers/control';
 import { parse } from './args';
 import { makeLog } from './log';
-import { CONFIG_HELP, ownSignals, untilSignal } from './role-process';
+import { announceDefaultDatabase, CONFIG_HELP, ownSignals, untilSignal } from './role-process';
 
 /** `llmgw control-plane`: the control plane API and the control worker. */
 export async function controlPlaneCommand(argv: string[]): Promise<void> {
@@ -13,6 +13,7 @@ export async function controlPlaneCommand(argv: string[]): Promise<void> {
   });
   const config = loadServerConfig(values.config);
   const log = makeLog('control-plane');
+  announceDefaultDatabase(config, log);
   ownSignals();
   const cp = await startControlPlane({ config, log });
   log('control plane listening', { url: cp.url, temporal: config.temporal.address });

@@ -3,7 +3,7 @@ import { loadServerConfig } from '../config/load';
 import { startGatewayRole } from '../workers/gateway';
 import { parse } from './args';
 import { makeLog } from './log';
-import { CONFIG_HELP, untilSignal } from './role-process';
+import { announceDefaultDatabase, CONFIG_HELP, untilSignal } from './role-process';
 
 /** `llmgw gateway`: the OpenAI-compatible inference gateway. */
 export async function gatewayCommand(argv: string[]): Promise<void> {
@@ -13,6 +13,7 @@ export async function gatewayCommand(argv: string[]): Promise<void> {
   });
   const config = loadServerConfig(values.config);
   const log = makeLog('gateway');
+  announceDefaultDatabase(config, log);
   const gw = await startGatewayRole({ config, log });
   log('gateway listening', { url: gw.url });
   await untilSignal(() => gw.close());

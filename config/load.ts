@@ -70,7 +70,22 @@ export function parseServerConfig(text: string, file: string): ServerConfig {
   const c = new Checker();
   const config = checkConfig(c, merge(DEFAULT_CONFIG, raw ?? {}, []));
   if (c.issues.length > 0) throw new ConfigError(file, c.issues.map((i) => locate(doc, lines, i)));
-  return deepFreeze(config);
+  const frozen = deepFreeze(config);
+  const given = isObj(raw) ? raw : {};
+  DEFAULTED.set(frozen, { file, sections: (Object.keys(DEFAULT_CONFIG) as (keyof ServerConfig)[]).filter((k) => given[k] === undefined) });
+  return frozen;
+}
+
+/** The top-level sections each loaded config took from the built-in defaults, and its file. */
+const DEFAULTED = new WeakMap<ServerConfig, { file: string; sections: (keyof ServerConfig)[] }>();
+
+/**
+ * Where a loaded config took `section` from the built-in defaults (no such section in its file, or no file at all):
+ * the file it was read from, or null when the file set the section (or the config was not loaded by this module).
+ */
+export function defaultedIn(config: ServerConfig, section: keyof ServerConfig): string | null {
+  const d = DEFAULTED.get(config);
+  return d?.sections.includes(section) ? d.file : null;
 }
 
 function syntaxIssue(err: YAMLError): ConfigIssue {

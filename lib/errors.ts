@@ -48,6 +48,7 @@ export const ERRORS = {
   LLMGW_INTERNAL: { status: 500, type: 'server_error' },
   LLMGW_ENDPOINT_UNSUPPORTED: { status: 400, type: 'invalid_request_error' },
   LLMGW_CORS_REFUSED: { status: 403, type: 'invalid_request_error' },
+  LLMGW_TEMPORAL_UNREACHABLE: { status: 503, type: 'server_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;
