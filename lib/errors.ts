@@ -49,6 +49,7 @@ export const ERRORS = {
   LLMGW_ENDPOINT_UNSUPPORTED: { status: 400, type: 'invalid_request_error' },
   LLMGW_CORS_REFUSED: { status: 403, type: 'invalid_request_error' },
   LLMGW_TEMPORAL_UNREACHABLE: { status: 503, type: 'server_error' },
+  LLMGW_PORT_TAKEN: { status: 409, type: 'invalid_request_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

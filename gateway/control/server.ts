@@ -50,14 +50,16 @@ export async function buildControlServer(o: ControlServerOptions): Promise<{ app
   const app = Fastify({
     logger: o.logger ?? false,
     https: { ...mtlsServerOptions(o.tls), connectionsCheckingInterval: 1000 },
-    // close() must not wait for agents' idle keep-alive connections, nor (closeDeadline) for anything past its grace.
+    // close() must not wait for agents' keep-alive connections, nor (closeDeadline) for stalled handshakes.
     forceCloseConnections: true,
     // A body that stops coming is answered 408 and closed (Node checks once per connectionsCheckingInterval).
     requestTimeout: REQUEST_MS,
     clientErrorHandler,
     ajv: CONTROL_AJV,
   });
-  closeDeadline(app);
+  // No grace: forceCloseConnections cuts every HTTP connection at close already, so what is left then is TLS
+  // handshakes that have sent no request (stalled ones would hold close() for as long as they stall).
+  closeDeadline(app, 0);
   // JSON only (fastify's own parser, which refuses __proto__ keys): any other body is 415.
   app.removeContentTypeParser('text/plain');
   app.addHook('onClose', async () => gate.stop());

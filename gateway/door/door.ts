@@ -9,7 +9,7 @@
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import { connect, type AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { CLOSE_GRACE_MS, trackConnections } from '../close';
+import { trackConnections } from '../close';
 import { mtlsServerOptions, type CertificateGate, type PeerVerdict } from '../mtls';
 import { answerToken, grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCallVerdict } from './policy';
 import { encodeGrpcMessage, GRPC, messageBytes, parseFrames } from './grpc-frames';
@@ -289,7 +289,8 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     stats: () => ({ ...counts }),
     lastCall: (nodeId) => lastCalls.get(nodeId),
     async close(): Promise<void> {
-      await connections.closeWithin(CLOSE_GRACE_MS, async () => {
+      // No grace: every session is destroyed now; what is left is handshakes, which have sent no call.
+      await connections.closeWithin(0, async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         for (const s of sessions) s.destroy();
         upstreamSession?.destroy();
