@@ -32,6 +32,8 @@ for (const c of '0123456789abcdefABCDEF') HEX[c.charCodeAt(0)] = 1;
 const ESCAPES = new Uint8Array(256);
 for (const c of '"\\/bfnrtu') ESCAPES[c.charCodeAt(0)] = 1;
 
+// The scan is synchronous, so one stack serves every call up to this depth.
+const STACK = new Uint8Array(256);
 const isWs = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
 
@@ -81,8 +83,8 @@ function wordEnd(b: Uint8Array, i: number, word: string): number {
 /** A top-level key's text (short keys only: every wanted key is). */
 function keyText(b: Buffer, start: number, end: number): string | null {
   if (end - start > 66) return null;
-  const raw = b.toString('utf8', start, end);
-  return raw.includes('\\') ? (JSON.parse(raw) as string) : raw.slice(1, -1);
+  for (let i = start + 1; i < end - 1; i++) if (b[i] === 0x5c) return JSON.parse(b.toString('utf8', start, end)) as string;
+  return b.toString('latin1', start + 1, end - 1);
 }
 
 /**
@@ -93,7 +95,7 @@ export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDep
   const b = body;
   const n = b.length;
   const fields = new Map<string, JsonSlice>();
-  const stack = new Uint8Array(maxDepth + 1);
+  const stack = maxDepth + 1 <= STACK.length ? STACK : new Uint8Array(maxDepth + 1);
   const fail = (message: string): ScanResult => ({ kind: 'error', message });
   const unexpected = (i: number): ScanResult =>
     fail(i >= n ? 'the request body is not valid JSON: it ends too soon' : `the request body is not valid JSON: unexpected ${JSON.stringify(String.fromCharCode(b[i] as number))} at byte ${i}`);
