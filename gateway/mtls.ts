@@ -10,7 +10,7 @@ import { X509Certificate } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { openAiError, quoteInput } from '../lib/errors';
 import { certificateInfo } from '../lib/pki';
-import { TLS_HANDSHAKE_MS } from './close';
+import { TLS_HANDSHAKE_MS } from '../lib/connections';
 
 export type CertRole = 'node' | 'server' | 'operator';
 

@@ -9,7 +9,7 @@
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import { connect, type AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { trackConnections } from '../close';
+import { trackConnections } from '../../lib/connections';
 import { mtlsServerOptions, type CertificateGate, type PeerVerdict } from '../mtls';
 import { answerToken, grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCallVerdict } from './policy';
 import { encodeGrpcMessage, GRPC, messageBytes, parseFrames } from './grpc-frames';
