@@ -137,7 +137,7 @@ export function installGate(app: FastifyInstance, gate: CertificateGate, roleFor
     const need = route === undefined ? v.role : roleFor(route);
     if (v.role !== need) {
       log('certificate refused', { reason: 'wrong-role', cn: v.cn, serial: v.serial, url: req.url, route, role: v.role, need });
-      return reply.code(403).send(openAiError('LLMGW_CERT_REFUSED', `a ${v.role} certificate (CN ${v.cn}) may not call ${route ?? quoteInput(req.url, 100)}: it needs ${need === 'operator' ? 'an' : 'a'} ${need} certificate`));
+      return reply.code(403).send(openAiError('LLMGW_CERT_REFUSED', `${v.role === 'operator' ? 'an' : 'a'} ${v.role} certificate (CN ${v.cn}) may not call ${route ?? quoteInput(req.url, 100)}: it needs ${need === 'operator' ? 'an' : 'a'} ${need} certificate`));
     }
     req.peer = { cn: v.cn, serial: v.serial, role: v.role, notAfter: v.notAfter };
   });

@@ -163,7 +163,7 @@ describe('bad input at the real control plane and CLI', () => {
   test('14: the mTLS gate judges the routed path, not the raw URL', async () => {
     const node = await certClient(config, store, 'sim-a');
     const asOperator = await errorOf(await operator.fetch(`${url}/v1/%61gent/register`, { method: 'POST', headers: json, body: JSON.stringify({ nodeId: 'operator', inventory: simInventory() }) }));
-    expect(asOperator).toMatchObject({ status: 403, error: { code: 'LLMGW_CERT_REFUSED', message: 'a operator certificate (CN operator) may not call /v1/agent/register: it needs a node certificate' } });
+    expect(asOperator).toMatchObject({ status: 403, error: { code: 'LLMGW_CERT_REFUSED', message: 'an operator certificate (CN operator) may not call /v1/agent/register: it needs a node certificate' } });
     const asNode = await errorOf(await node.fetch(`${url}/v1/%6eodes`));
     expect(asNode).toMatchObject({ status: 403, error: { code: 'LLMGW_CERT_REFUSED', message: 'a node certificate (CN sim-a) may not call /v1/nodes: it needs an operator certificate' } });
     expect((await node.fetch(`${url}/v1/%61gent/heartbeat`, { method: 'POST', headers: json, body: JSON.stringify({ nodeId: 'sim-a' }) })).status).toBe(200);
