@@ -20,7 +20,12 @@ class UsageError extends Error {}
 export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
   let v: Partial<Record<(typeof FLAGS)[number], string>>;
   try {
-    v = parseArgs({ args: argv, strict: true, allowPositionals: false, options: Object.fromEntries(FLAGS.map((k) => [k, { type: 'string' as const }])) }).values;
+    v = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: Object.fromEntries(FLAGS.map((k) => [k, { type: 'string' as const }])),
+    }).values;
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
@@ -31,7 +36,8 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
       return d;
     }
     const n = Number(raw);
-    if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max) throw new UsageError(`--${k}: expected an integer from ${min} to ${max}, got "${raw}"`);
+    if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max)
+      throw new UsageError(`--${k}: expected an integer from ${min} to ${max}, got "${raw}"`);
     return n;
   };
   if (!v.model) throw new UsageError('--model is required');
@@ -40,7 +46,8 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
   const port = rank === 0 ? int('port', 0, 65535) : int('port', 0, 65535, 0);
   const distPort = world > 1 ? int('dist-port', 1, 65535) : int('dist-port', 0, 65535, 0);
   const tps = v['tokens-per-second'] === undefined ? 50 : Number(v['tokens-per-second']);
-  if (!Number.isFinite(tps) || tps < 0) throw new UsageError(`--tokens-per-second: expected a number >= 0, got "${v['tokens-per-second']}"`);
+  if (!Number.isFinite(tps) || tps < 0)
+    throw new UsageError(`--tokens-per-second: expected a number >= 0, got "${v['tokens-per-second']}"`);
   const host = v.host ?? '127.0.0.1';
   return { model: v.model, host, port, rank, world, distHost: v['dist-host'] ?? host, distPort, tokensPerSecond: tps };
 }
@@ -62,7 +69,13 @@ export async function main(argv: string[]): Promise<void> {
     process.stderr.write(`sim-engine: ${(err as Error).message}\n${USAGE}\n`);
     process.exit(2);
   }
-  line('starting', { rank: opts.rank, world: opts.world, model: opts.model, distHost: opts.distHost, distPort: opts.distPort });
+  line('starting', {
+    rank: opts.rank,
+    world: opts.world,
+    model: opts.model,
+    distHost: opts.distHost,
+    distPort: opts.distPort,
+  });
   const engine = await startSimEngine({ ...opts, log: line }).catch((err: Error) => {
     line('failed to start', { rank: opts.rank, error: err.message });
     process.stderr.write(`sim-engine rank ${opts.rank}: ${err.message}\n`);

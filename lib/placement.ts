@@ -29,14 +29,16 @@ export function fabricGroups(nodes: NodeRecord[]): FabricGroup[] {
       out.push({ key: name, name, smGuid: guids[0] ?? null, split: false, members });
       continue;
     }
-    for (const g of guids) out.push({ key: `${name}@${g}`, name, smGuid: g, split: true, members: members.filter((n) => guidOf(n) === g) });
+    for (const g of guids)
+      out.push({ key: `${name}@${g}`, name, smGuid: g, split: true, members: members.filter((n) => guidOf(n) === g) });
     const unknown = members.filter((n) => guidOf(n) === null);
     if (unknown.length) out.push({ key: `${name}@unknown`, name, smGuid: null, split: true, members: unknown });
   }
   return out;
 }
 
-export type Placement = { kind: 'placed'; fabric: string | null; nodes: NodeId[] } | { kind: 'unplaceable'; reason: string };
+export type Placement =
+  { kind: 'placed'; fabric: string | null; nodes: NodeId[] } | { kind: 'unplaceable'; reason: string };
 
 export interface PlaceInput {
   nodes: NodeRecord[];
@@ -60,8 +62,10 @@ function unusable(n: NodeRecord, p: Profile, used: Record<string, number>, exclu
   return null;
 }
 
-const byCapacity = (used: Record<string, number>) => (a: NodeRecord, b: NodeRecord): number =>
-  freeGpus(b, used) - freeGpus(a, used) || a.id.localeCompare(b.id);
+const byCapacity =
+  (used: Record<string, number>) =>
+  (a: NodeRecord, b: NodeRecord): number =>
+    freeGpus(b, used) - freeGpus(a, used) || a.id.localeCompare(b.id);
 
 /** Places one replica of `profile`. Multi-node replicas stay inside one fabric; islands take single-node replicas only. */
 export function place(input: PlaceInput): Placement {
@@ -77,38 +81,55 @@ export function place(input: PlaceInput): Placement {
     // Islands first: a node on a fabric is what a multi-node replica needs, and a single-node one taking it (the
     // local cluster's third start, with a fabric node briefly down) left the multi-node replica no pair.
     const island = (n: NodeRecord): number => (Object.keys(n.inventory.fabrics).length === 0 ? 0 : 1);
-    const best = input.nodes.filter((n) => why.get(n.id) === null).sort((a, b) => island(a) - island(b) || byCapacity(used)(a, b))[0];
+    const best = input.nodes
+      .filter((n) => why.get(n.id) === null)
+      .sort((a, b) => island(a) - island(b) || byCapacity(used)(a, b))[0];
     if (best) return { kind: 'placed', fabric: null, nodes: [best.id] };
-    return { kind: 'unplaceable', reason: `${lead}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}` };
+    return {
+      kind: 'unplaceable',
+      reason: `${lead}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}`,
+    };
   }
 
   const groups = fabricGroups(input.nodes);
   const options = groups
     // In a split name, a node whose SM is unknown may be on either side (even apart from another unknown one).
-    .map((g) => ({ ...g, usable: g.split && !g.smGuid ? [] : g.members.filter((n) => why.get(n.id) === null).sort(byCapacity(used)) }))
+    .map((g) => ({
+      ...g,
+      usable: g.split && !g.smGuid ? [] : g.members.filter((n) => why.get(n.id) === null).sort(byCapacity(used)),
+    }))
     .sort((a, b) => b.usable.length - a.usable.length || a.name.localeCompare(b.name) || a.key.localeCompare(b.key));
   const fit = options.find((o) => o.usable.length >= p.nodes);
   if (fit) return { kind: 'placed', fabric: fit.name, nodes: fit.usable.slice(0, p.nodes).map((n) => n.id) };
 
-  const blockedOf = (o: (typeof options)[number]): string[] => o.members.filter((n) => why.get(n.id) !== null).map((n) => `${n.id}: ${why.get(n.id)}`);
+  const blockedOf = (o: (typeof options)[number]): string[] =>
+    o.members.filter((n) => why.get(n.id) !== null).map((n) => `${n.id}: ${why.get(n.id)}`);
   const parts: string[] = [];
   for (const name of [...new Set(options.map((o) => o.name))]) {
     const sides = options.filter((o) => o.name === name);
     const first = sides[0];
     if (sides.length === 1 && first) {
       const blocked = blockedOf(first);
-      parts.push(`fabric ${name} has ${first.usable.length} of ${p.nodes} usable nodes${blocked.length ? ` (${blocked.join('; ')})` : ''}`);
+      parts.push(
+        `fabric ${name} has ${first.usable.length} of ${p.nodes} usable nodes${blocked.length ? ` (${blocked.join('; ')})` : ''}`,
+      );
       continue;
     }
     const each = sides.map((o) => {
-      if (!o.smGuid) return `SM unknown: ${o.members.map((n) => n.id).join(', ')} (not used: which side they are on is unknown; run their agents as root with infiniband-diags)`;
+      if (!o.smGuid)
+        return `SM unknown: ${o.members.map((n) => n.id).join(', ')} (not used: which side they are on is unknown; run their agents as root with infiniband-diags)`;
       const blocked = blockedOf(o);
       return `${o.smGuid ? `SM ${o.smGuid}` : 'SM unknown'}: ${o.members.map((n) => n.id).join(', ')} (${o.usable.length} of ${p.nodes} usable${blocked.length ? `; ${blocked.join('; ')}` : ''})`;
     });
-    parts.push(`fabric ${name} is ${sides.length} fabrics under one name (its nodes see different subnet managers, and a replica never spans them): ${each.join('; ')}`);
+    parts.push(
+      `fabric ${name} is ${sides.length} fabrics under one name (its nodes see different subnet managers, and a replica never spans them): ${each.join('; ')}`,
+    );
   }
   const islands = input.nodes.filter((n) => Object.keys(n.inventory.fabrics).length === 0).map((n) => n.id);
-  if (islands.length) parts.push(`${islands.join(', ')} ${islands.length === 1 ? 'is an island' : 'are islands'} (no fabric): single-node replicas only`);
+  if (islands.length)
+    parts.push(
+      `${islands.join(', ')} ${islands.length === 1 ? 'is an island' : 'are islands'} (no fabric): single-node replicas only`,
+    );
   if (options.length === 0) parts.unshift('no node declares a fabric (start agents with --fabric NAME)');
   return { kind: 'unplaceable', reason: `${lead}: ${parts.join('; ')}` };
 }

@@ -33,7 +33,12 @@ export interface CaWorker {
 export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
   const log = opts.log ?? ((): void => undefined);
   const pool = await openDatabase(opts.config.mysql.url);
-  const deps = { caDir: opts.caDir, store: new Store(pool), crlDays: opts.crlDays, log: (msg: string, f?: Record<string, unknown>): void => log(msg, f ?? {}) };
+  const deps = {
+    caDir: opts.caDir,
+    store: new Store(pool),
+    crlDays: opts.crlDays,
+    log: (msg: string, f?: Record<string, unknown>): void => log(msg, f ?? {}),
+  };
   const ops = createCaOperations(deps);
   let last: CurrentCrl;
   try {
@@ -43,9 +48,16 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
     await pool.end();
     throw err;
   }
-  log('crl published', { number: last.number, revoked: last.revoked, nextUpdate: last.nextUpdate, refreshAt: last.refreshAt });
+  log('crl published', {
+    number: last.number,
+    revoked: last.revoked,
+    nextUpdate: last.nextUpdate,
+    refreshAt: last.refreshAt,
+  });
 
-  const connection = await connectTemporal(opts.config.temporal.address, (address) => NativeConnection.connect({ address }));
+  const connection = await connectTemporal(opts.config.temporal.address, (address) =>
+    NativeConnection.connect({ address }),
+  );
   const worker = await Worker.create({
     connection,
     namespace: opts.config.temporal.namespace,
@@ -55,7 +67,16 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
     // default throttle (80% of the 30 s heartbeat timeout).
     maxHeartbeatThrottleInterval: '1s',
     defaultHeartbeatThrottleInterval: '1s',
-    activities: { ...createCaActivities(deps), ...createOnboardActivities({ caDir: opts.caDir, store: deps.store, hostKeys: new HostKeyStore(pool), ca: ops, log: deps.log }) },
+    activities: {
+      ...createCaActivities(deps),
+      ...createOnboardActivities({
+        caDir: opts.caDir,
+        store: deps.store,
+        hostKeys: new HostKeyStore(pool),
+        ca: ops,
+        log: deps.log,
+      }),
+    },
   });
   const running = worker.run();
 
@@ -72,9 +93,18 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
   const refresh = async (): Promise<void> => {
     try {
       last = await ops.currentCrl();
-      log('crl published', { number: last.number, revoked: last.revoked, nextUpdate: last.nextUpdate, refreshAt: last.refreshAt });
+      log('crl published', {
+        number: last.number,
+        revoked: last.revoked,
+        nextUpdate: last.nextUpdate,
+        refreshAt: last.refreshAt,
+      });
     } catch (err) {
-      log('CRL REFRESH FAILED: retrying', { error: (err as Error).message, nextUpdate: last.nextUpdate, retryMs: opts.crlRetryMs ?? 60_000 });
+      log('CRL REFRESH FAILED: retrying', {
+        error: (err as Error).message,
+        nextUpdate: last.nextUpdate,
+        retryMs: opts.crlRetryMs ?? 60_000,
+      });
       schedule(opts.crlRetryMs ?? 60_000);
       return;
     }

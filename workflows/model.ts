@@ -1,13 +1,27 @@
 /** The modelDeployment workflow: keeps a catalog model's desired number of replicas running. */
 import {
-  ApplicationFailure, ParentClosePolicy, condition, continueAsNew,
-  getExternalWorkflowHandle, setCurrentDetails, setHandler, startChild, upsertSearchAttributes, workflowInfo,
+  ApplicationFailure,
+  ParentClosePolicy,
+  condition,
+  continueAsNew,
+  getExternalWorkflowHandle,
+  setCurrentDetails,
+  setHandler,
+  startChild,
+  upsertSearchAttributes,
+  workflowInfo,
 } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import { QUEUES, replicaIdFor, searchAttributes, workflowIds } from '../lib/names';
 import type { ReplicaId } from '../lib/types';
 import {
-  deploymentQuery, replaceSignal, replicaReadySignal, scaleUpdate, withdrawReplaceSignal, type ModelDeploymentInput, type ModelDeploymentState,
+  deploymentQuery,
+  replaceSignal,
+  replicaReadySignal,
+  scaleUpdate,
+  withdrawReplaceSignal,
+  type ModelDeploymentInput,
+  type ModelDeploymentState,
 } from './contracts/model';
 import { stopSignal } from './contracts/replica';
 import { control } from './proxies';
@@ -56,7 +70,8 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     },
     {
       validator: (n: number) => {
-        if (!Number.isInteger(n) || n < 0 || n > MAX_REPLICAS) throw new Error(`replicas must be a whole number from 0 to ${MAX_REPLICAS}, got ${n}`);
+        if (!Number.isInteger(n) || n < 0 || n > MAX_REPLICAS)
+          throw new Error(`replicas must be a whole number from 0 to ${MAX_REPLICAS}, got ${n}`);
       },
     },
   );
@@ -66,7 +81,11 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     await condition(() => dirty);
     dirty = false;
     const spec = await control.loadModel(input.model);
-    if (!spec) throw ApplicationFailure.nonRetryable(`model ${input.model} is not in the catalog: add it to server.yaml's catalog`, 'UnknownModel');
+    if (!spec)
+      throw ApplicationFailure.nonRetryable(
+        `model ${input.model} is not in the catalog: add it to server.yaml's catalog`,
+        'UnknownModel',
+      );
     const profile = spec.profiles[0];
     if (!profile) throw ApplicationFailure.nonRetryable(`model ${input.model} has no profile`, 'NoProfile');
     state.desired ??= spec.replicas;
@@ -76,7 +95,16 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
           workflowId: workflowIds.replica(replicaId),
           taskQueue: QUEUES.control,
           parentClosePolicy: ParentClosePolicy.ABANDON,
-          args: [{ replicaId, model: input.model, source: spec.source, ...(spec.sha256 ? { sha256: spec.sha256 } : {}), ...(spec.startTimeoutS ? { startTimeoutS: spec.startTimeoutS } : {}), profile }],
+          args: [
+            {
+              replicaId,
+              model: input.model,
+              source: spec.source,
+              ...(spec.sha256 ? { sha256: spec.sha256 } : {}),
+              ...(spec.startTimeoutS ? { startTimeoutS: spec.startTimeoutS } : {}),
+              profile,
+            },
+          ],
         });
       } catch (err) {
         // Already running (a replay after continue-as-new, or a replica left from before): adopt it.
@@ -138,9 +166,17 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
       const r = replacing.findIndex((x) => x.new === replicaId);
       if (r >= 0) await stopReplica(replacing.splice(r, 1)[0]?.old as ReplicaId);
     }
-    setCurrentDetails(`**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}${
-      replacing.length ? `\n\nreplacing: ${replacing.map((r) => `${r.old} → ${r.new} (${r.why})`).join(', ')}` : ''}`);
-    if (workflowInfo().continueAsNewSuggested && requested.length === 0 && readyNow.length === 0 && withdrawn.length === 0) {
+    setCurrentDetails(
+      `**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}${
+        replacing.length ? `\n\nreplacing: ${replacing.map((r) => `${r.old} → ${r.new} (${r.why})`).join(', ')}` : ''
+      }`,
+    );
+    if (
+      workflowInfo().continueAsNewSuggested &&
+      requested.length === 0 &&
+      readyNow.length === 0 &&
+      withdrawn.length === 0
+    ) {
       await continueAsNew<typeof modelDeployment>({ model: input.model, state });
     }
   }

@@ -4,7 +4,16 @@
  */
 import { ApplicationFailure, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
 import { searchAttributes } from '../lib/names';
-import { ONBOARD_STEPS, onboardProgressQuery, type OnboardInput, type OnboardProgress, type OnboardResult, type StepId, type StepProgress, type StepResult } from './contracts/onboard';
+import {
+  ONBOARD_STEPS,
+  onboardProgressQuery,
+  type OnboardInput,
+  type OnboardProgress,
+  type OnboardResult,
+  type StepId,
+  type StepProgress,
+  type StepResult,
+} from './contracts/onboard';
 import { onboardProxies } from './proxies';
 import { stepRunner, type StepFailed } from './steps';
 
@@ -12,7 +21,15 @@ import { stepRunner, type StepFailed } from './steps';
 export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
   const progress: OnboardProgress = {
     nodeId: input.nodeId,
-    steps: ONBOARD_STEPS.map((s): StepProgress => ({ id: s.id, title: s.title, state: 'pending', summary: null, ms: null, waitedMs: null, error: null })),
+    steps: ONBOARD_STEPS.map((s): StepProgress => ({
+      id: s.id,
+      title: s.title,
+      state: 'pending',
+      summary: null,
+      ms: null,
+      waitedMs: null,
+      error: null,
+    })),
   };
   setHandler(onboardProgressQuery, () => progress);
   upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
@@ -25,7 +42,11 @@ export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
       return await step(id, fn);
     } catch (err) {
       const e = err as StepFailed;
-      throw ApplicationFailure.create({ type: e.type ?? 'LLMGW_ONBOARD_FAILED', message: `onboarding ${input.nodeId} failed at step "${e.step}": ${e.message}`, nonRetryable: true });
+      throw ApplicationFailure.create({
+        type: e.type ?? 'LLMGW_ONBOARD_FAILED',
+        message: `onboarding ${input.nodeId} failed at step "${e.step}": ${e.message}`,
+        nonRetryable: true,
+      });
     }
   };
 
@@ -39,5 +60,11 @@ export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
 
   const totalMs = Date.now() - started;
   const waitedMs = progress.steps.reduce((n, s) => n + (s.waitedMs ?? 0), 0);
-  return { nodeId: input.nodeId, steps: progress.steps, totalMs, waitedMs, changed: key.changed || cert.changed || files.changed || agent.changed };
+  return {
+    nodeId: input.nodeId,
+    steps: progress.steps,
+    totalMs,
+    waitedMs,
+    changed: key.changed || cert.changed || files.changed || agent.changed,
+  };
 }

@@ -86,7 +86,9 @@ function onboardStep(startToCloseS: number): OnboardActivities {
 
 /** Onboarding's proxies: 10 minutes a step; the two waits get their own deadlines plus a margin. */
 export function onboardProxies(input: { sshDeadlineS: number; registerTimeoutS: number }): {
-  steps: OnboardActivities; sshWait: OnboardActivities; registerWait: OnboardActivities;
+  steps: OnboardActivities;
+  sshWait: OnboardActivities;
+  registerWait: OnboardActivities;
 } {
   return {
     steps: onboardStep(600),
@@ -107,8 +109,16 @@ function proxmoxStep(startToCloseS: number): ProxmoxActivities {
 }
 
 /** Provisioning's proxies: 15 minutes a step, the ssh wait its own deadline plus a margin, the removal of its VM after a failure 10 minutes. */
-export function provisionProxies(input: { sshDeadlineS: number }): { steps: ProxmoxActivities; sshWait: ProxmoxActivities; removal: ProxmoxActivities } {
-  return { steps: proxmoxStep(900), sshWait: proxmoxStep(input.sshDeadlineS + WAIT_MARGIN_S), removal: proxmoxStep(600) };
+export function provisionProxies(input: { sshDeadlineS: number }): {
+  steps: ProxmoxActivities;
+  sshWait: ProxmoxActivities;
+  removal: ProxmoxActivities;
+} {
+  return {
+    steps: proxmoxStep(900),
+    sshWait: proxmoxStep(input.sshDeadlineS + WAIT_MARGIN_S),
+    removal: proxmoxStep(600),
+  };
 }
 
 /** ensureEngines on a node's own queue: installs take long, the heartbeat is what says they are alive. */

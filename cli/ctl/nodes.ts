@@ -24,20 +24,45 @@ export function certColumn(c: NodeCertificate | null | undefined, now = Date.now
  * it says more), CERT its certificate (renewal overdue, expired).
  */
 export function formatNodes(nodes: NodeRow[], now = Date.now()): string {
-  const rows = table(['NODE', 'STATE', 'GPUS', 'FABRIC', 'ENGINES', 'REPLICAS', 'CHECKS', 'CERT', 'LAST SEEN'], nodes.map((n) => [
-    n.id, n.state, `${n.gpusUsed}/${n.inventory.gpus.length}`, fabricColumn(n, nodes),
-    engineColumn(n), n.replicas.join(',') || '-', doctorColumn(n.inventory.doctor), certColumn(n.cert, now),
-    n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
-  ]));
+  const rows = table(
+    ['NODE', 'STATE', 'GPUS', 'FABRIC', 'ENGINES', 'REPLICAS', 'CHECKS', 'CERT', 'LAST SEEN'],
+    nodes.map((n) => [
+      n.id,
+      n.state,
+      `${n.gpusUsed}/${n.inventory.gpus.length}`,
+      fabricColumn(n, nodes),
+      engineColumn(n),
+      n.replicas.join(',') || '-',
+      doctorColumn(n.inventory.doctor),
+      certColumn(n.cert, now),
+      n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
+    ]),
+  );
   // Why an engine is not offered, in the engine's own words: the table cell only says that it failed.
-  const failed = nodes.flatMap((n) => (n.engineStatus ?? []).filter((s) => s.state === 'failed').map((s) => `${n.id}: ${s.engine} ${s.version || ''} not offered: ${s.reason ?? 'unknown'}`.replace('  ', ' ')));
-  return failed.length ? `${rows}\n${failed.map((f) => f.split('\n').map((l, i) => (i ? `    ${l}` : l)).join('\n')).join('\n')}\n` : rows;
+  const failed = nodes.flatMap((n) =>
+    (n.engineStatus ?? [])
+      .filter((s) => s.state === 'failed')
+      .map((s) => `${n.id}: ${s.engine} ${s.version || ''} not offered: ${s.reason ?? 'unknown'}`.replace('  ', ' ')),
+  );
+  return failed.length
+    ? `${rows}\n${failed
+        .map((f) =>
+          f
+            .split('\n')
+            .map((l, i) => (i ? `    ${l}` : l))
+            .join('\n'),
+        )
+        .join('\n')}\n`
+    : rows;
 }
 
 /** The ENGINES cell: each engine with its version, FAILED for one that did not pass (reasons below the table). */
 export function engineColumn(n: Pick<NodeRow, 'engineStatus' | 'inventory'>): string {
-  if (!n.engineStatus) return n.inventory.engines.length ? `${n.inventory.engines.join(',')} (not probed yet)` : 'probing…';
-  const cells = n.engineStatus.filter((s) => s.state !== 'skipped').map((s) => `${s.engine} ${s.version || '?'}${s.state === 'failed' ? ' FAILED' : ''}`);
+  if (!n.engineStatus)
+    return n.inventory.engines.length ? `${n.inventory.engines.join(',')} (not probed yet)` : 'probing…';
+  const cells = n.engineStatus
+    .filter((s) => s.state !== 'skipped')
+    .map((s) => `${s.engine} ${s.version || '?'}${s.state === 'failed' ? ' FAILED' : ''}`);
   return cells.join(', ') || 'none';
 }
 

@@ -5,9 +5,17 @@ import { catalogModel, getJson, type CtlVerb } from './verb';
 
 /** Renders the replica list as a table. */
 export function formatReplicas(replicas: ReplicaRecord[]): string {
-  return table(['REPLICA', 'MODEL', 'STATE', 'NODES', 'ENDPOINT', 'REASON'], replicas.map((r) => [
-    r.id, r.model, r.state, r.shards.map((s) => `${s.nodeId}#${s.rank}`).join(',') || '-', r.endpoint ?? '-', r.reason ?? '',
-  ]));
+  return table(
+    ['REPLICA', 'MODEL', 'STATE', 'NODES', 'ENDPOINT', 'REASON'],
+    replicas.map((r) => [
+      r.id,
+      r.model,
+      r.state,
+      r.shards.map((s) => `${s.nodeId}#${s.rank}`).join(',') || '-',
+      r.endpoint ?? '-',
+      r.reason ?? '',
+    ]),
+  );
 }
 
 /** `ctl replicas` */

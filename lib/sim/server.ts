@@ -3,7 +3,17 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import { randomUUID } from 'node:crypto';
 import { openAiError, quoteInput, type ErrorCode, ERRORS } from '../errors';
 import { formGroup } from './group';
-import { chunkBody, completionBody, fakeToken, parseSimRequest, promptSeed, usageChunk, usageOf, type SimEndpoint, type SimRequest } from './openai';
+import {
+  chunkBody,
+  completionBody,
+  fakeToken,
+  parseSimRequest,
+  promptSeed,
+  usageChunk,
+  usageOf,
+  type SimEndpoint,
+  type SimRequest,
+} from './openai';
 
 /** How to start one rank of a sim engine. */
 export interface SimOptions {
@@ -71,7 +81,11 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
   const fail = (res: ServerResponse, code: ErrorCode, message: string, status?: number): void =>
     json(res, status ?? ERRORS[code].status, openAiError(code, message));
   const notReady = (): string =>
-    broken ? `engine stopped: ${broken}` : draining ? 'engine is shutting down' : `waiting for ranks: ${group.joined()} of ${o.world - 1} workers joined`;
+    broken
+      ? `engine stopped: ${broken}`
+      : draining
+        ? 'engine is shutting down'
+        : `waiting for ranks: ${group.joined()} of ${o.world - 1} workers joined`;
 
   const complete = async (req: SimRequest, res: ServerResponse): Promise<void> => {
     const id = `${req.endpoint === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
@@ -127,9 +141,16 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
     if (req.method === 'GET' && url === '/v1/models') {
       return json(res, 200, { object: 'list', data: [{ id: o.model, object: 'model', created: 0, owned_by: 'sim' }] });
     }
-    const endpoint: SimEndpoint | null = url === '/v1/chat/completions' ? 'chat' : url === '/v1/completions' ? 'text' : null;
-    if (req.method === 'POST' && url === '/v1/embeddings') return fail(res, 'LLMGW_ENDPOINT_UNSUPPORTED', 'the sim engine serves no embeddings (like llama-server without --embeddings)');
-    if (req.method !== 'POST' || !endpoint) return fail(res, 'LLMGW_NOT_FOUND', `no route ${req.method} ${quoteInput(url, 100)}`);
+    const endpoint: SimEndpoint | null =
+      url === '/v1/chat/completions' ? 'chat' : url === '/v1/completions' ? 'text' : null;
+    if (req.method === 'POST' && url === '/v1/embeddings')
+      return fail(
+        res,
+        'LLMGW_ENDPOINT_UNSUPPORTED',
+        'the sim engine serves no embeddings (like llama-server without --embeddings)',
+      );
+    if (req.method !== 'POST' || !endpoint)
+      return fail(res, 'LLMGW_NOT_FOUND', `no route ${req.method} ${quoteInput(url, 100)}`);
     inFlight++;
     try {
       const chunks: Buffer[] = [];
@@ -189,7 +210,11 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
 }
 
 /** Logs each change in the number of joined workers until the group is complete (or broken). */
-function watchJoins(group: { joined(): number; ready(): boolean; broken: Promise<string> }, world: number, log: (m: string, f?: Record<string, unknown>) => void): void {
+function watchJoins(
+  group: { joined(): number; ready(): boolean; broken: Promise<string> },
+  world: number,
+  log: (m: string, f?: Record<string, unknown>) => void,
+): void {
   let seen = 0;
   const t = setInterval(() => {
     const n = group.joined();
