@@ -5,7 +5,7 @@ import { CRL_VALIDITY_DAYS, DEFAULT_CA_DIR } from '../lib/pki';
 import { QUEUES } from '../lib/names';
 import { startCaWorker } from '../workers/ca';
 import { intOption, parse, UsageError } from './args';
-import { CONFIG_HELP, runRole } from './role-process';
+import { announceDefaultDatabase, CONFIG_HELP, runRole } from './role-process';
 
 const CA_WORKER_USAGE = `llmgw ca-worker --config FILE [--ca-dir DIR] [--crl-days N]
 
@@ -29,6 +29,7 @@ export async function caWorkerCommand(argv: string[]): Promise<void> {
   if (crlDays < 1) throw new UsageError(`--crl-days must be at least 1\n\n${CA_WORKER_USAGE}`);
   await runRole('ca-worker', async (log) => {
     const config = loadServerConfig(values.config);
+    announceDefaultDatabase(config, log);
     const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
     const ca = await startCaWorker({ config, caDir, crlDays, log });
     log('ca worker running', {

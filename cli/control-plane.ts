@@ -2,7 +2,7 @@
 import { loadServerConfig } from '../config/load';
 import { startControlPlane } from '../workers/control';
 import { parse } from './args';
-import { CONFIG_HELP, runRole } from './role-process';
+import { announceDefaultDatabase, CONFIG_HELP, runRole } from './role-process';
 
 /** `llmgw control-plane`: the control plane API and the control worker. */
 export async function controlPlaneCommand(argv: string[]): Promise<void> {
@@ -12,6 +12,7 @@ export async function controlPlaneCommand(argv: string[]): Promise<void> {
   });
   await runRole('control-plane', async (log) => {
     const config = loadServerConfig(values.config);
+    announceDefaultDatabase(config, log);
     const cp = await startControlPlane({ config, log });
     log('control plane listening', { url: cp.url, door: cp.door.address, temporal: config.temporal.address });
     return cp;

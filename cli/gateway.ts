@@ -2,7 +2,7 @@
 import { loadServerConfig } from '../config/load';
 import { startGatewayRole } from '../workers/gateway';
 import { parse } from './args';
-import { CONFIG_HELP, runRole } from './role-process';
+import { announceDefaultDatabase, CONFIG_HELP, runRole } from './role-process';
 
 /** `llmgw gateway`: the OpenAI-compatible inference gateway. */
 export async function gatewayCommand(argv: string[]): Promise<void> {
@@ -14,7 +14,9 @@ export async function gatewayCommand(argv: string[]): Promise<void> {
   await runRole(
     'gateway',
     async (log) => {
-      const gw = await startGatewayRole({ config: loadServerConfig(values.config), log });
+      const config = loadServerConfig(values.config);
+      announceDefaultDatabase(config, log);
+      const gw = await startGatewayRole({ config, log });
       log('gateway listening', { url: gw.url });
       return gw;
     },

@@ -1,5 +1,7 @@
 /** What every long-running role process shares: one JSON logger for all it writes, its own signal handling, a stop with a deadline. */
 import { DefaultLogger, Runtime } from '@temporalio/worker';
+import { defaultedIn } from '../config/load';
+import type { ServerConfig } from '../config/types';
 import { EXIT_WITH_PARENT } from '../lib/process';
 import { makeLog, type Log } from './log';
 
@@ -67,6 +69,24 @@ function untilSignal(close: () => Promise<void>, log: Log): Promise<never> {
         if (process.ppid !== parent) stop();
       }, 1000).unref();
     }
+  });
+}
+
+/**
+ * Says, before a role writes to MySQL, that it will use the built-in default database because its config has no
+ * `mysql:` section: an operator who forgot the section learns it before tables appear in the local database.
+ */
+export function announceDefaultDatabase(
+  config: ServerConfig,
+  log: (msg: string, fields: Record<string, unknown>) => void,
+): void {
+  const file = defaultedIn(config, 'mysql');
+  if (file === null) return;
+  log('no mysql section in the configuration: using the built-in default database', {
+    level: 'warn',
+    config: file,
+    url: config.mysql.url,
+    fix: 'set mysql.url in server.yaml (--config FILE) to use another database',
   });
 }
 

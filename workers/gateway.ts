@@ -33,6 +33,7 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     log,
     timeouts: gateway.timeouts,
     accessLog: gateway.accessLog,
+    corsOrigins: gateway.corsOrigins,
   }).catch(async (err: unknown) => {
     await pool.end();
     throw err;

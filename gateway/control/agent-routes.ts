@@ -4,57 +4,17 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { type LlmgwError, openAiError } from '../../lib/errors';
-import { DOCTOR_STATUSES } from '../../lib/types';
+import { answerErrors } from '../errors';
 import type { HeartbeatAnswer, NodeTemporal, Registration, RegisterRequest, RenewRequest } from './contract';
-import { answerValidationErrors, errorSchema, identify } from './identity';
+import { errorSchema, identify } from './identity';
 import type { ControlAppOptions } from './routes';
-
-const inventorySchema = {
-  type: 'object',
-  required: ['gpus', 'adapters', 'fabrics', 'cpuFlags', 'engines', 'host'],
-  properties: {
-    gpus: { type: 'array' },
-    adapters: { type: 'array' },
-    fabrics: { type: 'object' },
-    cpuFlags: { type: 'array', items: { type: 'string' } },
-    engines: { type: 'array', items: { type: 'string' } },
-    host: { type: 'string', minLength: 1 },
-    // fabric name -> the subnet manager its ports see (placement splits one name over two SM GUIDs)
-    fabricIdentity: {
-      type: 'object',
-      additionalProperties: {
-        type: 'object',
-        required: ['smGuid', 'strength'],
-        properties: {
-          smGuid: { type: ['string', 'null'], pattern: '^0x[0-9a-f]{16}$' },
-          strength: { enum: ['sm-guid', 'declared-only'] },
-          smLid: { type: ['string', 'null'] },
-          note: { type: 'string' },
-        },
-      },
-    },
-    // the agent's doctor results at start (the node list's CHECKS column)
-    doctor: {
-      type: 'array',
-      items: {
-        type: 'object',
-        required: ['id', 'status', 'summary', 'fix'],
-        properties: {
-          id: { type: 'string', minLength: 1 },
-          status: { enum: DOCTOR_STATUSES },
-          summary: { type: 'string' },
-          fix: { type: 'string' },
-        },
-      },
-    },
-  },
-} as const;
+import { inventorySchema, nodeIdSchema } from './schemas';
 
 /** Registers the agent routes on `app`. */
 export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
   const { store } = opts;
-  answerValidationErrors(app);
   const log = opts.log ?? ((): void => undefined);
+  answerErrors(app, log);
   // Where this control plane's door is, for the name the agent reached it by (a registration's and a heartbeat's answer).
   const nodeTemporal = (hostname: string): NodeTemporal => {
     const { address, namespace, mtls } = opts.temporal;
@@ -67,8 +27,9 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
       schema: {
         body: {
           type: 'object',
+          additionalProperties: false,
           required: ['nodeId', 'inventory'],
-          properties: { nodeId: { type: 'string' }, inventory: inventorySchema, afterCrash: { type: 'boolean' } },
+          properties: { nodeId: nodeIdSchema, inventory: inventorySchema, afterCrash: { type: 'boolean' } },
         },
         response: { 400: errorSchema, 403: errorSchema },
       },
@@ -100,7 +61,15 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
   app.post<{ Body: { nodeId: string } }>(
     '/v1/agent/heartbeat',
     {
-      schema: { body: { type: 'object', required: ['nodeId'], properties: { nodeId: { type: 'string' } } } },
+      schema: {
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['nodeId'],
+          properties: { nodeId: nodeIdSchema },
+        },
+        response: { 400: errorSchema, 403: errorSchema, 404: errorSchema },
+      },
     },
     async (req, reply) => {
       const id = identify(req, reply, req.body.nodeId, log);
@@ -119,7 +88,12 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
     '/v1/agent/shards',
     {
       schema: {
-        querystring: { type: 'object', required: ['node'], properties: { node: { type: 'string' } } },
+        querystring: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['node'],
+          properties: { node: nodeIdSchema },
+        },
         response: {
           200: {
             type: 'object',
@@ -156,8 +130,9 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
         schema: {
           body: {
             type: 'object',
+            additionalProperties: false,
             required: ['nodeId', 'csr'],
-            properties: { nodeId: { type: 'string' }, csr: { type: 'string' } },
+            properties: { nodeId: nodeIdSchema, csr: { type: 'string', maxLength: 16_384 } },
           },
           response: { 400: errorSchema, 403: errorSchema, 503: errorSchema },
         },

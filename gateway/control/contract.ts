@@ -104,6 +104,14 @@ export interface DrainCancelAnswer {
   drain: EndedDrain | null;
 }
 
+/** POST /v1/nodes/:id/revoke's answer: the reason as recorded, cut to what the store holds when it was longer. */
+export interface RevokeAnswer {
+  nodeId: string;
+  revoked: number;
+  reason: string;
+  reasonCut: boolean;
+}
+
 /** POST /v1/nodes/:id/cordon and /uncordon's answer; an uncordon first ends a running drain of the node. */
 export interface CordonAnswer {
   nodeId: string;

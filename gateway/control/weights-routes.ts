@@ -8,11 +8,14 @@ import { openAiError } from '../../lib/errors';
 import type { Store } from '../../lib/store/store';
 import { WeightsStore, type WeightCopyReport } from '../../lib/store/weights';
 import type { CertificateStatus, WeightsPeer } from './contract';
-import { answerValidationErrors, errorSchema, identify, type ControlLog } from './identity';
+import { answerErrors } from '../errors';
+import { errorSchema, identify, type ControlLog } from './identity';
+import { nodeIdSchema } from './schemas';
 
 const KEY = '^(sha256-[0-9a-f]{64}|url-[0-9a-f]{32})$';
 const fileSchema = {
   type: 'object',
+  additionalProperties: false,
   required: ['key', 'url', 'size', 'sha256', 'verified', 'storedAt'],
   properties: {
     key: { type: 'string', pattern: KEY },
@@ -20,15 +23,15 @@ const fileSchema = {
     size: { type: 'integer', minimum: 0 },
     sha256: { type: 'string', pattern: '^[0-9a-f]{64}$' },
     verified: { type: 'boolean' },
-    storedAt: { type: 'string' },
+    storedAt: { type: 'string', maxLength: 64 },
   },
 } as const;
 
 /** Registers the weights routes on `app` (a plugin of the control server, behind its mTLS gate). */
 export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; log?: ControlLog }): Promise<void> {
   const weights = new WeightsStore(opts.store.pool);
-  answerValidationErrors(app);
   const log = opts.log ?? ((): void => undefined);
+  answerErrors(app, log);
 
   app.post<{ Body: { nodeId: string; endpoint: string; files: WeightCopyReport[]; replace: boolean } }>(
     '/v1/agent/weights',
@@ -36,11 +39,12 @@ export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; 
       schema: {
         body: {
           type: 'object',
+          additionalProperties: false,
           required: ['nodeId', 'endpoint', 'files', 'replace'],
           properties: {
-            nodeId: { type: 'string' },
-            endpoint: { type: 'string', pattern: '^https://' },
-            files: { type: 'array', items: fileSchema },
+            nodeId: nodeIdSchema,
+            endpoint: { type: 'string', pattern: '^https://', maxLength: 256 },
+            files: { type: 'array', maxItems: 4096, items: fileSchema },
             replace: { type: 'boolean' },
           },
         },
@@ -61,8 +65,9 @@ export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; 
       schema: {
         querystring: {
           type: 'object',
+          additionalProperties: false,
           required: ['node', 'key'],
-          properties: { node: { type: 'string' }, key: { type: 'string', pattern: KEY } },
+          properties: { node: nodeIdSchema, key: { type: 'string', pattern: KEY } },
         },
         response: { 400: errorSchema, 403: errorSchema },
       },
@@ -87,6 +92,7 @@ export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; 
       schema: {
         querystring: {
           type: 'object',
+          additionalProperties: false,
           required: ['serial'],
           properties: { serial: { type: 'string', pattern: '^[0-9a-fA-F]{1,64}$' } },
         },

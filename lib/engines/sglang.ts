@@ -60,5 +60,8 @@ export const sglang = defineEngine({
   needsLibgomp: false,
   // Every rank loads its own part of the weights.
   rankNeedsWeights: () => true,
+  // Without --is-embedding SGLang still embeds with a model whose architecture is an embedding one.
+  embeds: (args) => (args.includes('--is-embedding') ? true : null),
+  embedsWith: 'an SGLang profile embeds with --is-embedding in its args',
   command: sglangCommand,
 });

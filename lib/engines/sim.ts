@@ -45,5 +45,8 @@ export const sim = defineEngine({
   needsLibgomp: false,
   // Worker ranks get everything from rank 0.
   rankNeedsWeights: (rank) => rank === 0,
+  // Like llama-server without --embeddings: it serves completions only.
+  embeds: () => false,
+  embedsWith: 'the sim engine serves no embeddings',
   command: simCommand,
 });

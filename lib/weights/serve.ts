@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { pipeline } from 'node:stream/promises';
 import { openAiError } from '../errors';
+import { TLS_HANDSHAKE_MS, trackConnections } from '../connections';
 import type { HeldFile } from './cache';
 
 export interface WeightsServerOptions {
@@ -110,7 +111,14 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
   };
 
   const server: Server = createServer(
-    { cert: o.tls.certPem, key: o.tls.keyPem, ca: o.tls.caPem, requestCert: true, rejectUnauthorized: true },
+    {
+      cert: o.tls.certPem,
+      key: o.tls.keyPem,
+      ca: o.tls.caPem,
+      requestCert: true,
+      rejectUnauthorized: true,
+      handshakeTimeout: TLS_HANDSHAKE_MS,
+    },
     (req, res) => {
       handle(req, res).catch((err: Error) => {
         log('weights request failed', { url: req.url, error: err.message });
@@ -120,6 +128,8 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
     },
   );
   server.on('tlsClientError', (err) => log('weights endpoint refused a TLS client', { error: err.message }));
+  // closeAllConnections cuts HTTP connections; a handshake that stalls is not one yet, and would hold close().
+  const connections = trackConnections(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(o.port, o.host, () => resolve());
@@ -128,9 +138,13 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
     port: (server.address() as AddressInfo).port,
     useCredentials: (tls) => server.setSecureContext({ cert: tls.certPem, key: tls.keyPem, ca: tls.caPem }),
     close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
+      connections.closeWithin(
+        0,
+        () =>
+          new Promise<void>((resolve) => {
+            server.close(() => resolve());
+            server.closeAllConnections();
+          }),
+      ),
   };
 }

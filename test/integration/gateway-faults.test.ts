@@ -70,7 +70,7 @@ describe('a replica that accepts requests and never answers (sim engine under SI
     const live = await simEngine();
     const { url, routing, lines } = await gateway(
       { models: [MODEL], replicas: [ready('frozen', MODEL, frozen.endpoint)] },
-      { timeouts: { connectMs: 2000, firstByteMs: 1000, idleMs: 1000 } },
+      { timeouts: { connectMs: 2000, firstByteMs: 1000, idleMs: 1000, requestMs: 60_000 } },
     );
     expect((await post(`${url}/v1/chat/completions`, chat(MODEL))).status).toBe(200);
     frozen.child.kill('SIGSTOP');
@@ -87,7 +87,7 @@ describe('a replica that accepts requests and never answers (sim engine under SI
     // A second replica: the request that times out on the frozen one is answered by the live one.
     const two = await gateway(
       { models: [MODEL], replicas: [ready('frozen', MODEL, frozen.endpoint), ready('live', MODEL, live.endpoint)] },
-      { timeouts: { connectMs: 2000, firstByteMs: 1000, idleMs: 1000 } },
+      { timeouts: { connectMs: 2000, firstByteMs: 1000, idleMs: 1000, requestMs: 60_000 } },
     );
     for (let i = 0; i < 2; i++)
       expect(
@@ -112,7 +112,7 @@ describe('a replica whose connections never open', () => {
     const { url, routing, lines } = await gateway(
       { models: [MODEL], replicas: [ready('hole', MODEL, hole), ready('live', MODEL, live.endpoint)] },
       {
-        timeouts: { connectMs: 300, firstByteMs: 600_000, idleMs: 120_000 },
+        timeouts: { connectMs: 300, firstByteMs: 600_000, idleMs: 120_000, requestMs: 60_000 },
         routing: { ejectMs: 60_000 },
       },
     );
@@ -137,7 +137,7 @@ describe('a replica whose connections never open', () => {
     const hole = await blackHole();
     const { url } = await gateway(
       { models: [MODEL], replicas: [ready('hole', MODEL, hole)] },
-      { timeouts: { connectMs: 300, firstByteMs: 600_000, idleMs: 120_000 } },
+      { timeouts: { connectMs: 300, firstByteMs: 600_000, idleMs: 120_000, requestMs: 60_000 } },
     );
     const r = await post(`${url}/v1/chat/completions`, chat(MODEL), {
       signal: AbortSignal.timeout(CLIENT_DEADLINE_MS),

@@ -107,7 +107,7 @@ describe('parseServerConfig', () => {
     expect(cfg.gateway).toEqual({
       ...DEFAULT_CONFIG.gateway,
       accessLog: true,
-      timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 5000 },
+      timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 5000, requestMs: 60_000 },
     });
     const e = configError(
       'gateway:\n  accessLog: "yes"\n  timeouts:\n    connectMs: 0\n    firstByteMs: 10m\n    idleMz: 5\n',
