@@ -42,7 +42,7 @@ export function engineShimMain(argv: string[]): void {
     writeJsonAtomic(paths.state, {
       key, replicaId: values.replica, rank: Number(values.rank ?? 0), generation: Number(values.generation ?? 0), port: Number(values.port ?? 0),
       shimPid: process.pid, shimStartTime: shimStart, enginePid: engine.pid, engineStartTime: engineStart,
-      command: [bin, ...args].join(' '), startedAt: new Date().toISOString(),
+      command: [bin, ...args].join(' '), devices: process.env.CUDA_VISIBLE_DEVICES ?? null, startedAt: new Date().toISOString(),
     } satisfies EngineState);
   }
   // The shim stays up until the engine is gone (its exit record is the last thing it does).

@@ -45,12 +45,14 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
   setHandler(statusQuery, () => status);
   upsertSearchAttributes([{ key: searchAttributes.model, value: input.model }, { key: searchAttributes.replica, value: input.replicaId }]);
 
+  // The profile placed last (profiles are tried in catalog order at each placement).
+  let profile = input.profile;
   const record = async (state: ReplicaState, reason: string | null, event?: string, endpoint?: string | null): Promise<void> => {
     status.state = state;
     status.reason = reason;
     if (endpoint !== undefined) status.endpoint = endpoint;
     setCurrentDetails(`**${state}**${reason ? ` — ${reason}` : ''}${status.endpoint ? `\n\nendpoint: ${status.endpoint}` : ''}`);
-    await control.setReplicaState({ replicaId: input.replicaId, model: input.model, profile: input.profile.name, state, reason, endpoint, event });
+    await control.setReplicaState({ replicaId: input.replicaId, model: input.model, profile: profile.name, state, reason, endpoint, event });
   };
 
   while (!stopRequested) {
@@ -58,7 +60,9 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     lost.clear();
     // A waiting replica retries quietly: it stays 'waiting' (one event per new reason), not placing/waiting every 10 s.
     if (status.state !== 'waiting') await record(status.rebuilds ? 'rebuilding' : 'placing', status.reason);
-    const placement: PlaceResult = await control.placeReplica({ replicaId: input.replicaId, model: input.model, profile: input.profile, exclude: [...exclude] });
+    const placement: PlaceResult = await control.placeReplica({
+      replicaId: input.replicaId, model: input.model, profile: input.profile, ...(input.profiles ? { profiles: input.profiles } : {}), exclude: [...exclude],
+    });
     if (placement.kind === 'unplaceable') {
       if (status.state !== 'waiting' || status.reason !== placement.reason) await record('waiting', placement.reason, placement.reason);
       nodesChanged = false;
@@ -66,9 +70,10 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       exclude.clear();
       continue;
     }
-    status.shards = placement.shards.map(({ rank, nodeId, port }) => ({ rank, nodeId, port }));
+    profile = placement.profile ?? input.profile;
+    status.shards = placement.shards.map(({ rank, nodeId, port, gpus }) => ({ rank, nodeId, port, ...(gpus ? { gpus } : {}) }));
     upsertSearchAttributes([{ key: searchAttributes.node, value: placement.shards.map((s) => s.nodeId) }]);
-    await record('starting', null, `placed on ${placement.shards.map((s) => `${s.nodeId}:${s.port}`).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`, null);
+    await record('starting', null, `placed${input.profiles && input.profiles.length > 1 ? ` as ${profile.name}` : ''} on ${placement.shards.map(shardText).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`, null);
 
     // One scope per shard, so a stop can take rank 0 (the one serving) down first and let it finish its requests
     // before the worker ranks leave (a worker leaving first would break rank 0's group mid-request).
@@ -102,7 +107,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       // A URL source is fetched into the node's cache first (resumable, coalesced, from a peer that holds it);
       // sim:// sources and engine-side ids fetch nothing, and schedule nothing.
       let modelPath: string | undefined;
-      if (needsWeights(input.source, input.profile.engine, s.rank)) {
+      if (needsWeights(input.source, profile.engine, s.rank)) {
         const r = await nodeWeights(s.nodeId).fetchWeights({
           model: input.model, source: input.source, replicaId: input.replicaId, ...(input.sha256 ? { sha256: input.sha256 } : {}),
         });
@@ -115,9 +120,9 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
         const restartsBefore = agentRestarts.get(s.nodeId) ?? 0;
         try {
           const run = nodeShards(s.nodeId).runShard({
-            replicaId: input.replicaId, model: input.model, source: input.source, profile: input.profile, generation: status.rebuilds,
+            replicaId: input.replicaId, model: input.model, source: input.source, profile, generation: status.rebuilds,
             rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
-            fabric: placement.fabric, peers, ...(modelPath ? { modelPath } : {}),
+            fabric: placement.fabric, peers, ...(modelPath ? { modelPath } : {}), ...(s.gpus ? { gpus: s.gpus } : {}),
           });
           // The agent running this shard crashed and a new one registered: this run is orphaned (Temporal would
           // time it out only after SHARD_HEARTBEAT_TIMEOUT_S); run the shard again now for the new agent to adopt.
@@ -231,6 +236,11 @@ async function agentWillAdopt(err: unknown, nodeId: string): Promise<boolean> {
 function isHeartbeatTimeout(err: unknown): boolean {
   const cause = err instanceof ActivityFailure ? err.cause : undefined;
   return cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.HEARTBEAT;
+}
+
+/** A shard as the event log names it: `node:port`, and its GPUs when it holds any (`sim-a:22000 gpus 0,1`). */
+function shardText(s: ShardPlan): string {
+  return `${s.nodeId}:${s.port}${s.gpus?.length ? ` gpus ${s.gpus.join(',')}` : ''}`;
 }
 
 function timeoutText(t: TimeoutType | null | undefined): string {

@@ -34,6 +34,8 @@ export interface NodeDeps {
    * a fresh temp dir no later agent knows of — so engines then stop with the worker (see stopEnginesOnExit).
    */
   stateDir?: string;
+  /** Where the node keeps one lock file per GPU index, passed to engines that honour it (default `<stateDir>/gpu-locks`). */
+  gpuLockDir?: string;
   /** Stop engines when the worker shuts down, instead of leaving them for the next agent (default: no, or yes without a stateDir). */
   stopEnginesOnExit?: boolean;
   /** The argv prefix of the engine shim (default engineShimArgv()). */
@@ -69,6 +71,8 @@ export interface ShardHeartbeat {
   adopted: boolean;
   since: string;
   command: string;
+  /** The GPU indices it runs on (its CUDA_VISIBLE_DEVICES), when placement gave it any. */
+  gpus?: number[];
 }
 
 const TAIL_LINES = 15;
@@ -90,6 +94,7 @@ export function createNodeActivities(deps: NodeDeps) {
   const stopGraceMs = deps.stopGraceMs ?? 15_000;
   const stateDir = deps.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-engines-${deps.nodeId}-`));
   const stopOnExit = deps.stopEnginesOnExit ?? deps.stateDir === undefined;
+  const gpuLockDir = deps.gpuLockDir ?? join(stateDir, 'gpu-locks');
   const shimArgv = deps.shimArgv ?? engineShimArgv();
   const supervised = deps.supervised ?? new Set<string>();
   // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
@@ -111,7 +116,7 @@ export function createNodeActivities(deps: NodeDeps) {
   /** The shard's command; a rank placed on a fabric this node does not declare fails for good (no retry fixes it). */
   const buildCommand = (input: RunShardInput): ReturnType<typeof buildEngineCommand> => {
     try {
-      return buildEngineCommand(input, deps.inventory ? { nodeId: deps.nodeId, inventory: deps.inventory } : undefined);
+      return buildEngineCommand({ ...input, gpuLockDir }, deps.inventory ? { nodeId: deps.nodeId, inventory: deps.inventory } : undefined);
     } catch (err) {
       if (hasCode(err, 'LLMGW_BAD_REQUEST')) throw ApplicationFailure.nonRetryable((err as LlmgwError).message, 'LLMGW_BAD_REQUEST' satisfies ErrorCode);
       throw err;
@@ -171,7 +176,10 @@ export function createNodeActivities(deps: NodeDeps) {
       const key = shardKey(input.replicaId, generation, input.rank);
       const where = `engine ${cmd.engine} for ${input.replicaId} rank ${input.rank} on ${deps.nodeId}`;
       const fields = { replica: input.replicaId, rank: input.rank, key, port: input.port };
-      const beat: ShardHeartbeat = { pid: undefined, shimPid: undefined, key, state: 'starting', adopted: false, since: new Date().toISOString(), command: `${cmd.engine} ${cmd.args.join(' ')}` };
+      const beat: ShardHeartbeat = {
+        pid: undefined, shimPid: undefined, key, state: 'starting', adopted: false, since: new Date().toISOString(), command: `${cmd.engine} ${cmd.args.join(' ')}`,
+        ...(input.gpus ? { gpus: input.gpus } : {}),
+      };
       const token = {};
       claims.set(key, token);
       supervised.add(key);
@@ -190,10 +198,12 @@ export function createNodeActivities(deps: NodeDeps) {
       try {
         const found = findEngine(stateDir, key);
         if (found.kind === 'exited') throw exitedFailure(found.exit, found.state?.enginePid, true);
-        if (found.kind === 'live' && found.state.port === input.port && found.state.command.endsWith(cmd.args.join(' '))) {
+        // The same engine only: its port, its arguments and its GPUs (a record from before GPU pinning has none to compare).
+        const sameGpus = found.kind === 'live' && (found.state.devices === undefined || found.state.devices === (cmd.env.CUDA_VISIBLE_DEVICES ?? null));
+        if (found.kind === 'live' && sameGpus && found.state.port === input.port && found.state.command.endsWith(cmd.args.join(' '))) {
           st = found.state;
           beat.adopted = true;
-          log('shard adopted', { ...fields, pid: st.enginePid, shimPid: st.shimPid, since: st.startedAt });
+          log('shard adopted', { ...fields, pid: st.enginePid, shimPid: st.shimPid, since: st.startedAt, gpus: st.devices });
         } else {
           if (found.kind === 'live') {
             log('stopping a recorded engine that is not this shard\'s', { ...fields, pid: found.state.enginePid, recordedPort: found.state.port });
@@ -204,7 +214,7 @@ export function createNodeActivities(deps: NodeDeps) {
           const launched = await launchEngine({ stateDir, key, replicaId: input.replicaId, rank: input.rank, generation, port: input.port, shimArgv, command: [bin, ...prefix, ...cmd.args], env: cmd.env });
           if (launched.kind === 'exited') throw exitedFailure(launched.exit, undefined, false);
           st = launched.state;
-          log('shard started', { ...fields, pid: st.enginePid, shimPid: st.shimPid });
+          log('shard started', { ...fields, pid: st.enginePid, shimPid: st.shimPid, gpus: cmd.env.CUDA_VISIBLE_DEVICES });
         }
         Object.assign(beat, { pid: st.enginePid, shimPid: st.shimPid, state: 'running', since: st.startedAt });
         ctx.heartbeat(beat);

@@ -1,5 +1,5 @@
 /** `llmgw ctl nodes`: every node with its state, GPUs, fabrics, engines, replicas, checks and certificate. */
-import type { NodeCertificate } from '../../gateway/control/contract';
+import type { GpuShard, NodeCertificate } from '../../gateway/control/contract';
 import { doctorColumn } from '../../lib/doctor';
 import type { NodeRecord } from '../../lib/types';
 import { ago, table } from '../table';
@@ -7,7 +7,15 @@ import { fabricColumn } from './views/fabrics';
 import { getJson, type CtlVerb } from './verb';
 
 /** A node as GET /v1/nodes lists it. */
-export type NodeRow = NodeRecord & { replicas: string[]; gpusUsed: number; cert?: NodeCertificate | null };
+export type NodeRow = NodeRecord & { replicas: string[]; gpusUsed: number; gpuShards?: GpuShard[]; cert?: NodeCertificate | null };
+
+/** The REPLICAS cell: each replica placed on the node, with the GPU indices its shard holds there (`m-0[0,1]`). */
+export function replicaColumn(n: Pick<NodeRow, 'replicas' | 'gpuShards'>): string {
+  return n.replicas.map((id) => {
+    const gpus = (n.gpuShards ?? []).filter((s) => s.replicaId === id).flatMap((s) => s.gpus);
+    return gpus.length ? `${id}[${gpus.join(',')}]` : id;
+  }).join(',') || '-';
+}
 
 /** The CERT cell: loud when the agent missed its renewal window (two thirds of the lifetime) or the certificate expired. */
 export function certColumn(c: NodeCertificate | null | undefined, now = Date.now()): string {
@@ -26,7 +34,7 @@ export function certColumn(c: NodeCertificate | null | undefined, now = Date.now
 export function formatNodes(nodes: NodeRow[], now = Date.now()): string {
   const rows = table(['NODE', 'STATE', 'GPUS', 'FABRIC', 'ENGINES', 'REPLICAS', 'CHECKS', 'CERT', 'LAST SEEN'], nodes.map((n) => [
     n.id, n.state, `${n.gpusUsed}/${n.inventory.gpus.length}`, fabricColumn(n, nodes),
-    engineColumn(n), n.replicas.join(',') || '-', doctorColumn(n.inventory.doctor), certColumn(n.cert, now),
+    engineColumn(n), replicaColumn(n), doctorColumn(n.inventory.doctor), certColumn(n.cert, now),
     n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
   ]));
   // Why an engine is not offered, in the engine's own words: the table cell only says that it failed.
@@ -44,7 +52,8 @@ export function engineColumn(n: Pick<NodeRow, 'engineStatus' | 'inventory'>): st
 /** `ctl nodes` */
 export const nodes: CtlVerb = {
   help: `  nodes                       nodes: state, GPUs used/total, fabrics (marked when a name covers two subnet
-                              managers or its SM was not read), engines, replicas, failing doctor checks, last seen`,
+                              managers or its SM was not read), engines, replicas[GPU indices held], failing doctor checks,
+                              last seen`,
   async run({ api, values, out }) {
     const { nodes: list } = await getJson<{ nodes: NodeRow[] }>(api, `${api.server}/v1/nodes`);
     out(values.json ? `${JSON.stringify(list, null, 2)}\n` : formatNodes(list));

@@ -58,8 +58,15 @@ export interface NodeCertificate {
   revoked: boolean;
 }
 
-/** One node of GET /v1/nodes. */
-export type NodeListEntry = NodeRecord & { cert: NodeCertificate | null; replicas: string[]; gpusUsed: number };
+/** A shard's hold on a node's GPUs, as GET /v1/nodes lists it. */
+export interface GpuShard {
+  replicaId: string;
+  rank: number;
+  gpus: number[];
+}
+
+/** One node of GET /v1/nodes; `gpuShards`: which GPU indices each shard placed there holds. */
+export type NodeListEntry = NodeRecord & { cert: NodeCertificate | null; replicas: string[]; gpusUsed: number; gpuShards?: GpuShard[] };
 
 /** A peer for GET /v1/agent/weights/peers. */
 export interface WeightsPeer {

@@ -29,7 +29,8 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
         ...n,
         cert: certOf(n.id),
         replicas: [...new Set(shards.filter((s) => s.nodeId === n.id).map((s) => s.replicaId))],
-        gpusUsed: shards.filter((s) => s.nodeId === n.id).reduce((a, s) => a + s.gpus, 0),
+        gpusUsed: shards.filter((s) => s.nodeId === n.id).reduce((a, s) => a + s.gpus.length, 0),
+        gpuShards: shards.filter((s) => s.nodeId === n.id && s.gpus.length).map(({ replicaId, rank, gpus }) => ({ replicaId, rank, gpus })),
       })),
     };
   });

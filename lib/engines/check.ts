@@ -23,7 +23,7 @@ function widestLaunch(profile: Profile, rank: number, world: number): ShardLaunc
   return {
     model: 'engine-check', source: '/models/engine-check', modelPath: '/models/engine-check', profile,
     rank, world, host: peers[rank]?.host ?? '10.0.0.1', port: peers[rank]?.port ?? 20000, distHost: '10.0.0.1', distPort: 29500,
-    fabric: 'ib-a', gpus: Array.from({ length: Math.max(profile.gpusPerNode, 1) }, (_, i) => i), peers,
+    fabric: 'ib-a', gpus: Array.from({ length: Math.max(profile.gpusPerNode, 1) }, (_, i) => i), gpuLockDir: '/var/lib/llmgw/engines/gpu-locks', peers,
   };
 }
 

@@ -33,3 +33,18 @@ export async function queryGpus(path: string, run: (cmd: string, args: string[])
     return { kind: 'failed', reason: `nvidia-smi at ${path}: ${(err as Error).message}` };
   }
 }
+
+/** The compute-capability query, apart from the main one: drivers older than 510 refuse the field, and must not lose every GPU for it. */
+export const NVIDIA_CC_ARGS = ['--query-gpu=index,compute_cap', '--format=csv,noheader,nounits'];
+
+/** Each GPU's compute capability by index (`8.0`), or an empty map when this driver cannot say. */
+export async function queryComputeCaps(path: string, run: (cmd: string, args: string[]) => Promise<CommandResult> = runCommand): Promise<Map<number, string>> {
+  const r = await run(path, NVIDIA_CC_ARGS);
+  const caps = new Map<number, string>();
+  if (r.error || r.code !== 0) return caps;
+  for (const line of r.stdout.split('\n')) {
+    const m = /^\s*(\d+)\s*,\s*(\d+\.\d+)\s*$/.exec(line);
+    if (m) caps.set(Number(m[1]), m[2] as string);
+  }
+  return caps;
+}

@@ -8,7 +8,8 @@ import { readCpuFlags } from '../../lib/hardware/cpu';
 import { runCommand } from '../../lib/hardware/exec';
 import { ensureSminfo } from '../../lib/hardware/ibdiags';
 import { readIbAdapters } from '../../lib/hardware/infiniband';
-import { queryGpus } from '../../lib/hardware/nvidia';
+import { queryTopology } from '../../lib/hardware/gpu-topology';
+import { queryComputeCaps, queryGpus } from '../../lib/hardware/nvidia';
 import { LlmgwError } from '../../lib/errors';
 import type { EngineName, NodeInventory } from '../../lib/types';
 import type { AgentOptions } from './options';
@@ -23,6 +24,7 @@ export async function discover(opts: Omit<AgentOptions, 'tls' | 'engineSetup'>, 
   const gpuQuery = opts.noGpu ? null : await queryGpus(opts.nvidiaSmi, runCommand);
   if (gpuQuery?.kind === 'failed') throw new LlmgwError('LLMGW_NVIDIA_SMI_FAILED', `${gpuQuery.reason} (or pass --no-gpu for a node that has none)`);
   const gpus = gpuQuery?.gpus ?? [];
+  const gpuExtras = await gpuDetails(opts, gpus);
   const adapters = await readIbAdapters(opts.ibRoot);
   const sminfo = opts.sminfo ?? (await findSminfo(opts));
   const found = await discoverFabricIdentity({ flags: opts.fabrics, adapters, ibRoot: opts.ibRoot, sminfo, run: runCommand });
@@ -35,7 +37,25 @@ export async function discover(opts: Omit<AgentOptions, 'tls' | 'engineSetup'>, 
   });
   for (const r of doctor.filter((d) => d.status !== 'pass')) opts.log(`doctor: ${r.status} ${r.id}`, { summary: r.summary, fix: r.fix });
   opts.log('doctor', { checks: doctorColumn(doctor) });
-  return { gpus, adapters, fabrics: found.fabrics, fabricIdentity: found.fabricIdentity, doctor, cpuFlags, engines: engines ?? [], host: opts.advertiseHost };
+  return { gpus, adapters, fabrics: found.fabrics, fabricIdentity: found.fabricIdentity, doctor, cpuFlags, engines: engines ?? [], host: opts.advertiseHost, ...gpuExtras };
+}
+
+/**
+ * What placement and the engine plan use beyond the GPU list: each GPU's compute capability (filled into `gpus`),
+ * and how two or more GPUs are linked (`nvidia-smi topo -m`). Either missing is logged, never fatal: placement
+ * then takes the lowest free indices.
+ */
+async function gpuDetails(opts: Pick<AgentOptions, 'nvidiaSmi' | 'log'>, gpus: NodeInventory['gpus']): Promise<Pick<NodeInventory, 'gpuTopology'>> {
+  if (gpus.length === 0) return {};
+  const caps = await queryComputeCaps(opts.nvidiaSmi, runCommand);
+  for (const g of gpus) if (caps.has(g.index)) g.computeCap = caps.get(g.index);
+  if (gpus.length < 2) return {};
+  const topo = await queryTopology(opts.nvidiaSmi, runCommand);
+  if ('failed' in topo) {
+    opts.log('gpu topology unknown: placement takes the lowest free GPU indices', { reason: topo.failed });
+    return {};
+  }
+  return { gpuTopology: topo.topology };
 }
 
 /**
