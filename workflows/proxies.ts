@@ -151,3 +151,17 @@ export function nodeShards(nodeId: string): NodeActivities {
     retry: { maximumAttempts: 1 },
   });
 }
+
+/**
+ * waitListening on a worker rank's node: bounded by the model's start timeout (an engine may take that long to come
+ * up); the heartbeat says it is alive, and a worker that exited fails it at once with its output.
+ */
+export function nodeListen(nodeId: string, startTimeoutS: number): NodeActivities {
+  return proxyActivities<NodeActivities>({
+    taskQueue: nodeQueue(nodeId),
+    scheduleToStartTimeout: `${SHARD_PICKUP_S}s`,
+    startToCloseTimeout: `${startTimeoutS + 60}s`,
+    heartbeatTimeout: '30s',
+    retry: { initialInterval: '1s', maximumAttempts: 3 },
+  });
+}

@@ -5,18 +5,21 @@ import {
 } from '@temporalio/workflow';
 import { TimeoutType } from '@temporalio/common';
 import type { PlaceResult, ShardPlan } from '../activities/control';
+import { ENGINE_SPECS } from '../lib/engines/registry';
 import { DEFAULT_START_TIMEOUT_S } from '../lib/liveness';
 import { needsWeights } from '../lib/weights/source';
 import { searchAttributes } from '../lib/names';
 import type { ReplicaId, ReplicaState } from '../lib/types';
 import { replicaReadySignal } from './contracts/model';
 import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal, statusQuery, stopSignal, type ReplicaInput, type ReplicaStatus } from './contracts/replica';
-import { control, inflightWait, nodeShards, nodeWeights, serving } from './proxies';
+import { control, inflightWait, nodeListen, nodeShards, nodeWeights, serving } from './proxies';
 
 /** How long a stopping replica kept its engines after leaving the routing table, before it waited for the gateways' in-flight reports. */
 const DRAIN_MS = 2000;
 /** Marks histories whose stop path waits for the requests in flight (waitInflight) instead of DRAIN_MS. */
 const INFLIGHT_WAIT_PATCH = 'stop-waits-for-inflight';
+/** Marks histories where a workers-first engine's rank 0 starts only once each worker listens (waitListening). */
+const RANK_ORDER_PATCH = 'workers-listen-before-rank-0';
 const WAIT_RETRY = '10s';
 const CRASH_BACKOFF_MAX_MS = 60_000;
 /** A replica that served for this long before failing resets its crash count. */
@@ -103,6 +106,13 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     const peers = [...placement.shards].sort((a, b) => a.rank - b.rank).map(({ host, port }) => ({ host, port }));
     // The health check starts once every shard has its weights: a large download is not a slow engine start.
     const fetched: Promise<void>[] = [];
+    // llama.cpp's rank 0 connects to its workers as it starts: each worker must listen first (the engine's rankStart).
+    const workersFirst = placement.shards.length > 1 && ENGINE_SPECS[profile.engine].rankStart === 'workers-first' && patched(RANK_ORDER_PATCH);
+    const workersListening = async (): Promise<void> => {
+      await Promise.all(placement.shards.filter((w) => w.rank > 0).map((w) => nodeListen(w.nodeId, startTimeoutS).waitListening({
+        replicaId: input.replicaId, generation: status.rebuilds, rank: w.rank, host: w.host, port: w.port, timeoutS: startTimeoutS,
+      })));
+    };
     const launch = (s: ShardPlan, weightsFetched: () => void) => async (): Promise<void> => {
       // A URL source is fetched into the node's cache first (resumable, coalesced, from a peer that holds it);
       // sim:// sources and engine-side ids fetch nothing, and schedule nothing.
@@ -114,6 +124,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
         modelPath = r.path;
       }
       weightsFetched();
+      if (workersFirst && s.rank === 0) await workersListening();
       let reruns = 0;
       for (;;) {
         const since = Date.now();
@@ -145,7 +156,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
         }
       }
     };
-    // Rank 0 first: it binds the dist-init port the other ranks join.
+    // In rank order: a head-first engine's rank 0 binds the dist-init port the other ranks join; a workers-first
+    // engine's rank 0 waits in its launch until every worker listens.
     placement.shards.forEach((s, i) => {
       let done = (): void => undefined;
       fetched.push(new Promise<void>((r) => void (done = r)));

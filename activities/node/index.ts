@@ -12,6 +12,7 @@ import { hasCode, type ErrorCode, type LlmgwError } from '../../lib/errors';
 import { createEngineSetup, type EngineSetup, type EnsureEnginesInput } from './engine-setup';
 import { findEngine, launchEngine, liveness, stopEngine, watchEngine } from './engines';
 import { isAssigned, type AssignedShard } from './gc';
+import { createListenActivities } from './listen';
 
 export interface NodeDeps {
   nodeId: string;
@@ -141,6 +142,8 @@ export function createNodeActivities(deps: NodeDeps) {
   });
 
   return {
+    ...createListenActivities({ nodeId: deps.nodeId, stateDir }),
+
     /**
      * Installs what server.yaml's engines name for this node, runs each engine's programs and checks their flags
      * (engine-check), and offers only what passed; returns every engine's status for the control plane to

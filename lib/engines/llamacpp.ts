@@ -80,5 +80,7 @@ export const llamacpp = defineEngine({
   needsLibgomp: true,
   // Worker ranks (ggml-rpc-server) get everything from rank 0.
   rankNeedsWeights: (rank) => rank === 0,
+  // llama-server --rpc connects to every ggml-rpc-server as it loads the model and exits on one that refuses.
+  rankStart: 'workers-first',
   command: llamacppCommand,
 });

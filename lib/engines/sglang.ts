@@ -42,5 +42,7 @@ export const sglang = defineEngine({
   needsLibgomp: false,
   // Every rank loads its own part of the weights.
   rankNeedsWeights: () => true,
+  // Node rank 0 hosts --dist-init-addr (torch.distributed's store); the other ranks wait for it to come up.
+  rankStart: 'head-first',
   command: sglangCommand,
 });

@@ -36,5 +36,7 @@ export const sim = defineEngine({
   needsLibgomp: false,
   // Worker ranks get everything from rank 0.
   rankNeedsWeights: (rank) => rank === 0,
+  // Rank 0 binds the dist-init port; workers retry joining it for two minutes.
+  rankStart: 'head-first',
   command: simCommand,
 });

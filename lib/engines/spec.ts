@@ -86,8 +86,17 @@ export interface EngineSpec<N extends EngineName = EngineName, P extends string 
   readonly needsLibgomp: boolean;
   /** whether rank `rank` of a replica reads the model's weights on its own node */
   readonly rankNeedsWeights: (rank: number) => boolean;
+  /**
+   * The order a multi-node replica's ranks start in. `head-first`: rank 0 binds the rendezvous (dist-init, master
+   * port) and the other ranks retry until they join it. `workers-first`: rank 0 connects to every worker as it
+   * starts and fails on one not yet listening, so each worker must listen first.
+   */
+  readonly rankStart: RankStart;
   readonly command: EngineBuilder<NoInfer<P>>;
 }
+
+/** How a multi-node replica's ranks start (EngineSpec.rankStart). */
+export type RankStart = 'head-first' | 'workers-first';
 
 /** Declares an engine: checks the spec and keeps its literal types (name, programs, install) for the registry. */
 export function defineEngine<const N extends EngineName, const P extends string, const I extends EngineInstall>(spec: EngineSpec<N, P, I>): EngineSpec<N, P, I> {

@@ -65,5 +65,7 @@ export const vllm = defineEngine({
   needsLibgomp: false,
   // Every rank loads its own part of the weights.
   rankNeedsWeights: () => true,
+  // Node rank 0 hosts the master port (torch.distributed's store); the headless ranks wait for it to come up.
+  rankStart: 'head-first',
   command: vllmCommand,
 });

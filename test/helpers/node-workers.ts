@@ -58,18 +58,22 @@ export interface NodeWorker {
  * `cp` it also does what the agent does beside its worker, over mTLS with the node's certificate: heartbeats to
  * that control plane every second, and asks it which shards stay placed here (so an engine outlives a Temporal
  * restart, as under a real agent). With `door`, `address` is Temporal's front door and the worker connects to it
- * as the agent does, with these credentials (the node's certificate).
+ * as the agent does, with these credentials (the node's certificate). With `stateDir` its engines outlive the worker
+ * (as under an agent), and a worker started again on the same dir adopts them.
  */
-export async function startNodeWorker(address: string, nodeId: string, pids = new Map<string, number>(), o: { cp?: Pick<ControlPlane, 'url' | 'config' | 'store'>; door?: TlsCredentials; queue?: string } = {}): Promise<NodeWorker> {
+export async function startNodeWorker(address: string, nodeId: string, pids = new Map<string, number>(), o: { cp?: Pick<ControlPlane, 'url' | 'config' | 'store'>; door?: TlsCredentials; queue?: string; stateDir?: string; onLog?: (msg: string, fields?: Record<string, unknown>) => void } = {}): Promise<NodeWorker> {
   const conn = o.door ? await nodeConnection({ address, namespace: 'default', mtls: true }, o.door) : await NativeConnection.connect({ address });
   const stopping = new AbortController();
   const cpUrl = o.cp?.url;
   const tls = o.cp ? await certClient(o.cp.config, o.cp.store, nodeId) : undefined;
   const worker = await Worker.create({
     ...NODE_WORKER_OPTIONS, connection: conn, taskQueue: o.queue ?? nodeQueue(nodeId),
-    activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stopGraceMs: 3000,
+    activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stopGraceMs: 3000, ...(o.stateDir ? { stateDir: o.stateDir } : {}),
       ...(cpUrl && tls ? { assigned: () => assignedShards(tls.client, cpUrl, nodeId), stopping: stopping.signal } : {}),
-      log: (msg, f) => { if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid)); } }),
+      log: (msg, f) => {
+        if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid));
+        o.onLog?.(msg, f);
+      } }),
   });
   const beat = cpUrl && tls
     ? setInterval(() => void tls.fetch(`${cpUrl}/v1/agent/heartbeat`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId }) }).catch(() => undefined), AGENT_HEARTBEAT_MS)
