@@ -42,6 +42,16 @@ export const inflightWait = proxyActivities<ControlActivities>({
   retry: { initialInterval: '1s', maximumInterval: '10s' },
 });
 
+/**
+ * retireModel: waits until every replica of a model removed from the catalog has stopped (each first waits for its
+ * requests in flight, up to its drain grace), then forgets the model. Heartbeats while it waits.
+ */
+export const retirement = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '25h',
+  heartbeatTimeout: '30s',
+  retry: { initialInterval: '1s', maximumInterval: '10s' },
+});
+
 /** moveStatus: long-polls a move's progress; heartbeats while it waits. */
 export const moveWatch = proxyActivities<ControlActivities>({
   startToCloseTimeout: '60s',

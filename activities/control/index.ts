@@ -9,6 +9,7 @@ import { parseNodeId, type EngineStatus, type ModelSpec, type NodeId, type Profi
 import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal } from '../../workflows/contracts/replica';
 import { createDrainWaitActivities } from './drain-wait';
 import { createMoveActivities } from './moves';
+import { createRetireActivities } from './retire';
 
 export interface ControlDeps {
   store: Store;
@@ -208,6 +209,7 @@ export function createControlActivities(deps: ControlDeps) {
 
     ...createDrainWaitActivities(deps),
     ...createMoveActivities(deps),
+    ...createRetireActivities(deps),
   };
 }
 

@@ -1,8 +1,9 @@
 /** What `ctl deploy` and `ctl scale` share: start or join `model/<m>`, apply a count, follow until it serves. */
 import type { ServerConfig } from '../../config/types';
-import { QUEUES, searchAttributes, workflowIds } from '../../lib/names';
+import { startModelDeployment } from '../../lib/deployment-start';
+import { workflowIds } from '../../lib/names';
 import type { ReplicaRecord } from '../../lib/types';
-import { scaleUpdate, type ModelDeploymentInput } from '../../workflows/contracts/model';
+import { scaleUpdate } from '../../workflows/contracts/model';
 import { UsageError } from '../args';
 import type { ControlApi } from '../control-api';
 import { temporalClient, workflowLink } from '../temporal';
@@ -18,10 +19,7 @@ export async function deployModel(config: ServerConfig, api: ControlApi, o: { mo
   const { client, close } = await temporalClient(config);
   try {
     const workflowId = workflowIds.model(o.model);
-    const handle = await client.workflow.start('modelDeployment', {
-      taskQueue: QUEUES.control, workflowId, args: [{ model: o.model } satisfies ModelDeploymentInput],
-      workflowIdConflictPolicy: 'USE_EXISTING', typedSearchAttributes: [{ key: searchAttributes.model, value: o.model }],
-    });
+    const handle = await startModelDeployment(client, o.model);
     o.out(`workflow ${workflowId}\n  ${workflowLink(config, workflowId)}\n`);
     if (o.replicas !== undefined) {
       await handle.executeUpdate(scaleUpdate, { args: [o.replicas] });

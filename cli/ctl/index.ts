@@ -2,6 +2,7 @@
 import { loadServerConfig } from '../../config/load';
 import { parse, UsageError } from '../args';
 import { controlApi } from '../control-api';
+import { applyVerb } from './apply';
 import { cordon, uncordon } from './cordon';
 import { deploy } from './deploy';
 import { drainVerb } from './drain';
@@ -19,7 +20,7 @@ import { weights } from './weights';
 
 /** Every verb, in the order `llmgw ctl --help` lists them. */
 const VERBS: Record<string, CtlVerb> = {
-  nodes, fabrics, replicas, models, deploy, scale, drain: drainVerb, weights, cordon, uncordon, revoke, follow,
+  nodes, fabrics, replicas, models, apply: applyVerb, deploy, scale, drain: drainVerb, weights, cordon, uncordon, revoke, follow,
   'forget-host-key': forgetHostKeyVerb, 'engine-check': engineCheckVerb,
 };
 

@@ -7,7 +7,7 @@ import { openAiError, type LlmgwError } from '../../lib/errors';
 import { renewAt } from '../../lib/pki/issue';
 import { checkNodeId } from '../../lib/pki/node-id';
 import type { NodeId } from '../../lib/types';
-import type { CordonAnswer, DrainCancelAnswer, NodeCertificate, NodeListEntry } from './contract';
+import type { CordonAnswer, DrainCancelAnswer, ModelListEntry, NodeCertificate, NodeListEntry } from './contract';
 import { answerValidationErrors, errorSchema } from './identity';
 import type { ControlAppOptions } from './routes';
 
@@ -84,7 +84,20 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
     });
   }
   app.get<{ Querystring: { model?: string } }>('/v1/replicas', async (req) => ({ replicas: await store.listReplicas(req.query.model) }));
-  app.get('/v1/models', async () => ({ models: await store.listModels() }));
+  app.get('/v1/models', async () => {
+    const [models, replicas] = await Promise.all([store.listModels(), store.listReplicas()]);
+    const count = (into: Record<string, number>, key: string): void => void (into[key] = (into[key] ?? 0) + 1);
+    return {
+      models: models.map((m): ModelListEntry => {
+        const actual: ModelListEntry['actual'] = { states: {}, profiles: {} };
+        for (const r of replicas.filter((x) => x.model === m.name && x.state !== 'stopped')) {
+          count(actual.states, r.state);
+          count(actual.profiles, r.profile);
+        }
+        return { ...m, actual };
+      }),
+    };
+  });
   app.get('/v1/events', async () => ({ events: await store.recentEvents(100) }));
   app.get('/health', async () => ({ status: 'ok' }));
 }

@@ -154,6 +154,17 @@ export class Store {
     );
   }
 
+  /** Forgets a model (removed from the catalog); its replicas' rows stay, stopped, as history. */
+  async deleteModel(name: string): Promise<void> {
+    await this.pool.query('DELETE FROM models WHERE name = ?', [name]);
+  }
+
+  /** Every model as last applied: the catalog spec recorded (its `replicas` the catalog's count then) and the live desired count. */
+  async appliedModels(): Promise<{ applied: ModelSpec; desired: number }[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT spec, desired_replicas FROM models ORDER BY name');
+    return rows.map((r) => ({ applied: json<ModelSpec>(r.spec), desired: Number(r.desired_replicas) }));
+  }
+
   /** Sets the desired replica count of a model. */
   async setDesiredReplicas(name: string, n: number): Promise<void> {
     await this.pool.query('UPDATE models SET desired_replicas = ?, updated_at = NOW(3) WHERE name = ?', [n, name]);
