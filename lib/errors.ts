@@ -24,6 +24,8 @@ export const ERRORS = {
   LLMGW_CA_UNAVAILABLE: { status: 503, type: 'server_error' },
   LLMGW_DRAIN_TIMEOUT: { status: 504, type: 'server_error' },
   LLMGW_NO_DEPLOYMENT: { status: 409, type: 'invalid_request_error' },
+  LLMGW_LAST_REPLICA: { status: 409, type: 'invalid_request_error' },
+  LLMGW_REMOVE_FAILED: { status: 500, type: 'server_error' },
   LLMGW_FABRIC_SPLIT: { status: 400, type: 'invalid_request_error' },
   LLMGW_TEMPORAL_CALL_REFUSED: { status: 403, type: 'invalid_request_error' },
   LLMGW_SSH_UNREACHABLE: { status: 504, type: 'server_error' },

@@ -4,6 +4,7 @@
  */
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createCaActivities, createCaOperations, type CurrentCrl } from '../activities/ca';
+import { createOffboardActivities } from '../activities/ca/offboard';
 import { createOnboardActivities } from '../activities/ca/onboard';
 import type { ServerConfig } from '../config/types';
 import { QUEUES } from '../lib/names';
@@ -54,7 +55,10 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
     // default throttle (80% of the 30 s heartbeat timeout).
     maxHeartbeatThrottleInterval: '1s',
     defaultHeartbeatThrottleInterval: '1s',
-    activities: { ...createCaActivities(deps), ...createOnboardActivities({ caDir: opts.caDir, store: deps.store, hostKeys: new HostKeyStore(pool), ca: ops, log: deps.log }) },
+    activities: {
+      ...createCaActivities(deps), ...createOnboardActivities({ caDir: opts.caDir, store: deps.store, hostKeys: new HostKeyStore(pool), ca: ops, log: deps.log }),
+      ...createOffboardActivities({ hostKeys: new HostKeyStore(pool) }),
+    },
   });
   const running = worker.run();
 

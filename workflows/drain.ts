@@ -87,6 +87,8 @@ export async function drainNode(input: DrainInput): Promise<DrainResult> {
       seen = moveKey(status);
       Object.assign(cur, { replacement: status.replacement ?? cur.replacement, state: status.state, reason: status.reason, draining: status.draining ?? null });
       // Stop-first: the original is gone and its GPUs free; the replacement tries placement now, not at its next retry.
+      // Forced: the original is gone from the node, which is all a removal needs; its replacement waits for room elsewhere.
+      if (input.force && cur.stopFirst && status.originalGone) return null;
       if (status.originalGone && status.replacement && !woken) {
         await getExternalWorkflowHandle(workflowIds.replica(status.replacement)).signal(nodesChangedSignal).catch(() => undefined);
         woken = true;
@@ -98,7 +100,8 @@ export async function drainNode(input: DrainInput): Promise<DrainResult> {
         checked = status.reason;
         const check: Placement = await control.stopFirstCheck({ model: next.model, original: next.replicaId, replacement: status.replacement });
         offered = check.kind === 'placed' && !allowDowntime;
-        if (check.kind === 'unplaceable') cur.hint = `stopping ${next.replicaId} first would not help: ${check.reason}`;
+        // Forced (remove-node --force): the original stops even when its replacement fits nowhere yet.
+        if (check.kind === 'unplaceable' && !input.force) cur.hint = `stopping ${next.replicaId} first would not help: ${check.reason}`;
         else if (offered) cur.hint = `it fits once ${next.replicaId} is gone: llmgw ctl drain ${input.nodeId} --allow-downtime moves it stop-first`;
         else {
           cur.stopFirst = true;

@@ -4,6 +4,7 @@
  */
 import { ActivityCancellationType, proxyActivities } from '@temporalio/workflow';
 import type { CaOperations } from '../activities/ca';
+import type { OffboardActivities } from '../activities/ca/offboard';
 import type { OnboardActivities } from '../activities/ca/onboard';
 import type { ControlActivities } from '../activities/control';
 import type { NodeActivities } from '../activities/node';
@@ -175,3 +176,17 @@ export function nodeListen(nodeId: string, startTimeoutS: number): NodeActivitie
     retry: { initialInterval: '1s', maximumAttempts: 3 },
   });
 }
+
+/**
+ * Removing a node (remove-node/<node>): stopping its agent over ssh and revoking its certificates on llmgw-ca, its
+ * VM on llmgw-proxmox. A worker that is down is waited for (no schedule-to-start limit); its failures are retried.
+ */
+export const removal = {
+  ca: proxyActivities<OffboardActivities & CaOperations>({
+    taskQueue: QUEUES.ca,
+    startToCloseTimeout: '5m',
+    heartbeatTimeout: '1m',
+    retry: { initialInterval: '2s', maximumInterval: '30s', maximumAttempts: 10 },
+  }),
+  proxmox: proxmoxStep(900),
+};

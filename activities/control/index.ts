@@ -9,6 +9,7 @@ import { parseNodeId, type EngineStatus, type ModelSpec, type NodeId, type Profi
 import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal } from '../../workflows/contracts/replica';
 import { createDrainWaitActivities } from './drain-wait';
 import { createMoveActivities } from './moves';
+import { createRemovalActivities } from './removal';
 import { createRetireActivities } from './retire';
 
 export interface ControlDeps {
@@ -210,6 +211,7 @@ export function createControlActivities(deps: ControlDeps) {
     ...createDrainWaitActivities(deps),
     ...createMoveActivities(deps),
     ...createRetireActivities(deps),
+    ...createRemovalActivities(deps),
   };
 }
 

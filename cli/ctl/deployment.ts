@@ -1,6 +1,6 @@
 /** What `ctl deploy` and `ctl scale` share: start or join `model/<m>`, apply a count, follow until it serves. */
 import type { ServerConfig } from '../../config/types';
-import { startModelDeployment } from '../../lib/deployment-start';
+import { startModelDeployment } from '../../lib/workflow-starts';
 import { workflowIds } from '../../lib/names';
 import type { ReplicaRecord } from '../../lib/types';
 import { scaleUpdate } from '../../workflows/contracts/model';

@@ -12,6 +12,7 @@ import { follow } from './follow';
 import { forgetHostKeyVerb } from './forget-host-key';
 import { models } from './models';
 import { nodes } from './nodes';
+import { removeNodeVerb } from './remove-node';
 import { replicas } from './replicas';
 import { revoke } from './revoke';
 import { scale } from './scale';
@@ -21,7 +22,7 @@ import { weights } from './weights';
 /** Every verb, in the order `llmgw ctl --help` lists them. */
 const VERBS: Record<string, CtlVerb> = {
   nodes, fabrics, replicas, models, apply: applyVerb, deploy, scale, drain: drainVerb, weights, cordon, uncordon, revoke, follow,
-  'forget-host-key': forgetHostKeyVerb, 'engine-check': engineCheckVerb,
+  'remove-node': removeNodeVerb, 'forget-host-key': forgetHostKeyVerb, 'engine-check': engineCheckVerb,
 };
 
 const COMMON = `  --config FILE   server.yaml (default: built-in local-cluster defaults)

@@ -1,12 +1,9 @@
 /**
  * How a node's GPUs are connected, from `nvidia-smi topo -m`: one link label per pair (NV12, PIX, PXB, PHB, NODE,
  * SYS). Placement prefers GPUs joined by NVLink or one PCIe switch; without a matrix it takes the lowest free indices.
+ * Pure (placement, and through it workflows, read it): lib/hardware/nvidia.ts runs the command.
  */
 import type { GpuTopology } from '../types';
-import { runCommand, type CommandResult } from './exec';
-
-/** What the agent runs to read the matrix. */
-export const NVIDIA_TOPO_ARGS = ['topo', '-m'];
 
 /** nvidia-smi colours its header on some drivers even into a pipe. */
 const ANSI = /\x1b\[[0-9;]*m/g;
@@ -36,15 +33,4 @@ export function linkScore(label: string): number {
   const nv = /^NV(\d+)$/.exec(label);
   if (nv) return 100 + Number(nv[1]);
   return ({ PIX: 50, PXB: 40, PHB: 30, NODE: 20, SYS: 10, SOC: 10 } as Record<string, number>)[label] ?? 0;
-}
-
-/** Runs `nvidia-smi topo -m`; null (with why) when it fails: placement then takes the lowest free indices. */
-export async function queryTopology(path: string, run: (cmd: string, args: string[]) => Promise<CommandResult> = runCommand): Promise<{ topology: GpuTopology } | { failed: string }> {
-  const r = await run(path, NVIDIA_TOPO_ARGS);
-  if (r.error || r.code !== 0) return { failed: `${path} topo -m failed (${r.error ?? `exit ${r.code}`}): ${`${r.stderr}\n${r.stdout}`.trim().split('\n')[0] ?? ''}` };
-  try {
-    return { topology: parseTopoMatrix(r.stdout) };
-  } catch (err) {
-    return { failed: `${path} topo -m: ${(err as Error).message}` };
-  }
 }

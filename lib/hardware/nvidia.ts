@@ -1,5 +1,6 @@
 /** GPUs from nvidia-smi's CSV. A missing or failing nvidia-smi is reported as that, never as "no GPUs". */
-import type { Gpu } from '../types';
+import type { Gpu, GpuTopology } from '../types';
+import { parseTopoMatrix } from './gpu-topology';
 import { runCommand, type CommandResult } from './exec';
 
 export const NVIDIA_SMI_ARGS = ['--query-gpu=index,name,memory.total,uuid', '--format=csv,noheader,nounits'];
@@ -47,4 +48,18 @@ export async function queryComputeCaps(path: string, run: (cmd: string, args: st
     if (m) caps.set(Number(m[1]), m[2] as string);
   }
   return caps;
+}
+
+/** What the agent runs to read how its GPUs are linked. */
+export const NVIDIA_TOPO_ARGS = ['topo', '-m'];
+
+/** Runs `nvidia-smi topo -m`; null (with why) when it fails: placement then takes the lowest free indices. */
+export async function queryTopology(path: string, run: (cmd: string, args: string[]) => Promise<CommandResult> = runCommand): Promise<{ topology: GpuTopology } | { failed: string }> {
+  const r = await run(path, NVIDIA_TOPO_ARGS);
+  if (r.error || r.code !== 0) return { failed: `${path} topo -m failed (${r.error ?? `exit ${r.code}`}): ${`${r.stderr}\n${r.stdout}`.trim().split('\n')[0] ?? ''}` };
+  try {
+    return { topology: parseTopoMatrix(r.stdout) };
+  } catch (err) {
+    return { failed: `${path} topo -m: ${(err as Error).message}` };
+  }
 }

@@ -1,8 +1,8 @@
 /** GPU indices: the topology matrix, which indices a shard gets, disjoint shards on one node, rows from before pinning. */
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { parseTopoMatrix, linkScore, queryTopology } from '../../lib/hardware/gpu-topology';
-import { queryComputeCaps } from '../../lib/hardware/nvidia';
+import { parseTopoMatrix, linkScore } from '../../lib/hardware/gpu-topology';
+import { queryComputeCaps, queryTopology } from '../../lib/hardware/nvidia';
 import { freeIndices, pickGpus } from '../../lib/gpus';
 import { place } from '../../lib/placement';
 import { legacyGpus } from '../../lib/store/store';

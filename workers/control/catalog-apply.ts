@@ -7,7 +7,7 @@ import type { Client } from '@temporalio/client';
 import type { SignalDefinition } from '@temporalio/common';
 import type { CatalogApplyAnswer } from '../../gateway/control/contract';
 import { planCatalog, type LiveModel } from '../../lib/catalog';
-import { startModelDeployment } from '../../lib/deployment-start';
+import { startModelDeployment } from '../../lib/workflow-starts';
 import { QUEUES, workflowIds } from '../../lib/names';
 import type { Store } from '../../lib/store/store';
 import type { ModelSpec } from '../../lib/types';
