@@ -95,14 +95,15 @@ function onboardStep(startToCloseS: number): OnboardActivities {
   });
 }
 
-/** Onboarding's proxies: 10 minutes a step; the two waits get their own deadlines plus a margin. */
-export function onboardProxies(input: { sshDeadlineS: number; registerTimeoutS: number }): {
-  steps: OnboardActivities; sshWait: OnboardActivities; registerWait: OnboardActivities;
+/** Onboarding's proxies: 10 minutes a step; the three waits get their own deadlines plus a margin. */
+export function onboardProxies(input: { sshDeadlineS: number; registerTimeoutS: number; enginesTimeoutS: number }): {
+  steps: OnboardActivities; sshWait: OnboardActivities; registerWait: OnboardActivities; enginesWait: OnboardActivities;
 } {
   return {
     steps: onboardStep(600),
     sshWait: onboardStep(input.sshDeadlineS + WAIT_MARGIN_S),
     registerWait: onboardStep(input.registerTimeoutS + WAIT_MARGIN_S),
+    enginesWait: onboardStep(input.enginesTimeoutS + WAIT_MARGIN_S),
   };
 }
 

@@ -19,6 +19,7 @@ import type { Store } from '../../lib/store/store';
 import type { OnboardHeartbeat, OnboardInput, StepId, StepResult } from '../../workflows/contracts/onboard';
 import type { CaOperations } from './index';
 import { knownHostSsh } from './connect';
+import { createEnginesWait } from './engines-wait';
 import type { Remote } from './remote';
 
 export interface OnboardDeps {
@@ -80,6 +81,8 @@ export function createOnboardActivities(deps: OnboardDeps) {
   const hasSystemd = async (r: Remote): Promise<boolean> => (await r.sh('test -d /run/systemd/system')).code === 0;
 
   return {
+    ...createEnginesWait(deps),
+
     /** Waits until ssh answers and lets the CA host's key in, through a new machine's refusals and resets. */
     async waitForSsh(input: OnboardInput): Promise<StepResult> {
       const key = privateKey(input);

@@ -22,6 +22,8 @@ export interface EngineSetupDeps {
   sim: string[];
   /** NVIDIA GPUs on the node (vLLM is installed only where there is one), as discovered */
   gpus: () => number;
+  /** Their compute capabilities where nvidia-smi reports them (vLLM and SGLang need 7.5 or higher) */
+  computeCaps?: () => string[];
   /** The python that makes the venvs (`--python`, default python3) */
   python?: string;
   /** A directory of wheels pip looks in first (`--wheelhouse`): llama.cpp built once, not on every node */
@@ -117,7 +119,7 @@ export function createEngineSetup(deps: EngineSetupDeps) {
      * fails is reported with its own output and not offered; the others are offered regardless.
      */
     async ensure(input: EnsureEnginesInput, beat: (p: EngineSetupProgress) => void = () => undefined): Promise<EngineStatus[]> {
-      const plans = planEngines(input.engines, { gpus: deps.gpus(), enginesDir: deps.enginesDir, bins: deps.bins });
+      const plans = planEngines(input.engines, { gpus: deps.gpus(), computeCaps: deps.computeCaps?.() ?? [], enginesDir: deps.enginesDir, bins: deps.bins });
       const statuses: EngineStatus[] = [];
       const programs: Recorded['programs'] = {};
       for (const p of plans) {

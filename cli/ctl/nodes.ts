@@ -37,8 +37,10 @@ export function formatNodes(nodes: NodeRow[], now = Date.now()): string {
     engineColumn(n), replicaColumn(n), doctorColumn(n.inventory.doctor), certColumn(n.cert, now),
     n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
   ]));
-  // Why an engine is not offered, in the engine's own words: the table cell only says that it failed.
-  const failed = nodes.flatMap((n) => (n.engineStatus ?? []).filter((s) => s.state === 'failed').map((s) => `${n.id}: ${s.engine} ${s.version || ''} not offered: ${s.reason ?? 'unknown'}`.replace('  ', ' ')));
+  // Why an engine is not offered, in the engine's own words: the table cell only says that it failed (a skipped one,
+  // not installed here on purpose, is not in the cell at all).
+  const failed = nodes.flatMap((n) => (n.engineStatus ?? []).filter((s) => s.state !== 'offered').map((s) =>
+    `${n.id}: ${s.engine} ${s.version || ''} ${s.state === 'failed' ? 'not offered' : 'not installed'}: ${s.reason ?? 'unknown'}`.replace('  ', ' ')));
   return failed.length ? `${rows}\n${failed.map((f) => f.split('\n').map((l, i) => (i ? `    ${l}` : l)).join('\n')).join('\n')}\n` : rows;
 }
 

@@ -39,6 +39,8 @@ export const sglang = defineEngine({
   binPrograms: (bin) => ({ python: [bin] }),
   venvPrograms: (venv) => ({ python: [venv.bin('python')] }),
   needsNvidiaGpu: false,
+  // SGLang's quickstart: NVIDIA GPUs of sm75 and above (T4, A10, A100, L4, L40S, H100).
+  minComputeCapability: '7.5',
   needsLibgomp: false,
   // Every rank loads its own part of the weights.
   rankNeedsWeights: () => true,

@@ -82,6 +82,11 @@ export interface EngineSpec<N extends EngineName = EngineName, P extends string 
   readonly venvPrograms: (venv: VenvPaths) => Partial<Record<NoInfer<P>, string[]>>;
   /** installed only on a node with an NVIDIA GPU (elsewhere skipped, not failed) */
   readonly needsNvidiaGpu: boolean;
+  /**
+   * The lowest CUDA compute capability its prebuilt wheels support (`7.5`): a node whose GPUs are all older is
+   * refused it (skipped, with the reason). Absent: no such floor.
+   */
+  readonly minComputeCapability?: string;
   /** needs libgomp.so.1 on the node (llmgw doctor checks it) */
   readonly needsLibgomp: boolean;
   /** whether rank `rank` of a replica reads the model's weights on its own node */

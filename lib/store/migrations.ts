@@ -197,4 +197,13 @@ export const MIGRATIONS: Migration[] = [
       `ALTER TABLE shards ADD COLUMN gpu_indices JSON NULL`,
     ],
   },
+  {
+    version: 11,
+    name: 'engine probe time',
+    statements: [
+      // When the node's engine install and probe was last recorded: onboarding waits for one newer than the
+      // agent it started, and fails with an engine's own error when one failed.
+      `ALTER TABLE nodes ADD COLUMN engines_checked_at DATETIME(3) NULL`,
+    ],
+  },
 ];

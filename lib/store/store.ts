@@ -138,7 +138,7 @@ export class Store {
   async recordEngines(id: NodeId, statuses: EngineStatus[], configHash: string): Promise<boolean> {
     const offered = statuses.filter((s) => s.state === 'offered').map((s) => s.engine);
     const [r] = await this.pool.query<ResultSetHeader>(
-      `UPDATE nodes SET engine_status = ?, engines_config = ?, inventory = JSON_SET(inventory, '$.engines', JSON_EXTRACT(?, '$')) WHERE id = ?`,
+      `UPDATE nodes SET engine_status = ?, engines_config = ?, engines_checked_at = NOW(3), inventory = JSON_SET(inventory, '$.engines', JSON_EXTRACT(?, '$')) WHERE id = ?`,
       [JSON.stringify(statuses), configHash, JSON.stringify(offered), id],
     );
     return r.affectedRows > 0;

@@ -46,7 +46,7 @@ describe('onboarding a node over real ssh', () => {
     // The terminal shows the workflow, its UI link, every step as it ends, and the time split.
     expect(r.out).toContain(`workflow onboard/${nodeId}`);
     expect(r.out).toContain(`/workflows/${encodeURIComponent(`onboard/${nodeId}`)}`);
-    for (const step of ['wait for ssh', 'learn the host key', 'issue the certificate', 'install', 'probe the engines', 'start the agent', 'wait for registration']) {
+    for (const step of ['wait for ssh', 'learn the host key', 'issue the certificate', 'install', 'probe the engines', 'start the agent', 'wait for registration', 'install and probe its engines']) {
       expect(r.out).toMatch(new RegExp(`✓ ${step} \\(`));
     }
     expect(r.out).toContain(`learned host key ssh-ed25519 ${host.fingerprints[0]}`);
@@ -108,6 +108,7 @@ describe('onboarding a node over real ssh', () => {
     expect(ra.steps.map((s) => s.summary)).toEqual([
       'ssh answered', `known host key ssh-ed25519 ${host.fingerprints[0]}`, expect.stringMatching(/^kept certificate [0-9a-f]{32}/),
       expect.stringMatching(/^nothing to change/), expect.stringMatching(/^engines run: sim/), expect.stringMatching(/^agent already running/), 'registered and heartbeating',
+      'engines offered: sim 1.0.0',
     ]);
     // Same agent process, same files (mtimes and inodes), no new certificate.
     expect((await host.exec('cat /run/llmgw-agent.pid; stat -c "%n %Y %i" /etc/llmgw/* /usr/local/share/ca-certificates/llmgw-ca.crt /opt/llmgw/current')).stdout).toBe(before.stdout);

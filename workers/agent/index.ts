@@ -21,16 +21,17 @@ import { ensureWritableDir } from './writable-dir';
 /** Starts the agent: discovery, registration, heartbeat loop and node worker. */
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   ensureWritableDir(opts.stateDir, '--state-dir', 'pass --state-dir DIR the agent may write to');
-  const gpus = { count: 0 };
+  const gpus = { count: 0, caps: [] as string[] };
   // What the last probe offered is offered again at once (and its shards' engines adopted); the control plane
   // has every registering node probe again (ensureEngines), which updates both.
   const engines = createEngineSetup({
-    ...opts.engineSetup, stateDir: join(opts.stateDir, 'engine-setup'), sim: simEngineArgv(), gpus: () => gpus.count, log: opts.log,
+    ...opts.engineSetup, stateDir: join(opts.stateDir, 'engine-setup'), sim: simEngineArgv(), gpus: () => gpus.count, computeCaps: () => gpus.caps, log: opts.log,
   });
   const known = engines.statuses();
   const inventory = await discover(opts, known.length ? known.map((s) => s.engine) : undefined);
   inventory.engines = engines.offered();
   gpus.count = inventory.gpus.length;
+  gpus.caps = inventory.gpus.flatMap((g) => (g.computeCap ? [g.computeCap] : []));
   let closing = false;
   const client = new TlsClient(opts.tls);
   const afterCrash = previousAgentCrashed(opts.stateDir);
