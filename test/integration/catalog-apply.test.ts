@@ -16,6 +16,7 @@ import type { ModelSpec, ReplicaRecord } from '../../lib/types';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { recordHistory } from '../helpers/histories';
 import { registerNode, simInventory, startNodeWorker, stopSimCluster, type NodeWorker } from '../helpers/node-workers';
 import { writeOperatorCert } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
@@ -123,6 +124,9 @@ describe('the catalog as the desired state', () => {
     expect((await cp.client.workflow.getHandle(workflowIds.model('gone')).describe()).status.name).toBe('COMPLETED');
     expect((await cp.store.recentEvents(100)).find((e) => e.kind === 'model.removed')?.message).toMatch(/gone-0 stopped, model forgotten/);
 
+    // Replay fixtures (LLMGW_RECORD_HISTORIES=1): a deployment that rolled its replica, and one that retired.
+    recordHistory(temporal.address, 'model-rolled.json', workflowIds.model('keep'));
+    recordHistory(temporal.address, 'model-retired.json', workflowIds.model('gone'));
     await ctl('scale', 'grow', '2', '--config', file('edited.yaml', EDITED));
     expect(await ctl('apply', '--dry-run', '--config', file('edited.yaml', EDITED))).toMatch(/! grow +kept at 2 replicas by llmgw ctl scale \(the catalog says 3, unchanged since the last apply\)/);
   });

@@ -24,6 +24,7 @@ import type { Agent } from '../../workers/agent/options';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { recordHistory } from '../helpers/histories';
 import { awaitLlamacpp, TINY_MODEL_ARGS } from '../helpers/llama-server';
 import { waitRoutable } from '../helpers/load';
 import { certClient, closeCertClients } from '../helpers/tls';
@@ -144,5 +145,6 @@ describe('the tiny model over two nodes: ggml-rpc-server first, then llama-serve
     const after = await readyReplica(`${MODEL} rebuilt and ready`);
     expect(startedAt(after, 1, 0) - startedAt(after, 1, 1)).toBeGreaterThanOrEqual(WORKER_DELAY_S * 1000);
     await waitRoutable(gateway.url, MODEL, 30_000);
+    recordHistory(temporal.address, 'replica-workers-first.json', workflowIds.replica(after.id));
   }, 3 * 60_000);
 });

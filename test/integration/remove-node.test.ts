@@ -13,6 +13,7 @@ import { Proxmox } from '../../lib/proxmox/client';
 import { startProxmoxWorker, type ProxmoxWorker } from '../../workers/proxmox';
 import { waitRoutable } from '../helpers/load';
 import { registerNode, simInventory, startNodeWorker, stopHeartbeats, type NodeWorker } from '../helpers/node-workers';
+import { recordHistory } from '../helpers/histories';
 import { fakeGpu, startOnboardCluster, type OnboardCluster } from '../helpers/onboard-cluster';
 import { startProxmoxFake, type ProxmoxFake } from '../helpers/proxmox-fake';
 import { closeCertClients } from '../helpers/tls';
@@ -100,6 +101,7 @@ describe('llmgw ctl remove-node', () => {
     expect(pve.vms().find((v) => v.name === MADE)).toBeUndefined();
     const nodes = await c.cli(['ctl', 'nodes', '--config', c.configFile]);
     expect(nodes.out).not.toMatch(new RegExp(`^${MADE} `, 'm'));
+    recordHistory(c.temporal.address, 'remove-node.json', workflowIds.removeNode(MADE));
   }, 240_000);
 
   test('--force takes a model\'s last replica down with its node; a VM of its name llmgw did not make is left alone', async () => {
