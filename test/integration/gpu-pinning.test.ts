@@ -5,12 +5,14 @@
  * freed; an agent restart adopts every engine with its GPUs. Real Temporal, MariaDB, control plane, node worker.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MockActivityEnvironment } from '@temporalio/testing';
+import { stringify } from 'yaml';
 import { createNodeActivities } from '../../activities/node';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
+import { ctlCommand } from '../../cli/ctl/index';
 import type { ServerConfig } from '../../config/types';
 import { parseTopoMatrix } from '../../lib/hardware/gpu-topology';
 import { QUEUES, workflowIds } from '../../lib/names';
@@ -20,6 +22,7 @@ import { startControlPlane, type ControlPlane } from '../../workers/control/inde
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
 import { registerNode, simInventory, startNodeWorker, stopSimCluster, type NodeWorker } from '../helpers/node-workers';
+import { writeOperatorCert } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
 const MODEL = 'pin';
@@ -34,6 +37,11 @@ describe('GPU pinning on an 8-GPU node', () => {
   const workers: NodeWorker[] = [];
   const pids = new Map<string, number>();
   const adopted: string[] = [];
+  const ctl = async (...args: string[]): Promise<string> => {
+    let out = '';
+    await ctlCommand([...args, '--config', join(stateDir, 'server.yaml')], (s) => void (out += s));
+    return out;
+  };
 
   const ready = async (): Promise<ReplicaRecord[]> => (await cp.store.listReplicas(MODEL)).filter((r) => r.state === 'ready');
   const allReady = (): Promise<ReplicaRecord[]> => waitFor(async () => {
@@ -55,6 +63,8 @@ describe('GPU pinning on an 8-GPU node', () => {
       catalog: [{ name: MODEL, source: `sim://${MODEL}`, replicas: 4, profiles: [{ name: 'tp2', engine: 'sim', nodes: 1, gpusPerNode: 2, args: ['--tokens-per-second', '0'] }] }],
     });
     cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
+    await writeOperatorCert(config, cp.store);
+    writeFileSync(join(stateDir, 'server.yaml'), stringify(config));
   });
 
   afterAll(async () => {
@@ -75,6 +85,12 @@ describe('GPU pinning on an 8-GPU node', () => {
       expect(await engineView(r)).toEqual({ env: gpus.join(','), health: { status: 'ok', devices: gpus } });
     }
     expect(readdirSync(join(stateDir, 'gpu-locks')).sort()).toEqual([0, 1, 2, 3, 4, 5, 6, 7].map((g) => `gpu${g}.lock`));
+    // What the operator sees: each shard's GPUs in ctl replicas, and who holds which in ctl nodes.
+    const replicas = await ctl('replicas');
+    const nodes = await ctl('nodes');
+    console.log(`ctl replicas:\n${replicas}\nctl nodes:\n${nodes}`);
+    for (const r of rs) expect(replicas).toMatch(new RegExp(`^${r.id} +${MODEL} +tp2 +ready +${NODE}#0\\[${r.shards[0]?.gpus?.join(',')}\\] +${r.endpoint}`, 'm'));
+    expect(nodes).toMatch(new RegExp(`^${NODE} +ready +8/8 .*${rs.map((r) => `${r.id}\\[${r.shards[0]?.gpus?.join(',')}\\]`).join(',')}`, 'm'));
   });
 
   test('a launch on GPUs another engine holds fails loudly, with the engine\'s own words', async () => {
@@ -85,6 +101,7 @@ describe('GPU pinning on an 8-GPU node', () => {
       replicaId: 'intruder-0', model: MODEL, source: `sim://${MODEL}`, profile: { name: 'tp2', engine: 'sim' as const, nodes: 1, gpusPerNode: 2, args: [] },
       rank: 0, world: 1, host: '127.0.0.1', port: config.enginePorts.base + 99, distHost: '127.0.0.1', distPort: 0, gpus: [3, 2],
     });
+    console.log(`a launch on held GPUs:\n${await run.then(() => 'it started', (e: Error) => e.message)}`);
     await expect(run).rejects.toMatchObject({
       type: 'LLMGW_ENGINE_EXITED',
       message: expect.stringMatching(new RegExp(`exited with code 1.*GPU 3 is held by sim-engine ${MODEL} rank 0 \\(port ${holder.shards[0]?.port}\\)`, 's')),
