@@ -48,7 +48,8 @@ describe('a drain survives a killed control worker and a Temporal restart', () =
     // A second control worker, as its own process (so it can be killed for real), on its own control-plane port.
     const file = join(dir, 'server.yaml');
     writeFileSync(file, stringify({ ...config, listeners: { ...config.listeners, controlPlane: { host: '127.0.0.1', port: await freePort() }, temporalDoor: { host: '127.0.0.1', port: await freePort() } }, catalog: config.catalog }));
-    second = spawn(process.execPath, [LLMGW, 'control-plane', '--config', file], { stdio: ['ignore', 'ignore', 'pipe'] });
+    // --no-apply: the test starts the deployment itself, below (a control plane applies its catalog at start otherwise).
+    second = spawn(process.execPath, [LLMGW, 'control-plane', '--config', file, '--no-apply'], { stdio: ['ignore', 'ignore', 'pipe'] });
     let secondLog = '';
     second.stderr?.on('data', (b: Buffer) => void (secondLog = (secondLog + b.toString()).slice(-4000)));
     await waitFor(async () => {
