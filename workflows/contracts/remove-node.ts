@@ -13,6 +13,7 @@ export interface RemoveNodeSsh {
   keyPath: string;
 }
 
+/** What `llmgw ctl remove-node` starts the workflow with. */
 export interface RemoveNodeInput {
   nodeId: NodeId;
   ssh: RemoveNodeSsh;
@@ -32,17 +33,21 @@ export const REMOVE_STEPS = [
   { id: 'destroyVm', title: 'remove its VM' },
 ] as const;
 
+/** A step's id. */
 export type RemoveStepId = (typeof REMOVE_STEPS)[number]['id'];
 
+/** The steps so far, for the CLI and the UI (its progress query). */
 export interface RemoveNodeProgress {
   nodeId: NodeId;
   steps: StepLine[];
 }
 
+/** Every step's outcome and the time it all took. */
 export interface RemoveNodeResult {
   nodeId: NodeId;
   steps: StepLine[];
   totalMs: number;
 }
 
+/** The removal's progress, step by step. */
 export const removeNodeProgressQuery = defineQuery<RemoveNodeProgress>('removeNodeProgress');
