@@ -118,6 +118,7 @@ describe('the catalog as the desired state', () => {
 
   test('ctl apply --prune drains and stops the dropped model, then forgets it; a ctl scale stands', async () => {
     const out = await ctl('apply', '--prune', '--config', file('edited.yaml', EDITED));
+    console.log(`ctl apply --prune:\n${out}`);
     expect(out).toMatch(/^ {2}- gone +drain and stop 1 replica, then forget the model/m);
     await waitFor(async () => (await cp.store.listModels()).every((m) => m.name !== 'gone'), { timeoutMs: 60_000, what: 'the model gone to be forgotten' });
     expect(await live('gone')).toEqual([]);
