@@ -5,7 +5,7 @@ import { builtinModules } from 'node:module';
 
 const nodeBuiltins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
 // The CLI's command modules (cli/<command>.ts): no module of cli/ imports one (main.ts loads them lazily).
-const cliCommands = ['agent', 'add-node', 'ca', 'ca-worker', 'control-plane', 'doctor', 'engine-probe', 'engine-shim', 'gateway', 'onboard', 'provision-node', 'proxmox-worker', 'sim-engine', 'ctl'];
+const cliCommands = ['agent', 'add-node', 'bench', 'ca', 'ca-worker', 'control-plane', 'doctor', 'engine-probe', 'engine-shim', 'gateway', 'onboard', 'provision-node', 'proxmox-worker', 'sim-engine', 'ctl'];
 const contractOnly = { group: ['**/gateway/control/*', '!**/gateway/control/contract'], message: 'import the control API\'s wire types from gateway/control/contract, not a route file' };
 const commandImports = { group: cliCommands.flatMap((c) => [`./${c}`, `../${c}`]), message: 'a command does not import another command: move what both need into a helper module (cli/temporal.ts, node-input.ts, …)' };
 

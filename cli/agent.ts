@@ -4,21 +4,25 @@ import { resolve } from 'node:path';
 import { parseNodeId } from '../lib/types';
 import { parseWeightsListen } from '../workers/agent/weights';
 import { startAgent } from '../workers/agent';
+import type { AgentOptions } from '../workers/agent/options';
 import { NODE_CA_PATH } from '../lib/pki/trust';
 import { parse, UsageError } from './args';
 import { agentBinUsage, ENGINE_BIN_OPTIONS, engineBins } from './engine-flags';
-import { makeLog } from './log';
-import { ownSignals, untilSignal } from './role-process';
+import { runRole } from './role-process';
 
 const AGENT_USAGE = `
-llmgw agent --node ID --server URL [options]
+llmgw agent --node ID --server URL [--server URL …] [options]
 
 Runs on each node: discovers GPUs (nvidia-smi), InfiniBand adapters (sysfs) and CPU flags,
 registers with the control plane, heartbeats, and runs the node worker (queue node-<ID>)
 that supervises this node's engine processes.
 
   --node ID              node id (also its hostname and certificate CN): a-z, 0-9, '-'
-  --server URL           control plane, e.g. https://127.0.0.1:7443 (mutual TLS: the agent is known by --cert's CN)
+  --server URL           control plane, e.g. https://127.0.0.1:7443 (mutual TLS: the agent is known by --cert's CN).
+                         Several control planes (one MySQL, one Temporal): repeat it, or give a comma list
+                         (--server https://cp1:7443,https://cp2:7443). The agent talks to the first that answers and
+                         moves to the next when it stops answering (or answers 5xx), its node worker to that one's
+                         door; it logs each move ("control plane failover") and stays where it works
   --cert FILE            this node's certificate, CN = node id (llmgw ca issue --node ID; default /etc/llmgw/node.crt)
   --key FILE             its private key (default /etc/llmgw/node.key)
   --ca FILE              the cluster CA certificate the control plane's is checked against
@@ -63,7 +67,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
   const { values } = parse(argv, {
     usage: AGENT_USAGE,
     options: {
-      node: { type: 'string' }, server: { type: 'string' }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
+      node: { type: 'string' }, server: { type: 'string', multiple: true }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
       'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, sminfo: { type: 'string' }, 'advertise-host': { type: 'string' },
       ...ENGINE_BIN_OPTIONS,
       'engines-dir': { type: 'string' }, 'weights-dir': { type: 'string' }, 'weights-listen': { type: 'string' }, wheelhouse: { type: 'string' }, python: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
@@ -71,15 +75,16 @@ export async function agentCommand(argv: string[]): Promise<void> {
     },
   });
   if (!values.node) throw new UsageError(`--node ID is required\n${AGENT_USAGE}`);
-  if (!values.server) throw new UsageError(`--server URL is required (the control plane, e.g. https://127.0.0.1:7443)\n${AGENT_USAGE}`);
-  const log = makeLog(`agent ${values.node}`);
-  ownSignals();
-  const agent = await startAgent({
-    nodeId: parseNodeId(values.node),
-    server: values.server.replace(/\/$/, ''),
+  const servers = (values.server ?? []).flatMap((s) => s.split(',')).map((s) => s.trim().replace(/\/$/, '')).filter(Boolean);
+  if (!servers.length) throw new UsageError(`--server URL is required (the control plane, e.g. https://127.0.0.1:7443)\n${AGENT_USAGE}`);
+  const node = values.node;
+  // Flags and certificate files are checked before the role starts: a mistake there is a usage error, in plain text.
+  const options: Omit<AgentOptions, 'log'> = {
+    nodeId: parseNodeId(node),
+    server: servers,
     tls: {
-      certPem: readPem('--cert', values.cert ?? '/etc/llmgw/node.crt', `llmgw ca issue --node ${values.node}`),
-      keyPem: readPem('--key', values.key ?? '/etc/llmgw/node.key', `llmgw ca issue --node ${values.node}`),
+      certPem: readPem('--cert', values.cert ?? '/etc/llmgw/node.crt', `llmgw ca issue --node ${node}`),
+      keyPem: readPem('--key', values.key ?? '/etc/llmgw/node.key', `llmgw ca issue --node ${node}`),
       caPem: readPem('--ca', values.ca ?? NODE_CA_PATH, 'the CA host\'s ca.crt (llmgw ca init)'),
     },
     certFiles: { cert: values.cert ?? '/etc/llmgw/node.crt', key: values.key ?? '/etc/llmgw/node.key' },
@@ -99,8 +104,10 @@ export async function agentCommand(argv: string[]): Promise<void> {
     },
     stateDir: resolve(values['state-dir'] ?? '/var/lib/llmgw/engines'),
     stopEnginesOnExit: values['stop-engines-on-exit'] ?? false,
-    log,
+  };
+  await runRole(`agent ${node}`, async (log) => {
+    const agent = await startAgent({ ...options, log });
+    log('agent running', { gpus: agent.inventory.gpus.length, fabrics: agent.inventory.fabrics, servers });
+    return agent;
   });
-  log('agent running', { gpus: agent.inventory.gpus.length, fabrics: agent.inventory.fabrics });
-  await untilSignal(() => agent.close());
 }

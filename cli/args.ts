@@ -1,5 +1,6 @@
 /** Shared option parsing for CLI commands: `--help` that teaches, and errors that say what to type. */
 import { parseArgs, type ParseArgsConfig } from 'node:util';
+import { quoteInput } from '../lib/errors';
 
 /** A usage error: the command prints it with the usage text and exits 2. */
 export class UsageError extends Error {
@@ -25,10 +26,13 @@ export function parse<O extends NonNullable<ParseArgsConfig['options']>>(argv: s
   }
 }
 
-/** Parses a whole positive number option, naming the flag when it is not one. */
+/**
+ * Parses a whole number option of plain digits, naming the flag when it is not one: Number() would read "" as 0,
+ * "1e9" as a billion and "0x10" as 16, and `ctl scale M ""` scaled a model to zero.
+ */
 export function intOption(value: string | undefined, flag: string, fallback: number): number {
   if (value === undefined) return fallback;
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0) throw new UsageError(`${flag} must be a whole number, got "${value}"`);
+  const n = /^\d{1,15}$/.test(value) ? Number(value) : NaN;
+  if (!Number.isSafeInteger(n)) throw new UsageError(`${flag} must be a whole number written in digits (e.g. 3), got ${quoteInput(value, 32)}`);
   return n;
 }

@@ -5,8 +5,7 @@ import { CRL_VALIDITY_DAYS, DEFAULT_CA_DIR } from '../lib/pki';
 import { QUEUES } from '../lib/names';
 import { startCaWorker } from '../workers/ca';
 import { intOption, parse, UsageError } from './args';
-import { makeLog } from './log';
-import { CONFIG_HELP, ownSignals, untilSignal } from './role-process';
+import { announceDefaultDatabase, CONFIG_HELP, runRole } from './role-process';
 
 const CA_WORKER_USAGE = `llmgw ca-worker --config FILE [--ca-dir DIR] [--crl-days N]
 
@@ -28,11 +27,12 @@ export async function caWorkerCommand(argv: string[]): Promise<void> {
   });
   const crlDays = intOption(values['crl-days'], '--crl-days', CRL_VALIDITY_DAYS);
   if (crlDays < 1) throw new UsageError(`--crl-days must be at least 1\n\n${CA_WORKER_USAGE}`);
-  const config = loadServerConfig(values.config);
-  const log = makeLog('ca-worker');
-  ownSignals();
-  const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
-  const ca = await startCaWorker({ config, caDir, crlDays, log });
-  log('ca worker running', { queue: QUEUES.ca, caDir, temporal: config.temporal.address, crlNextUpdate: ca.crl().nextUpdate });
-  await untilSignal(() => ca.close());
+  await runRole('ca-worker', async (log) => {
+    const config = loadServerConfig(values.config);
+    announceDefaultDatabase(config, log);
+    const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
+    const ca = await startCaWorker({ config, caDir, crlDays, log });
+    log('ca worker running', { queue: QUEUES.ca, caDir, temporal: config.temporal.address, crlNextUpdate: ca.crl().nextUpdate });
+    return ca;
+  });
 }

@@ -3,7 +3,8 @@ import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createCaOperations, type CaOperations } from '../activities/ca';
 import { loadServerConfig } from '../config/load';
-import { CA_VALIDITY_DAYS, DEFAULT_CA_DIR, DEFAULT_VALIDITY_DAYS, initCa } from '../lib/pki';
+import { quoteInput } from '../lib/errors';
+import { CA_VALIDITY_DAYS, checkNodeId, DEFAULT_CA_DIR, DEFAULT_VALIDITY_DAYS, initCa } from '../lib/pki';
 import { openDatabase } from '../lib/store/db';
 import { Store } from '../lib/store/store';
 import { intOption, parse, UsageError } from './args';
@@ -82,6 +83,16 @@ const OPTIONS = {
   name: { type: 'string' }, host: { type: 'string' }, pem: { type: 'boolean' }, operator: { type: 'string' }, config: { type: 'string' }, 'mysql-url': { type: 'string' },
 } as const;
 
+/** True for a name in the node-id alphabet (operator names share it: both are certificate CNs). */
+function isNodeId(name: string): boolean {
+  try {
+    checkNodeId(name);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** Refuses (before anything is issued) when a bundle's files are already there. */
 function assertFree(dir: string, names: string[]): void {
   const there = names.map((n) => join(resolve(dir), n)).filter((p) => existsSync(p));
@@ -130,6 +141,8 @@ export async function caCommand(argv: string[], out: (s: string) => void = (s) =
       if (values.operator !== undefined) {
         if (values.node !== undefined) throw usage('ca issue takes --node ID or --operator NAME, not both');
         const name = values.operator;
+        // Checked before it names a directory too (--operator ../x would write outside .llmgw/certs).
+        if (!isNodeId(name)) throw usage(`invalid operator name ${quoteInput(name)}: use 2-32 characters of a-z, 0-9 and '-', starting with a letter (it is the certificate's CN), e.g. ops-alice`);
         const outDir = values.out ?? join('.llmgw/certs', name);
         assertFree(outDir, ['operator.crt', 'operator.key', 'ca.crt']);
         const c = await withOperations(values, (ops) => ops.issueOperatorCertificate({ name, days: days(DEFAULT_VALIDITY_DAYS) }));
@@ -140,7 +153,7 @@ export async function caCommand(argv: string[], out: (s: string) => void = (s) =
         return;
       }
       if (!values.node) throw usage('ca issue needs --node ID (or --operator NAME), e.g. llmgw ca issue --node gpu-01');
-      const node = values.node;
+      const node = checkNodeId(values.node);
       const outDir = values.out ?? join('.llmgw/certs', node);
       assertFree(outDir, ['node.crt', 'node.key', 'ca.crt']);
       const c = await withOperations(values, (ops) => ops.issueNodeCertificate({ nodeId: node, days: days(DEFAULT_VALIDITY_DAYS) }));

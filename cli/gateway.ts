@@ -2,8 +2,7 @@
 import { loadServerConfig } from '../config/load';
 import { startGatewayRole } from '../workers/gateway';
 import { parse } from './args';
-import { makeLog } from './log';
-import { CONFIG_HELP, untilSignal } from './role-process';
+import { announceDefaultDatabase, CONFIG_HELP, runRole } from './role-process';
 
 /** `llmgw gateway`: the OpenAI-compatible inference gateway. */
 export async function gatewayCommand(argv: string[]): Promise<void> {
@@ -11,9 +10,12 @@ export async function gatewayCommand(argv: string[]): Promise<void> {
     usage: `llmgw gateway [--config FILE]\n\nServes /v1/models, /v1/chat/completions and /v1/completions, routed to ready replicas (read from MySQL).\n\n${CONFIG_HELP}`,
     options: { config: { type: 'string' } },
   });
-  const config = loadServerConfig(values.config);
-  const log = makeLog('gateway');
-  const gw = await startGatewayRole({ config, log });
-  log('gateway listening', { url: gw.url });
-  await untilSignal(() => gw.close());
+  // No Temporal here: the gateway serves from MySQL's routing table.
+  await runRole('gateway', async (log) => {
+    const config = loadServerConfig(values.config);
+    announceDefaultDatabase(config, log);
+    const gw = await startGatewayRole({ config, log });
+    log('gateway listening', { url: gw.url });
+    return gw;
+  }, { temporal: false });
 }

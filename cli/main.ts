@@ -17,6 +17,7 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
   llmgw agent            run the node agent (llmgw agent --help)
   llmgw doctor           check what this node lacks before it joins (llmgw doctor --help)
   llmgw sim-engine       run the simulated inference engine
+  llmgw bench URL        load any OpenAI-compatible URL: TTFT, ITL, req/s, tokens/s, goodput (llmgw bench --help)
   llmgw version
 
 Every command takes --help.
@@ -33,6 +34,7 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   agent: async () => (require('./agent') as typeof import('./agent')).agentCommand,
   doctor: async () => (argv) => (require('./doctor') as typeof import('./doctor')).doctorCommand(argv),
   'sim-engine': async () => (require('./sim-engine') as typeof import('./sim-engine')).main,
+  bench: async () => (require('./bench') as typeof import('./bench')).benchCommand,
   'onboard-node': async () => (argv) => (require('./onboard') as typeof import('./onboard')).onboardNodeCommand(argv),
   'provision-node': async () => (argv) => (require('./provision-node') as typeof import('./provision-node')).provisionNodeCommand(argv),
   'add-node': async () => (argv) => (require('./add-node') as typeof import('./add-node')).addNodeCommand(argv),

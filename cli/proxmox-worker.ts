@@ -3,8 +3,7 @@ import { loadServerConfig } from '../config/load';
 import { QUEUES } from '../lib/names';
 import { startProxmoxWorker } from '../workers/proxmox';
 import { parse } from './args';
-import { makeLog } from './log';
-import { CONFIG_HELP, ownSignals, untilSignal } from './role-process';
+import { CONFIG_HELP, runRole } from './role-process';
 
 /** `llmgw proxmox-worker`: provisioning's activities, with the Proxmox API token. */
 export async function proxmoxWorkerCommand(argv: string[]): Promise<void> {
@@ -19,10 +18,10 @@ Proxmox API once, so a wrong token, CA or address fails here, naming the fix.
 ${CONFIG_HELP}`,
     options: { config: { type: 'string' } },
   });
-  const config = loadServerConfig(values.config);
-  const log = makeLog('proxmox-worker');
-  ownSignals();
-  const w = await startProxmoxWorker({ config, log });
-  log('proxmox worker running', { queue: QUEUES.proxmox, proxmox: config.proxmox?.url, version: w.version, temporal: config.temporal.address });
-  await untilSignal(() => w.close());
+  await runRole('proxmox-worker', async (log) => {
+    const config = loadServerConfig(values.config);
+    const w = await startProxmoxWorker({ config, log });
+    log('proxmox worker running', { queue: QUEUES.proxmox, proxmox: config.proxmox?.url, version: w.version, temporal: config.temporal.address });
+    return w;
+  });
 }

@@ -1,18 +1,16 @@
 /** How CLI commands reach Temporal: one client per command, the UI link of a workflow, Ctrl-C as "detach". */
 import { Client, Connection } from '@temporalio/client';
 import type { ServerConfig } from '../config/types';
-import { UsageError } from './args';
+import { connectTemporal } from '../lib/temporal-connect';
 
 /** The Temporal UI page of a workflow. */
 export function workflowLink(config: Pick<ServerConfig, 'temporal'>, workflowId: string): string {
   return `${config.temporal.uiUrl}/namespaces/${config.temporal.namespace}/workflows/${encodeURIComponent(workflowId)}`;
 }
 
-/** A Temporal client for server.yaml's temporal section; an unreachable Temporal is a UsageError naming the key. */
+/** A Temporal client for server.yaml's temporal section; an unreachable Temporal is LLMGW_TEMPORAL_UNREACHABLE naming the key. */
 export async function temporalClient(config: ServerConfig): Promise<{ client: Client; close: () => Promise<void> }> {
-  const connection = await Connection.connect({ address: config.temporal.address, connectTimeout: 5000 }).catch((err: Error) => {
-    throw new UsageError(`cannot reach Temporal at ${config.temporal.address} (${err.message}): is it running? check temporal.address in server.yaml (--config FILE)`);
-  });
+  const connection = await connectTemporal(config.temporal.address, (address) => Connection.connect({ address, connectTimeout: 5000 }));
   return { client: new Client({ connection, namespace: config.temporal.namespace }), close: () => connection.close() };
 }
 

@@ -37,8 +37,9 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
   gateway: {
     apiKeys: [],
     refreshMs: 500,
-    timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 120_000 },
+    timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 120_000, requestMs: 60_000 },
     accessLog: false,
+    corsOrigins: [],
   },
   drain: { graceS: 600 },
   catalog: [

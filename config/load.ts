@@ -70,7 +70,22 @@ export function parseServerConfig(text: string, file: string): ServerConfig {
   const c = new Checker();
   const config = checkConfig(c, merge(DEFAULT_CONFIG, raw ?? {}, []));
   if (c.issues.length > 0) throw new ConfigError(file, c.issues.map((i) => locate(doc, lines, i)));
-  return deepFreeze(config);
+  const frozen = deepFreeze(config);
+  const given = isObj(raw) ? raw : {};
+  DEFAULTED.set(frozen, { file, sections: (Object.keys(DEFAULT_CONFIG) as (keyof ServerConfig)[]).filter((k) => given[k] === undefined) });
+  return frozen;
+}
+
+/** The top-level sections each loaded config took from the built-in defaults, and its file. */
+const DEFAULTED = new WeakMap<ServerConfig, { file: string; sections: (keyof ServerConfig)[] }>();
+
+/**
+ * Where a loaded config took `section` from the built-in defaults (no such section in its file, or no file at all):
+ * the file it was read from, or null when the file set the section (or the config was not loaded by this module).
+ */
+export function defaultedIn(config: ServerConfig, section: keyof ServerConfig): string | null {
+  const d = DEFAULTED.get(config);
+  return d?.sections.includes(section) ? d.file : null;
 }
 
 function syntaxIssue(err: YAMLError): ConfigIssue {
@@ -169,7 +184,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
   const m = c.sub(root, ['mysql'], ['url']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
-  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog']);
+  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog', 'corsOrigins']);
   const d = c.sub(root, ['drain'], ['graceS']);
   const tls = c.sub(root, ['tls'], TLS_KEYS);
   const engines = checkEngines(c, root?.engines);
@@ -197,6 +212,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       refreshMs: c.int(g, ['gateway', 'refreshMs'], 50, 60000, '500 (how stale the routing table may get)'),
       timeouts: checkTimeouts(c, g),
       accessLog: c.bool(g, ['gateway', 'accessLog']),
+      corsOrigins: c.strList(g, ['gateway', 'corsOrigins'], 'an origin such as https://app.example.net', originRule),
     },
     drain: { graceS: c.int(d, ['drain', 'graceS'], 0, MAX_GRACE_S, GRACE_EXAMPLE) },
     catalog: checkCatalog(c, root?.catalog, engines),
@@ -235,14 +251,19 @@ function checkProxmox(c: Checker, raw: unknown): ServerConfig['proxmox'] {
   };
 }
 
+/** A browser origin the gateway answers cross-origin requests from: `*`, or scheme://host[:port] and nothing more. */
+const originRule: Rule = (s) => (s === '*' || /^https?:\/\/[^/\s?#]+$/.test(s)
+  ? undefined : [`${quote(s)} is not an origin`, 'write it as a browser sends it, scheme://host[:port] with no path (e.g. https://app.example.net), or * for any']);
+
 /** The longest wait llmgw accepts for a first byte: a day, which no client waits for anyway. */
 const MAX_FIRST_BYTE_MS = 86_400_000;
 const FIRST_BYTE_EXAMPLE = '600000 (10 min: a long prefill, or a whole non-streamed answer)';
 
 function checkTimeouts(c: Checker, g: Obj | undefined): ServerConfig['gateway']['timeouts'] {
   const at = (k: string): Seg[] => ['gateway', 'timeouts', k];
-  const t = c.sub(g, ['gateway', 'timeouts'], ['connectMs', 'firstByteMs', 'idleMs']);
+  const t = c.sub(g, ['gateway', 'timeouts'], ['connectMs', 'firstByteMs', 'idleMs', 'requestMs']);
   return {
+    requestMs: c.int(t, at('requestMs'), 1000, 3_600_000, '60000 (a whole request, body included, in a minute)'),
     connectMs: c.int(t, at('connectMs'), 100, 60_000, '2000 (a replica on a reachable network connects in milliseconds)'),
     firstByteMs: c.int(t, at('firstByteMs'), 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE),
     idleMs: c.int(t, at('idleMs'), 1000, MAX_FIRST_BYTE_MS, '120000 (2 min between two chunks of an answer)'),

@@ -51,6 +51,8 @@ export interface ServerConfig {
     timeouts: GatewayTimeouts;
     /** One JSON line per request on stderr (method, path, model, replica, status, duration, bytes) */
     accessLog: boolean;
+    /** Browser origins whose cross-origin requests the gateway answers (CORS); empty: none, preflights refused */
+    corsOrigins: string[];
   };
   /** How a stopping replica (drain, scale-down, rebuild elsewhere) lets the requests in flight on it finish. */
   drain: {
@@ -70,6 +72,8 @@ export interface GatewayTimeouts {
   firstByteMs: number;
   /** between two chunks of an answer once it flows */
   idleMs: number;
+  /** for a whole request (headers and body) to arrive from the client; the answer is not bounded by it */
+  requestMs: number;
 }
 
 /** A Proxmox VE host and how llmgw's VMs are made there (docs/provisioning.md). */

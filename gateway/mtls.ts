@@ -8,8 +8,9 @@
 import type { TLSSocket } from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { openAiError } from '../lib/errors';
+import { openAiError, quoteInput } from '../lib/errors';
 import { certificateInfo } from '../lib/pki';
+import { TLS_HANDSHAKE_MS } from '../lib/connections';
 
 export type CertRole = 'node' | 'server' | 'operator';
 
@@ -34,9 +35,9 @@ export interface GateOptions {
   now?: () => Date;
 }
 
-/** Options for `https.createServer` / fastify's `https`: ask for a client certificate, judge it in the gate. */
-export function mtlsServerOptions(o: { caPem: string; certPem: string; keyPem: string }): { ca: string; cert: string; key: string; requestCert: true; rejectUnauthorized: false } {
-  return { ca: o.caPem, cert: o.certPem, key: o.keyPem, requestCert: true, rejectUnauthorized: false };
+/** Options for `https.createServer` / fastify's `https`: ask for a client certificate, judge it in the gate; a stalled handshake is cut. */
+export function mtlsServerOptions(o: { caPem: string; certPem: string; keyPem: string }): { ca: string; cert: string; key: string; requestCert: true; rejectUnauthorized: false; handshakeTimeout: number } {
+  return { ca: o.caPem, cert: o.certPem, key: o.keyPem, requestCert: true, rejectUnauthorized: false, handshakeTimeout: TLS_HANDSHAKE_MS };
 }
 
 /** Judges each connection's client certificate once, and cuts connections whose certificate gets revoked. */
@@ -119,21 +120,24 @@ declare module 'fastify' {
 /**
  * Installs the gate on every route but /health: a refused certificate gets 401 (none, unknown CA, expired,
  * not yet valid) or 403 (revoked, unrecorded, wrong role) in OpenAI's error shape, and one log line.
- * `roleFor` says which certificate role a URL needs (agent routes: node; the rest: operator).
+ * `roleFor` says which certificate role a route needs (agent routes: node; the rest: operator). It judges the
+ * route the router matched, never the raw URL: `/v1/%61gent/register` is routed as `/v1/agent/register` and must
+ * be judged so. A request no route takes needs a valid certificate of any role, and gets the 404.
  */
-export function installGate(app: FastifyInstance, gate: CertificateGate, roleFor: (url: string) => CertRole, log: GateOptions['log']): void {
+export function installGate(app: FastifyInstance, gate: CertificateGate, roleFor: (route: string) => CertRole, log: GateOptions['log']): void {
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
-    if (req.url === '/health') return;
+    const route = req.routeOptions.url;
+    if (route === '/health') return;
     const v = await gate.verify(req.raw.socket as TLSSocket);
     if (v.kind === 'refused') {
       log('certificate refused', { reason: v.why, cn: v.cn, serial: v.serial, url: req.url, detail: v.detail });
       const status = v.why === 'revoked' || v.why === 'unrecorded' ? 403 : 401;
       return reply.code(status).send(openAiError('LLMGW_CERT_REFUSED', `client certificate refused (${v.why}): ${v.detail}`));
     }
-    const need = roleFor(req.url);
+    const need = route === undefined ? v.role : roleFor(route);
     if (v.role !== need) {
-      log('certificate refused', { reason: 'wrong-role', cn: v.cn, serial: v.serial, url: req.url, role: v.role, need });
-      return reply.code(403).send(openAiError('LLMGW_CERT_REFUSED', `a ${v.role} certificate (CN ${v.cn}) may not call ${req.url}: it needs ${need === 'operator' ? 'an' : 'a'} ${need} certificate`));
+      log('certificate refused', { reason: 'wrong-role', cn: v.cn, serial: v.serial, url: req.url, route, role: v.role, need });
+      return reply.code(403).send(openAiError('LLMGW_CERT_REFUSED', `${v.role === 'operator' ? 'an' : 'a'} ${v.role} certificate (CN ${v.cn}) may not call ${route ?? quoteInput(req.url, 100)}: it needs ${need === 'operator' ? 'an' : 'a'} ${need} certificate`));
     }
     req.peer = { cn: v.cn, serial: v.serial, role: v.role, notAfter: v.notAfter };
   });

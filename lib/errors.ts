@@ -43,6 +43,16 @@ export const ERRORS = {
   LLMGW_VMID_TAKEN: { status: 409, type: 'invalid_request_error' },
   LLMGW_PROXMOX_FAILED: { status: 502, type: 'server_error' },
   LLMGW_PROVISION_FAILED: { status: 500, type: 'server_error' },
+  LLMGW_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
+  LLMGW_REQUEST_TIMEOUT: { status: 408, type: 'invalid_request_error' },
+  LLMGW_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
+  LLMGW_UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },
+  LLMGW_HEADERS_TOO_LARGE: { status: 431, type: 'invalid_request_error' },
+  LLMGW_INTERNAL: { status: 500, type: 'server_error' },
+  LLMGW_ENDPOINT_UNSUPPORTED: { status: 400, type: 'invalid_request_error' },
+  LLMGW_CORS_REFUSED: { status: 403, type: 'invalid_request_error' },
+  LLMGW_TEMPORAL_UNREACHABLE: { status: 503, type: 'server_error' },
+  LLMGW_PORT_TAKEN: { status: 409, type: 'invalid_request_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;
@@ -64,6 +74,17 @@ export class LlmgwError extends Error {
 /** True when `err` carries catalogue code `code` (works across realms). */
 export function hasCode(err: unknown, code: ErrorCode): boolean {
   return typeof err === 'object' && err !== null && (err as { code?: unknown }).code === code;
+}
+
+/**
+ * Input echoed in an error message: at most `max` characters (then `…`), quoted and escaped as a JSON string, so
+ * a 10,000-character or control-character-laden value can neither flood a message nor forge a log line.
+ */
+export function quoteInput(value: unknown, max = 64): string {
+  const text = String(value);
+  // Code points, not UTF-16 units, so a cut never splits a character; a code point is at most two units.
+  const head = Array.from(text.slice(0, max * 2 + 2));
+  return JSON.stringify(head.length > max || text.length > max * 2 + 2 ? `${head.slice(0, max).join('')}…` : text);
 }
 
 /** The OpenAI error body for a catalogue error. */

@@ -1,4 +1,5 @@
 /** Domain types shared by every process. Ids are branded and made only by the parse functions. */
+import { quoteInput } from './errors';
 
 export type NodeId = string & { readonly __brand: 'NodeId' };
 export type ReplicaId = string & { readonly __brand: 'ReplicaId' };
@@ -10,7 +11,7 @@ const NODE_ID_RE = /^[a-z][a-z0-9-]{0,30}[a-z0-9]$/;
 export function parseNodeId(raw: string): NodeId {
   if (!NODE_ID_RE.test(raw)) {
     throw new Error(
-      `invalid node id "${raw}": use 2-32 characters of a-z, 0-9 and '-', starting with a letter and not ending in '-' (it is also the hostname and certificate CN)`,
+      `invalid node id ${quoteInput(raw)}: use 2-32 characters of a-z, 0-9 and '-', starting with a letter and not ending in '-' (it is also the hostname and certificate CN)`,
     );
   }
   return raw as NodeId;

@@ -8,6 +8,7 @@ import { createOffboardActivities } from '../activities/ca/offboard';
 import { createOnboardActivities } from '../activities/ca/onboard';
 import type { ServerConfig } from '../config/types';
 import { QUEUES } from '../lib/names';
+import { connectTemporal } from '../lib/temporal-connect';
 import { openDatabase } from '../lib/store/db';
 import { HostKeyStore } from '../lib/store/host-keys';
 import { Store } from '../lib/store/store';
@@ -45,7 +46,7 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
   }
   log('crl published', { number: last.number, revoked: last.revoked, nextUpdate: last.nextUpdate, refreshAt: last.refreshAt });
 
-  const connection = await NativeConnection.connect({ address: opts.config.temporal.address });
+  const connection = await connectTemporal(opts.config.temporal.address, (address) => NativeConnection.connect({ address }));
   const worker = await Worker.create({
     connection,
     namespace: opts.config.temporal.namespace,

@@ -8,6 +8,7 @@ import { createProxmoxActivities } from '../activities/proxmox';
 import type { ServerConfig } from '../config/types';
 import { LlmgwError } from '../lib/errors';
 import { QUEUES } from '../lib/names';
+import { connectTemporal } from '../lib/temporal-connect';
 import { Proxmox, proxmoxConnection } from '../lib/proxmox/client';
 
 export interface ProxmoxWorkerOptions {
@@ -39,7 +40,7 @@ export async function startProxmoxWorker(opts: ProxmoxWorkerOptions): Promise<Pr
     throw err;
   }
   log('proxmox reachable', { url: cfg.url, version, node: cfg.node });
-  const connection = await NativeConnection.connect({ address: opts.config.temporal.address });
+  const connection = await connectTemporal(opts.config.temporal.address, (address) => NativeConnection.connect({ address }));
   const worker = await Worker.create({
     connection,
     namespace: opts.config.temporal.namespace,

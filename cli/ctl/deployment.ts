@@ -1,4 +1,5 @@
 /** What `ctl deploy` and `ctl scale` share: start or join `model/<m>`, apply a count, follow until it serves. */
+import { WorkflowUpdateFailedError } from '@temporalio/client';
 import type { ServerConfig } from '../../config/types';
 import { startModelDeployment } from '../../lib/workflow-starts';
 import { workflowIds } from '../../lib/names';
@@ -7,22 +8,23 @@ import { scaleUpdate } from '../../workflows/contracts/model';
 import { UsageError } from '../args';
 import type { ControlApi } from '../control-api';
 import { temporalClient, workflowLink } from '../temporal';
-import { getJson } from './verb';
+import { catalogModel, getJson } from './verb';
 import { formatFetch, weightsFetches } from './views/weights';
 
 /** Starts or joins `model/<m>`, applies a scale, and follows the replicas until they all serve. */
 export async function deployModel(config: ServerConfig, api: ControlApi, o: { model: string; replicas: number | undefined; wait: boolean; timeoutS: number; out: (s: string) => void }): Promise<void> {
-  const { models } = await getJson<{ models: { name: string }[] }>(api, `${api.server}/v1/models`);
-  if (!models.some((m) => m.name === o.model)) {
-    throw new UsageError(`model "${o.model}" is not in the catalog (known: ${models.map((m) => m.name).join(', ') || 'none'}): add it to server.yaml's catalog and restart the control plane`);
-  }
+  await catalogModel(api, o.model);
   const { client, close } = await temporalClient(config);
   try {
     const workflowId = workflowIds.model(o.model);
     const handle = await startModelDeployment(client, o.model);
     o.out(`workflow ${workflowId}\n  ${workflowLink(config, workflowId)}\n`);
     if (o.replicas !== undefined) {
-      await handle.executeUpdate(scaleUpdate, { args: [o.replicas] });
+      // A refused update carries the validator's own words ("from 0 to 64"), not just "Workflow Update failed".
+      await handle.executeUpdate(scaleUpdate, { args: [o.replicas] }).catch((err: unknown) => {
+        if (err instanceof WorkflowUpdateFailedError) throw new UsageError(`${workflowId} refused the scale: ${err.cause?.message ?? err.message}`);
+        throw err;
+      });
       o.out(`desired replicas: ${o.replicas}\n`);
     }
     if (!o.wait) return;

@@ -10,7 +10,7 @@ import {
 import { intOption } from '../args';
 import { postControl, type ControlApi } from '../control-api';
 import { temporalClient, workflowLink } from '../temporal';
-import { nodeArg, type CtlVerb } from './verb';
+import { getJson, nodeArg, type CtlVerb } from './verb';
 import { END_DRAIN_TIMEOUT_MS, endedDrainText, stillCordoned } from './views/drain';
 
 /**
@@ -65,6 +65,8 @@ export const drainVerb: CtlVerb = {
     const nodeId = checkNodeId(nodeArg(ctx));
     const { values, config, out } = ctx;
     if (values.cancel) return cancelDrain(ctx.api, nodeId, out);
+    // As cordon does: an unknown node is refused before a workflow starts (the control plane's 404 says so).
+    await getJson(ctx.api, `${ctx.api.server}/v1/nodes/${nodeId}`);
     const timeoutS = values.timeout === undefined ? null : intOption(values.timeout, '--timeout', 1);
     const { client, close } = await temporalClient(config);
     try {

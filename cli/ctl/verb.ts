@@ -1,7 +1,8 @@
 /** What every `llmgw ctl` verb is given and what it exports: its help lines and its run function. */
 import type { ServerConfig } from '../../config/types';
+import { quoteInput } from '../../lib/errors';
 import { UsageError } from '../args';
-import type { ControlApi } from '../control-api';
+import { callControl, type ControlApi } from '../control-api';
 
 /** The options `llmgw ctl` parses for every verb (parseArgs' shape). */
 export const CTL_OPTIONS = {
@@ -45,17 +46,17 @@ export interface CtlVerb {
   raw?: (argv: string[], out: (s: string) => void) => Promise<void>;
 }
 
-/** GETs a control plane read route; an unreachable control plane says so and names --server. */
-export async function getJson<T>(api: ControlApi, url: string): Promise<T> {
-  let res: Response;
-  try {
-    res = await api.fetch(url, { signal: AbortSignal.timeout(10_000) });
-  } catch (err) {
-    if (err instanceof UsageError) throw err; // e.g. the operator certificate is missing
-    throw new UsageError(`cannot reach the control plane at ${new URL(url).origin} (${(err as Error).message}): is it running? pass --server URL`);
+/** GETs a control plane read route (`${api.server}/v1/…`); refusals and an unreachable control plane as callControl says them. */
+export function getJson<T>(api: ControlApi, url: string): Promise<T> {
+  return callControl<T>(api, url.startsWith(api.server) ? url.slice(api.server.length) : url);
+}
+
+/** Refuses (a UsageError naming the known ones) a model the catalog does not have. */
+export async function catalogModel(api: ControlApi, model: string): Promise<void> {
+  const { models } = await getJson<{ models: { name: string }[] }>(api, `${api.server}/v1/models`);
+  if (!models.some((m) => m.name === model)) {
+    throw new UsageError(`model ${quoteInput(model)} is not in the catalog (known: ${models.map((m) => m.name).join(', ') || 'none'}): add it to server.yaml's catalog and restart the control plane`);
   }
-  if (!res.ok) throw new Error(`${url}: HTTP ${res.status} ${await res.text()}`);
-  return (await res.json()) as T;
 }
 
 /** The node a verb names first; missing, the error shows how it is given. */

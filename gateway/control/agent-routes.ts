@@ -4,46 +4,26 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { type LlmgwError, openAiError } from '../../lib/errors';
-import { DOCTOR_STATUSES } from '../../lib/types';
-import type { NodeTemporal, Registration, RegisterRequest, RenewRequest } from './contract';
-import { answerValidationErrors, errorSchema, identify } from './identity';
+import { answerErrors } from '../errors';
+import type { HeartbeatAnswer, NodeTemporal, Registration, RegisterRequest, RenewRequest } from './contract';
+import { errorSchema, identify } from './identity';
 import type { ControlAppOptions } from './routes';
-
-const inventorySchema = {
-  type: 'object',
-  required: ['gpus', 'adapters', 'fabrics', 'cpuFlags', 'engines', 'host'],
-  properties: {
-    gpus: { type: 'array' }, adapters: { type: 'array' }, fabrics: { type: 'object' },
-    cpuFlags: { type: 'array', items: { type: 'string' } }, engines: { type: 'array', items: { type: 'string' } },
-    host: { type: 'string', minLength: 1 },
-    // fabric name -> the subnet manager its ports see (placement splits one name over two SM GUIDs)
-    fabricIdentity: {
-      type: 'object',
-      additionalProperties: {
-        type: 'object', required: ['smGuid', 'strength'],
-        properties: {
-          smGuid: { type: ['string', 'null'], pattern: '^0x[0-9a-f]{16}$' }, strength: { enum: ['sm-guid', 'declared-only'] },
-          smLid: { type: ['string', 'null'] }, note: { type: 'string' },
-        },
-      },
-    },
-    // the agent's doctor results at start (the node list's CHECKS column)
-    doctor: {
-      type: 'array',
-      items: { type: 'object', required: ['id', 'status', 'summary', 'fix'], properties: { id: { type: 'string', minLength: 1 }, status: { enum: DOCTOR_STATUSES }, summary: { type: 'string' }, fix: { type: 'string' } } },
-    },
-  },
-} as const;
+import { inventorySchema, nodeIdSchema } from './schemas';
 
 /** Registers the agent routes on `app`. */
 export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
   const { store } = opts;
-  answerValidationErrors(app);
   const log = opts.log ?? ((): void => undefined);
+  answerErrors(app, log);
+  // Where this control plane's door is, for the name the agent reached it by (a registration's and a heartbeat's answer).
+  const nodeTemporal = (hostname: string): NodeTemporal => {
+    const { address, namespace, mtls } = opts.temporal;
+    return { address: typeof address === 'string' ? address : address(hostname), namespace, mtls: mtls ?? false };
+  };
 
   app.post<{ Body: RegisterRequest }>('/v1/agent/register', {
     schema: {
-      body: { type: 'object', required: ['nodeId', 'inventory'], properties: { nodeId: { type: 'string' }, inventory: inventorySchema, afterCrash: { type: 'boolean' } } },
+      body: { type: 'object', additionalProperties: false, required: ['nodeId', 'inventory'], properties: { nodeId: nodeIdSchema, inventory: inventorySchema, afterCrash: { type: 'boolean' } } },
       response: { 400: errorSchema, 403: errorSchema },
     },
   }, async (req, reply) => {
@@ -57,27 +37,26 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
     opts.onNodesChanged?.(id);
     opts.onRegistered?.(id);
     if (before && req.body.afterCrash) opts.onAgentCrashed?.(id);
-    const { address, namespace, mtls } = opts.temporal;
-    const temporal: NodeTemporal = { address: typeof address === 'string' ? address : address(req.hostname), namespace, mtls: mtls ?? false };
-    const registration: Registration = { nodeId: id, temporal, heartbeatMs: opts.heartbeatMs };
+    const registration: Registration = { nodeId: id, temporal: nodeTemporal(req.hostname), heartbeatMs: opts.heartbeatMs };
     return registration;
   });
 
   app.post<{ Body: { nodeId: string } }>('/v1/agent/heartbeat', {
-    schema: { body: { type: 'object', required: ['nodeId'], properties: { nodeId: { type: 'string' } } } },
+    schema: { body: { type: 'object', additionalProperties: false, required: ['nodeId'], properties: { nodeId: nodeIdSchema } }, response: { 400: errorSchema, 403: errorSchema, 404: errorSchema } },
   }, async (req, reply) => {
     const id = identify(req, reply, req.body.nodeId, log);
     if (!id) return reply;
     const before = await store.heartbeat(id);
     if (before === null) return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: register first`));
     if (before === 'down') opts.onNodesChanged?.(id);
-    return { ok: true };
+    const answer: HeartbeatAnswer = { ok: true, temporal: nodeTemporal(req.hostname) };
+    return answer;
   });
 
   // What an agent asks at start: the shards placed on it, so it stops the engines no shard wants any more.
   app.get<{ Querystring: { node: string } }>('/v1/agent/shards', {
     schema: {
-      querystring: { type: 'object', required: ['node'], properties: { node: { type: 'string' } } },
+      querystring: { type: 'object', additionalProperties: false, required: ['node'], properties: { node: nodeIdSchema } },
       response: {
         200: {
           type: 'object', required: ['shards'],
@@ -97,7 +76,7 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
   const { renew } = opts;
   if (renew) {
     app.post<{ Body: RenewRequest }>('/v1/agent/renew', {
-      schema: { body: { type: 'object', required: ['nodeId', 'csr'], properties: { nodeId: { type: 'string' }, csr: { type: 'string' } } }, response: { 400: errorSchema, 403: errorSchema, 503: errorSchema } },
+      schema: { body: { type: 'object', additionalProperties: false, required: ['nodeId', 'csr'], properties: { nodeId: nodeIdSchema, csr: { type: 'string', maxLength: 16_384 } } }, response: { 400: errorSchema, 403: errorSchema, 503: errorSchema } },
     }, async (req, reply) => {
       const id = identify(req, reply, req.body.nodeId, log);
       if (!id) return reply;

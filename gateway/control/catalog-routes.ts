@@ -7,7 +7,8 @@ import type { FastifyInstance } from 'fastify';
 import { parseServerConfig } from '../../config/load';
 import { hasCode, openAiError } from '../../lib/errors';
 import type { CatalogApplyAnswer, CatalogApplyRequest } from './contract';
-import { answerValidationErrors, errorSchema } from './identity';
+import { answerErrors } from '../errors';
+import { errorSchema } from './identity';
 import type { ControlAppOptions } from './routes';
 
 const bodySchema = {
@@ -24,7 +25,7 @@ const bodySchema = {
 export async function catalogRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
   const { applyCatalog } = opts;
   if (!applyCatalog) return;
-  answerValidationErrors(app);
+  answerErrors(app, opts.log ?? ((): void => undefined));
   app.post<{ Body: CatalogApplyRequest }>('/v1/catalog/apply', { schema: { body: bodySchema, response: { 400: errorSchema } } }, async (req, reply): Promise<CatalogApplyAnswer | undefined> => {
     let catalog;
     try {

@@ -29,6 +29,15 @@ export interface Registration {
   heartbeatMs: number;
 }
 
+/**
+ * POST /v1/agent/heartbeat's answer. `temporal` names the door of the control plane that answered, as a
+ * registration there would: an agent that failed over to another control plane moves its node worker there.
+ */
+export interface HeartbeatAnswer {
+  ok: true;
+  temporal: NodeTemporal;
+}
+
 /** GET /v1/agent/shards's answer: the shards placed on the asking node. */
 export interface AgentShards {
   shards: AssignedShard[];
@@ -101,6 +110,14 @@ export interface EndedDrain {
 export interface DrainCancelAnswer {
   nodeId: string;
   drain: EndedDrain | null;
+}
+
+/** POST /v1/nodes/:id/revoke's answer: the reason as recorded, cut to what the store holds when it was longer. */
+export interface RevokeAnswer {
+  nodeId: string;
+  revoked: number;
+  reason: string;
+  reasonCut: boolean;
 }
 
 /** POST /v1/nodes/:id/cordon and /uncordon's answer; an uncordon first ends a running drain of the node. */

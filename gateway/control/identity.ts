@@ -2,7 +2,7 @@
  * Who is asking, for the control API's routes: a node only by its verified certificate's CN, and one error
  * shape for refusals and for bodies a schema refused.
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyReply, FastifyRequest } from 'fastify';
 import { LlmgwError, openAiError, type ErrorCode } from '../../lib/errors';
 import { parseNodeId, type NodeId } from '../../lib/types';
 
@@ -42,15 +42,4 @@ export function identify(req: FastifyRequest, reply: FastifyReply, claimed: stri
     void reply.code(e.status ?? 400).send(openAiError(code, e.message));
     return null;
   }
-}
-
-/**
- * A body the schema refuses gets the error shape every route answers with, naming the field (fastify's own
- * `error: "Bad Request"` string does not fit errorSchema and would be serialised as an object of characters).
- */
-export function answerValidationErrors(app: FastifyInstance): void {
-  app.setErrorHandler((err: Error & { validation?: unknown }, _req, reply) => {
-    if (!err.validation) throw err;
-    return reply.code(400).send(openAiError('LLMGW_BAD_REQUEST', err.message));
-  });
 }

@@ -5,9 +5,15 @@
  */
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Store } from '../../lib/store/store';
+import { closeDeadline } from '../close';
+import { answerErrors, answerUnknownRoutes, clientErrorHandler } from '../errors';
 import { controlRoutes, type ControlAppOptions } from './routes';
 import { CertificateGate, installGate, mtlsServerOptions, type CertRole } from '../mtls';
+import { CONTROL_AJV } from './schemas';
 import { weightsRoutes } from './weights-routes';
+
+/** How long a whole request (headers and body) may take to arrive, ms: an agent's report is a few KB. */
+const REQUEST_MS = 60_000;
 
 export interface ControlServerOptions extends Omit<ControlAppOptions, 'log' | 'revoke'> {
   store: Store;
@@ -20,9 +26,9 @@ export interface ControlServerOptions extends Omit<ControlAppOptions, 'log' | 'r
   logger?: boolean;
 }
 
-/** Which certificate role a URL needs. */
-export function roleForUrl(url: string): CertRole {
-  return url.startsWith('/v1/agent/') ? 'node' : 'operator';
+/** Which certificate role a route needs, by its routed path (the pattern the router matched, decoded). */
+export function roleForUrl(route: string): CertRole {
+  return route.startsWith('/v1/agent/') ? 'node' : 'operator';
 }
 
 /** Builds (does not listen) the HTTPS control plane app and starts its certificate gate. */
@@ -41,10 +47,25 @@ export async function buildControlServer(o: ControlServerOptions): Promise<{ app
     refreshMs: o.refreshMs,
   });
   await gate.start();
-  // forceCloseConnections: close() must not wait for agents' idle keep-alive connections.
-  const app = Fastify({ logger: o.logger ?? false, https: mtlsServerOptions(o.tls), forceCloseConnections: true });
+  const app = Fastify({
+    logger: o.logger ?? false,
+    https: { ...mtlsServerOptions(o.tls), connectionsCheckingInterval: 1000 },
+    // close() must not wait for agents' keep-alive connections, nor (closeDeadline) for stalled handshakes.
+    forceCloseConnections: true,
+    // A body that stops coming is answered 408 and closed (Node checks once per connectionsCheckingInterval).
+    requestTimeout: REQUEST_MS,
+    clientErrorHandler,
+    ajv: CONTROL_AJV,
+  });
+  // No grace: forceCloseConnections cuts every HTTP connection at close already, so what is left then is TLS
+  // handshakes that have sent no request (stalled ones would hold close() for as long as they stall).
+  closeDeadline(app, 0);
+  // JSON only (fastify's own parser, which refuses __proto__ keys): any other body is 415.
+  app.removeContentTypeParser('text/plain');
   app.addHook('onClose', async () => gate.stop());
+  answerErrors(app, log);
   installGate(app, gate, roleForUrl, log);
+  answerUnknownRoutes(app, 'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights (operator certificates), /health');
   const revokeInTable = (nodeId: string, reason: string): Promise<number> => store.revokeCertificates(nodeId, reason);
   await app.register(controlRoutes, {
     ...o,

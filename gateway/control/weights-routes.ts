@@ -8,29 +8,30 @@ import { openAiError } from '../../lib/errors';
 import type { Store } from '../../lib/store/store';
 import { WeightsStore, type WeightCopyReport } from '../../lib/store/weights';
 import type { CertificateStatus, WeightsPeer } from './contract';
-import { answerValidationErrors, errorSchema, identify, type ControlLog } from './identity';
+import { answerErrors } from '../errors';
+import { errorSchema, identify, type ControlLog } from './identity';
+import { nodeIdSchema } from './schemas';
 
 const KEY = '^(sha256-[0-9a-f]{64}|url-[0-9a-f]{32})$';
 const fileSchema = {
-  type: 'object', required: ['key', 'url', 'size', 'sha256', 'verified', 'storedAt'],
+  type: 'object', additionalProperties: false, required: ['key', 'url', 'size', 'sha256', 'verified', 'storedAt'],
   properties: {
     key: { type: 'string', pattern: KEY }, url: { type: 'string', minLength: 1, maxLength: 2048 }, size: { type: 'integer', minimum: 0 },
-    sha256: { type: 'string', pattern: '^[0-9a-f]{64}$' }, verified: { type: 'boolean' }, storedAt: { type: 'string' },
+    sha256: { type: 'string', pattern: '^[0-9a-f]{64}$' }, verified: { type: 'boolean' }, storedAt: { type: 'string', maxLength: 64 },
   },
 } as const;
 
 /** Registers the weights routes on `app` (a plugin of the control server, behind its mTLS gate). */
 export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; log?: ControlLog }): Promise<void> {
   const weights = new WeightsStore(opts.store.pool);
-  answerValidationErrors(app);
   const log = opts.log ?? ((): void => undefined);
-
+  answerErrors(app, log);
 
   app.post<{ Body: { nodeId: string; endpoint: string; files: WeightCopyReport[]; replace: boolean } }>('/v1/agent/weights', {
     schema: {
       body: {
-        type: 'object', required: ['nodeId', 'endpoint', 'files', 'replace'],
-        properties: { nodeId: { type: 'string' }, endpoint: { type: 'string', pattern: '^https://' }, files: { type: 'array', items: fileSchema }, replace: { type: 'boolean' } },
+        type: 'object', additionalProperties: false, required: ['nodeId', 'endpoint', 'files', 'replace'],
+        properties: { nodeId: nodeIdSchema, endpoint: { type: 'string', pattern: '^https://', maxLength: 256 }, files: { type: 'array', maxItems: 4096, items: fileSchema }, replace: { type: 'boolean' } },
       },
       response: { 400: errorSchema, 403: errorSchema },
     },
@@ -43,7 +44,7 @@ export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; 
 
   app.get<{ Querystring: { node: string; key: string } }>('/v1/agent/weights/peers', {
     schema: {
-      querystring: { type: 'object', required: ['node', 'key'], properties: { node: { type: 'string' }, key: { type: 'string', pattern: KEY } } },
+      querystring: { type: 'object', additionalProperties: false, required: ['node', 'key'], properties: { node: nodeIdSchema, key: { type: 'string', pattern: KEY } } },
       response: { 400: errorSchema, 403: errorSchema },
     },
   }, async (req, reply) => {
@@ -55,7 +56,7 @@ export async function weightsRoutes(app: FastifyInstance, opts: { store: Store; 
 
   // A node's weights endpoint has no MySQL: it asks here whether a client certificate is recorded, unrevoked and valid.
   app.get<{ Querystring: { serial: string } }>('/v1/agent/certificate-status', {
-    schema: { querystring: { type: 'object', required: ['serial'], properties: { serial: { type: 'string', pattern: '^[0-9a-fA-F]{1,64}$' } } } },
+    schema: { querystring: { type: 'object', additionalProperties: false, required: ['serial'], properties: { serial: { type: 'string', pattern: '^[0-9a-fA-F]{1,64}$' } } } },
   }, async (req, reply) => {
     if (req.peer?.role !== 'node') return reply.code(403).send(openAiError('LLMGW_CERT_REFUSED', 'only a node may ask'));
     const c = await opts.store.certificateBySerial(req.query.serial.toLowerCase());

@@ -9,7 +9,8 @@
 import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
 import { connect, type AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import type { CertificateGate, PeerVerdict } from '../mtls';
+import { trackConnections } from '../../lib/connections';
+import { mtlsServerOptions, type CertificateGate, type PeerVerdict } from '../mtls';
 import { answerToken, grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCallVerdict } from './policy';
 import { encodeGrpcMessage, GRPC, messageBytes, parseFrames } from './grpc-frames';
 import { TaskTokenMemory } from './task-tokens';
@@ -256,7 +257,9 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     forward(stream, headers, body, cn, judged.after);
   };
 
-  const server = http2.createSecureServer({ key: o.tls.keyPem, cert: o.tls.certPem, ca: o.tls.caPem, requestCert: true, rejectUnauthorized: false, allowHTTP1: false });
+  const server = http2.createSecureServer({ ...mtlsServerOptions(o.tls), allowHTTP1: false });
+  // Every TCP connection from its first byte: close() drops what is left after its grace, stalled handshakes included.
+  const connections = trackConnections(server);
   // Before http2's own listener: every stream of the connection then finds the verdict on its socket.
   server.prependListener('secureConnection', (socket: Judged) => {
     socket.setNoDelay(true);
@@ -286,10 +289,13 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     stats: () => ({ ...counts }),
     lastCall: (nodeId) => lastCalls.get(nodeId),
     async close(): Promise<void> {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const s of sessions) s.destroy();
-      upstreamSession?.destroy();
-      await closed;
+      // No grace: every session is destroyed now; what is left is handshakes, which have sent no call.
+      await connections.closeWithin(0, async () => {
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        for (const s of sessions) s.destroy();
+        upstreamSession?.destroy();
+        await closed;
+      });
     },
   };
 }

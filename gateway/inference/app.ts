@@ -3,9 +3,12 @@ import { Agent, type IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { GatewayTimeouts } from '../../config/types';
-import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
+import { ERRORS, openAiError, quoteInput, type ErrorCode } from '../../lib/errors';
+import { answerErrors, answerUnknownRoutes } from '../errors';
+import { corsHeaders, preflight } from './cors';
 import { accessLine, silentLog, type AccessNote, type GatewayLog } from './log';
 import { proxyRequest, type ProxyDeps } from './proxy';
+import { checkRequest, PROXIED } from './request-check';
 import type { RoutingTable } from './routing';
 
 /** Options of the gateway plugin. */
@@ -23,20 +26,15 @@ export interface GatewayAppOptions {
   timeouts?: GatewayTimeouts;
   /** One `request` line per request through `log`. */
   accessLog?: boolean;
-}
-
-/** The request body as the client sent it, and the JSON parsed once to read `model`. */
-interface RawJson {
-  raw: Buffer;
-  value?: unknown;
-  error?: string;
+  /** Browser origins answered cross-origin (CORS); default none: preflights refused. */
+  corsOrigins?: string[];
 }
 
 const errorSchema = {
   type: 'object',
   properties: { error: { type: 'object', properties: { message: { type: 'string' }, type: { type: 'string' }, code: { type: 'string' } } } },
 } as const;
-const errorResponses = { 400: errorSchema, 401: errorSchema, 404: errorSchema, 502: errorSchema, 503: errorSchema, 504: errorSchema } as const;
+const errorResponses = { 400: errorSchema, 401: errorSchema, 404: errorSchema, 413: errorSchema, 415: errorSchema, 502: errorSchema, 503: errorSchema, 504: errorSchema } as const;
 const modelsSchema = {
   type: 'object',
   properties: {
@@ -44,8 +42,6 @@ const modelsSchema = {
     data: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, object: { type: 'string' }, created: { type: 'integer' }, owned_by: { type: 'string' } } } },
   },
 } as const;
-
-const PROXIED = ['/v1/chat/completions', '/v1/completions', '/v1/embeddings'] as const;
 
 const sendError = (reply: FastifyReply, code: ErrorCode, message: string): FastifyReply =>
   reply.code(ERRORS[code].status).send(openAiError(code, message));
@@ -67,30 +63,23 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     const notes = opts.accessLog ? new WeakMap<IncomingMessage, AccessNote>() : null;
     const created = Math.floor(Date.now() / 1000);
 
-    app.setErrorHandler((err: Error & { statusCode?: number }, req, reply) => {
-      const status = err.statusCode ?? 500;
-      if (status >= 500) log('gateway error', { level: 'error', reqId: req.id, error: err.message });
-      return reply.code(status).send({ error: { message: err.message, type: status < 500 ? 'invalid_request_error' : 'server_error', code: status < 500 ? 'LLMGW_BAD_REQUEST' : 'LLMGW_UPSTREAM_FAILED' } });
-    });
+    answerErrors(app, log);
+    answerUnknownRoutes(app, 'GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings');
+    const origins = new Set(opts.corsOrigins ?? []);
 
-    // Keep the raw bytes to forward untouched; parse once here only to learn the model. Never fail in the
-    // parser, so a malformed body gets the OpenAI error shape from the route instead of fastify's.
+    // Keep the raw bytes to forward untouched; the route scans them for the model (request-check.ts), never
+    // building the tree. JSON only: any other content type is refused (415), so a browser page cannot post a
+    // "simple" cross-origin request (text/plain, a form) that skips the CORS preflight.
     app.removeAllContentTypeParsers();
-    app.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: opts.bodyLimit ?? 32 * 1024 * 1024 }, (_req, raw, done) => {
-      const buf = raw as Buffer;
-      try {
-        done(null, { raw: buf, value: JSON.parse(buf.toString('utf8')) } satisfies RawJson);
-      } catch (err) {
-        done(null, { raw: buf, error: buf.length === 0 ? 'the request body is empty' : `the request body is not valid JSON: ${(err as Error).message}` } satisfies RawJson);
-      }
-    });
+    app.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit: opts.bodyLimit ?? 32 * 1024 * 1024 }, (_req, raw, done) => done(null, raw));
 
     // One hook for every request, and a callback one: cheaper per request than an async hook.
     app.addHook('onRequest', (req: FastifyRequest, reply: FastifyReply, done: () => void) => {
       reply.raw.setHeader('x-request-id', req.id);
+      if (req.headers.origin !== undefined) corsHeaders(origins, req.headers.origin, reply.raw);
       if (notes) notes.set(req.raw, accessLine(log, req.id, req.raw, reply.raw));
       const h = req.headers.authorization;
-      if (authorized.size > 0 && req.url !== '/health' && (!h || !authorized.has(h))) {
+      if (authorized.size > 0 && req.url !== '/health' && req.method !== 'OPTIONS' && (!h || !authorized.has(h))) {
         return void sendError(reply, 'LLMGW_UNAUTHORIZED', h ? 'invalid API key' : 'missing API key: send "Authorization: Bearer <key>"');
       }
       done();
@@ -111,29 +100,32 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       data: routing.models().map((id) => ({ id, object: 'model', created, owned_by: 'llmgw' })),
     }));
 
+    // A browser's CORS preflight: answered for the origins in gateway.corsOrigins, refused for the others.
+    app.options('*', async (req: FastifyRequest, reply: FastifyReply) => preflight(origins, req, reply));
+
     for (const path of PROXIED) {
       app.post(path, { schema: { response: errorResponses } }, async (req: FastifyRequest, reply: FastifyReply) => {
-        const body = req.body as RawJson | undefined;
-        if (!body) return sendError(reply, 'LLMGW_BAD_REQUEST', 'the request body must be a JSON object with a "model" field');
-        if (body.error) return sendError(reply, 'LLMGW_BAD_REQUEST', body.error);
-        const v = body.value;
-        if (typeof v !== 'object' || v === null || Array.isArray(v)) return sendError(reply, 'LLMGW_BAD_REQUEST', 'the request body must be a JSON object');
-        const model = (v as { model?: unknown }).model;
-        if (typeof model !== 'string' || model === '') return sendError(reply, 'LLMGW_BAD_REQUEST', 'the request body needs a string "model" field');
+        const body = (req.body as Buffer | undefined) ?? Buffer.alloc(0);
+        const checked = checkRequest(path, body);
+        if (checked.kind === 'error') return sendError(reply, 'LLMGW_BAD_REQUEST', checked.message);
+        const { model } = checked;
         const note = notes?.get(req.raw);
         if (note) note.model = model;
+        // An engine that cannot embed answers 404 or 501 in its own words; the gateway knows it from the catalog.
+        const refusal = path === '/v1/embeddings' ? routing.embeddingRefusal(model) : null;
+        if (refusal) return sendError(reply, 'LLMGW_ENDPOINT_UNSUPPORTED', `model ${quoteInput(model)} cannot serve /v1/embeddings: ${refusal}`);
         const picked = routing.pick(model);
         switch (picked.kind) {
           case 'unknown-model': {
             const known = routing.models();
-            return sendError(reply, 'LLMGW_UNKNOWN_MODEL', `model "${model}" does not exist; available models: ${known.length ? known.join(', ') : 'none'}`);
+            return sendError(reply, 'LLMGW_UNKNOWN_MODEL', `model ${quoteInput(model)} does not exist; available models: ${known.length ? known.join(', ') : 'none'}`);
           }
           case 'none-ready':
             return sendError(reply, 'LLMGW_NO_READY_REPLICA', picked.reason);
           case 'ok':
             reply.hijack();
             proxyRequest(deps, {
-              model, path, body: body.raw, first: picked.replica, firstByteMs: picked.firstByteMs ?? timeouts.firstByteMs, reqId: req.id, req: req.raw, res: reply.raw, note,
+              model, path, body, first: picked.replica, firstByteMs: picked.firstByteMs ?? timeouts.firstByteMs, reqId: req.id, req: req.raw, res: reply.raw, note,
             });
             return reply;
           default: {

@@ -34,6 +34,47 @@ export interface ProxyCall {
 // x-request-id is the gateway's own (set for every response before the route runs).
 const PASS_HEADERS = ['content-type', 'content-length', 'cache-control'] as const;
 
+/** The response headers passed on to the client. */
+function passHeaders(upRes: IncomingMessage): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const h of PASS_HEADERS) {
+    const v = upRes.headers[h];
+    if (v !== undefined) out[h] = v;
+  }
+  return out;
+}
+
+/** Largest error answer read to tell a malformed request from a failing engine, bytes. */
+const MAX_ERROR_ANSWER = 64 * 1024;
+
+/** Reads an engine's error answer whole, or null when it is larger than an error message (or the connection failed). */
+function readErrorAnswer(upRes: IncomingMessage): Promise<Buffer | null> {
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    upRes.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size <= MAX_ERROR_ANSWER) chunks.push(c);
+    });
+    upRes.once('end', () => resolve(size <= MAX_ERROR_ANSWER ? Buffer.concat(chunks) : null));
+    upRes.once('close', () => resolve(null));
+  });
+}
+
+/**
+ * The engine's message when its 500 says the request was malformed (llama.cpp answers a `tools` or `messages` it
+ * cannot read with 500 "Failed to parse tools: …", and a JSON type error with its `[json.exception…]` text), else
+ * null: a 500 that is the engine's own failure.
+ */
+export function engineRefusal(answer: Buffer): string | null {
+  try {
+    const message = (JSON.parse(answer.toString('utf8')) as { error?: { message?: unknown } }).error?.message;
+    return typeof message === 'string' && /^Failed to parse |\[json\.exception\./.test(message) ? message : null;
+  } catch {
+    return null;
+  }
+}
+
 // The replica is not there: only these eject it. An HTTP error, a reset or a client that left never do.
 const CONNECT_ERRORS = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN']);
 
@@ -133,20 +174,25 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       phase = 'answer';
       routing.healthy(replica.id);
       const status = upRes.statusCode ?? 502;
-      if (status >= 500 && !clientGone) {
-        const other = routing.pick(model, new Set([...tried, replica.id]));
-        if (other.kind === 'ok') {
-          upRes.resume();
-          upRes.once('close', release);
-          return next(replica, `${replica.id} answered ${status}`, 'LLMGW_UPSTREAM_FAILED', other);
-        }
+      if (status >= 500 && !clientGone && !String(upRes.headers['content-type']).startsWith('text/event-stream')) {
+        upRes.once('close', release);
+        // Read the (small) error answer first: an engine that refused the request as malformed says so in a 500
+        // (llama.cpp does), and that is the client's error — answered 400, never tried on another replica.
+        return void readErrorAnswer(upRes).then((answer) => {
+          if (clientGone) return;
+          const refused = answer && engineRefusal(answer);
+          if (refused) {
+            log('the engine refused the request as malformed', { level: 'warn', reqId, model, replica: replica.id, status, error: refused });
+            return fail('LLMGW_BAD_REQUEST', `the engine refused the request: ${refused}`);
+          }
+          const other = routing.pick(model, new Set([...tried, replica.id]));
+          if (other.kind === 'ok' || !answer) return next(replica, `${replica.id} answered ${status}`, 'LLMGW_UPSTREAM_FAILED', other.kind === 'ok' ? other : undefined);
+          res.writeHead(status, { ...passHeaders(upRes), 'content-length': answer.length });
+          if (note) note.bytes = answer.length;
+          res.end(answer);
+        });
       }
-      const out: Record<string, string | string[]> = {};
-      for (const h of PASS_HEADERS) {
-        const v = upRes.headers[h];
-        if (v !== undefined) out[h] = v;
-      }
-      res.writeHead(status, out);
+      res.writeHead(status, passHeaders(upRes));
       const stream = String(upRes.headers['content-type']).startsWith('text/event-stream') ? new SseTail() : undefined;
       if (stream) {
         // Streams start with headers only; pass them on so the client sees 200 before the first token. The prefill

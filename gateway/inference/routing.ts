@@ -39,6 +39,8 @@ interface ModelRoutes {
   /** Round-robin cursor among equally loaded replicas. */
   next: number;
   firstByteMs?: number;
+  /** Why no profile of the model serves /v1/embeddings, when none does */
+  noEmbeddings?: string;
 }
 
 /** `http://host:port` → a routable replica, or null when the endpoint is not a plain http URL. */
@@ -106,7 +108,7 @@ export class RoutingTable {
       let r = next.get(model);
       if (!r) {
         // Keep the cursor so a refresh does not send every next request to the first replica.
-        r = { ready: [], waiting: [], next: this.routes.get(model)?.next ?? 0, firstByteMs: rows.firstByteMs?.[model] };
+        r = { ready: [], waiting: [], next: this.routes.get(model)?.next ?? 0, firstByteMs: rows.firstByteMs?.[model], noEmbeddings: rows.noEmbeddings?.[model] };
         next.set(model, r);
       }
       return r;
@@ -133,6 +135,11 @@ export class RoutingTable {
   /** Routable (ready) replicas per model, as this table holds them now. */
   readyCounts(): Record<string, number> {
     return Object.fromEntries([...this.routes].map(([model, r]) => [model, r.ready.length]));
+  }
+
+  /** Why `model` cannot serve /v1/embeddings (its profiles' engines cannot), or null when it can or its engine decides. */
+  embeddingRefusal(model: string): string | null {
+    return this.routes.get(model)?.noEmbeddings ?? null;
   }
 
   /** Model names the gateway knows, sorted. */

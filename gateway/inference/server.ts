@@ -1,6 +1,9 @@
-/** Runs the inference gateway: fastify with request ids, timeouts for long streams, graceful close, and `listen`. */
+/** Runs the inference gateway: fastify with request ids, timeouts for long streams, a close with a deadline, and `listen`. */
 import Fastify from 'fastify';
+import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { GatewayTimeouts } from '../../config/types';
+import { closeDeadline } from '../close';
+import { clientErrorHandler } from '../errors';
 import { buildGatewayApp } from './app';
 import { requestId, type GatewayLog } from './log';
 import type { RoutingTable } from './routing';
@@ -14,22 +17,27 @@ export interface GatewayServerOptions {
   apiKeys: string[];
   /** The role's JSON-lines log; nothing is logged without one. */
   log?: GatewayLog;
-  /** How long to wait on a replica; default server.yaml's defaults. */
+  /** How long to wait on a replica, and for a request to arrive; default server.yaml's defaults. */
   timeouts?: GatewayTimeouts;
   /** One access-log line per request (server.yaml gateway.accessLog). */
   accessLog?: boolean;
+  /** Browser origins answered cross-origin (server.yaml gateway.corsOrigins); default none. */
+  corsOrigins?: string[];
+  /** How long close() lets requests in flight finish before it cuts them, ms (default CLOSE_GRACE_MS). */
+  closeGraceMs?: number;
 }
 
 /** A listening gateway. */
 export interface RunningGateway {
   /** `http://host:port` */
   url: string;
-  /** Stops accepting connections, lets in-flight requests finish, stops refreshing the routing table. */
+  /** Stops accepting connections, lets in-flight requests finish for the grace and cuts the rest, stops refreshing the routing table. */
   close(): Promise<void>;
 }
 
 /** Loads the routing table and starts its refresh (the first load must succeed), then builds the app and listens. */
 export async function startGateway(opts: GatewayServerOptions): Promise<RunningGateway> {
+  const timeouts = opts.timeouts ?? DEFAULT_CONFIG.gateway.timeouts;
   const app = Fastify({
     // The gateway logs through opts.log (one logger per role); fastify's own request log stays off.
     logger: false,
@@ -37,18 +45,25 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
     genReqId: (req) => requestId(req.headers['x-request-id']),
     // Longer than typical client pools (60 s), so the gateway is not the side that closes an idle connection mid-reuse.
     keepAliveTimeout: 72_000,
-    // A stream may run for many minutes; the upstream timeouts (opts.timeouts) bound each wait on a replica.
-    requestTimeout: 0,
+    // Node's request timeout runs from a request's first byte until its body is complete, and not over the answer:
+    // an upload that stops is answered 408 and closed, while a stream may run for many minutes (the upstream
+    // timeouts bound each wait on a replica). Node checks it once per connectionsCheckingInterval (default 30 s).
+    requestTimeout: timeouts.requestMs,
+    http: { headersTimeout: timeouts.requestMs, connectionsCheckingInterval: 1000 },
     connectionTimeout: 0,
+    clientErrorHandler,
     forceCloseConnections: 'idle',
     return503OnClosing: true,
   });
+  closeDeadline(app, opts.closeGraceMs);
   await opts.routing.start();
-  await app.register(buildGatewayApp({ routing: opts.routing, apiKeys: opts.apiKeys, log: opts.log, timeouts: opts.timeouts, accessLog: opts.accessLog }));
+  await app.register(buildGatewayApp({
+    routing: opts.routing, apiKeys: opts.apiKeys, log: opts.log, timeouts, accessLog: opts.accessLog, corsOrigins: opts.corsOrigins,
+  }));
   app.addHook('onClose', async () => opts.routing.stop());
   await app.listen({ host: opts.host, port: opts.port });
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : opts.port;
   const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
-  return { url: `http://${host}:${port}`, close: async () => app.close() };
+  return { url: `http://${host}:${port}`, close: () => app.close() };
 }

@@ -82,5 +82,8 @@ export const llamacpp = defineEngine({
   rankNeedsWeights: (rank) => rank === 0,
   // llama-server --rpc connects to every ggml-rpc-server as it loads the model and exits on one that refuses.
   rankStart: 'workers-first',
+  // llama-server answers /v1/embeddings only when started with --embeddings (else 501).
+  embeds: (args) => args.includes('--embeddings') || args.includes('--embedding'),
+  embedsWith: 'a llama.cpp profile embeds with --embeddings in its args',
   command: llamacppCommand,
 });

@@ -40,3 +40,12 @@ export function isInstalled(engine: EngineName): engine is InstalledEngine {
 
 /** The engines llmgw installs, in ENGINES order (engine-check's engines, the agent's binary flags). */
 export const INSTALLED_ENGINES: readonly InstalledEngine[] = ENGINES.filter(isInstalled);
+
+/**
+ * Why no profile of a model can serve /v1/embeddings (each profile's engine and what would make it embed), or
+ * null when one can or its engine decides by the model.
+ */
+export function embeddingRefusal(profiles: readonly { engine: EngineName; args: readonly string[] }[]): string | null {
+  if (profiles.length === 0 || profiles.some((p) => ENGINE_SPECS[p.engine]?.embeds(p.args) !== false)) return null;
+  return [...new Set(profiles.map((p) => ENGINE_SPECS[p.engine].embedsWith))].join('; ');
+}

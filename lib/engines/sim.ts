@@ -38,5 +38,8 @@ export const sim = defineEngine({
   rankNeedsWeights: (rank) => rank === 0,
   // Rank 0 binds the dist-init port; workers retry joining it for two minutes.
   rankStart: 'head-first',
+  // Like llama-server without --embeddings: it serves completions only.
+  embeds: () => false,
+  embedsWith: 'the sim engine serves no embeddings',
   command: simCommand,
 });

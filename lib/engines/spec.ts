@@ -97,6 +97,10 @@ export interface EngineSpec<N extends EngineName = EngineName, P extends string 
    * starts and fails on one not yet listening, so each worker must listen first.
    */
   readonly rankStart: RankStart;
+  /** whether a profile with these args serves /v1/embeddings: true, false, or null when the engine decides (by the model) */
+  readonly embeds: (args: readonly string[]) => boolean | null;
+  /** how a profile of this engine is made to embed, for the gateway's refusal */
+  readonly embedsWith: string;
   readonly command: EngineBuilder<NoInfer<P>>;
 }
 
@@ -106,6 +110,16 @@ export type RankStart = 'head-first' | 'workers-first';
 /** Declares an engine: checks the spec and keeps its literal types (name, programs, install) for the registry. */
 export function defineEngine<const N extends EngineName, const P extends string, const I extends EngineInstall>(spec: EngineSpec<N, P, I>): EngineSpec<N, P, I> {
   return spec;
+}
+
+/** The value of `--flag V` or `--flag=V` in a profile's args, or undefined. */
+export function flagValue(args: readonly string[], flag: string): string | undefined {
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i] as string;
+    if (a === flag) return args[i + 1];
+    if (a.startsWith(`${flag}=`)) return a.slice(flag.length + 1);
+  }
+  return undefined;
 }
 
 /** The first version in a program's output (`0.33.0`, `sim-engine 1.0.0` -> 1.0.0), or null. */

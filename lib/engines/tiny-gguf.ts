@@ -7,6 +7,7 @@
  * token — every completion is exactly max_tokens long, which tests and benchmarks can count on.
  */
 import { writeFile } from 'node:fs/promises';
+import { seededRandom } from '../random';
 
 /** The model's shape; defaults are the smallest that still exercise grouped-query attention and two layers. */
 export interface TinyLlamaOptions {
@@ -53,16 +54,10 @@ function vocabulary(): { tokens: string[]; types: number[]; allowed: boolean[]; 
   return { tokens, types, allowed, bos: tokens.indexOf(TINY_SPECIAL.bos), eos: tokens.indexOf(TINY_SPECIAL.eos) };
 }
 
-/** mulberry32: a small seeded PRNG, uniform in [-1, 1). */
+/** A seeded PRNG uniform in [-1, 1). */
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1;
-  };
+  const next = seededRandom(seed);
+  return () => next() * 2 - 1;
 }
 
 /** Appends little-endian GGUF values to a growing list of buffers. */

@@ -6,7 +6,7 @@
  * parallel within a node and pipeline parallel across nodes (tp = GPUs per node, pp = nodes, as that page advises).
  */
 import { modelPath, type ShardLaunch } from './launch';
-import { defineEngine, parseDottedVersion, releaseVersion, type ProgramArgs } from './spec';
+import { defineEngine, flagValue, parseDottedVersion, releaseVersion, type ProgramArgs } from './spec';
 
 /** The command for one vLLM shard: `vllm serve MODEL` on rank 0, `vllm serve MODEL --headless` on the others. */
 export function vllmCommand(l: ShardLaunch): ProgramArgs<'vllm'> {
@@ -69,5 +69,12 @@ export const vllm = defineEngine({
   rankNeedsWeights: () => true,
   // Node rank 0 hosts the master port (torch.distributed's store); the headless ranks wait for it to come up.
   rankStart: 'head-first',
+  // --runner auto (the default) embeds when the model is an embedding model: only vLLM knows.
+  embeds: (args) => {
+    const runner = flagValue(args, '--runner');
+    if (runner === 'pooling' || flagValue(args, '--convert') === 'embed' || flagValue(args, '--task') === 'embed') return true;
+    return runner === 'generate' || runner === 'draft' ? false : null;
+  },
+  embedsWith: 'a vLLM profile embeds with --runner pooling (or --convert embed) in its args',
   command: vllmCommand,
 });

@@ -1,5 +1,6 @@
 /** The sim engine's OpenAI wire format: request parsing, fake tokens and response shapes. Pure, no I/O. */
 import type { ErrorCode } from '../errors';
+import { requestProblem, roleProblem, singlePrompt } from './validate';
 
 /** Which OpenAI endpoint a request came in on. */
 export type SimEndpoint = 'chat' | 'text';
@@ -75,8 +76,10 @@ export function parseSimRequest(endpoint: SimEndpoint, body: string, model: stri
   if (b.model !== model) {
     return { kind: 'error', code: 'LLMGW_UNKNOWN_MODEL', message: `model "${b.model}" is not served here; this engine serves "${model}"` };
   }
-  const prompt = endpoint === 'chat' ? chatPromptText(b.messages) : textPromptText(b.prompt);
+  const prompt = endpoint === 'chat' ? chatPromptText(b.messages) : singlePrompt(b.prompt);
   if (typeof prompt !== 'string') return bad(prompt.problem);
+  const problem = requestProblem(b);
+  if (problem) return bad(problem);
   const limit = endpoint === 'chat' ? (b.max_completion_tokens ?? b.max_tokens) : b.max_tokens;
   const maxTokens = limit === undefined || limit === null ? DEFAULT_MAX_TOKENS : limit;
   if (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 0 || maxTokens > MAX_MAX_TOKENS) {
@@ -97,9 +100,9 @@ function chatPromptText(messages: unknown): string | { problem: string } {
   if (!Array.isArray(messages) || messages.length === 0) return { problem: 'messages: required, a non-empty array' };
   const parts: string[] = [];
   for (const [i, m] of messages.entries()) {
-    if (typeof m !== 'object' || m === null || typeof (m as Json).role !== 'string') {
-      return { problem: `messages[${i}]: expected an object with a string "role"` };
-    }
+    if (typeof m !== 'object' || m === null) return { problem: `messages[${i}]: expected an object with a string "role"` };
+    const role = roleProblem(m as Json, i);
+    if (role) return { problem: role };
     const content = (m as Json).content;
     if (typeof content === 'string') parts.push(content);
     else if (Array.isArray(content)) {
@@ -109,13 +112,6 @@ function chatPromptText(messages: unknown): string | { problem: string } {
     }
   }
   return parts.join('\n');
-}
-
-/** The text of a completions prompt, or what is wrong with it. */
-function textPromptText(prompt: unknown): string | { problem: string } {
-  if (typeof prompt === 'string') return prompt;
-  if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((p) => typeof p === 'string')) return prompt.join('\n');
-  return { problem: 'prompt: required, a string or a non-empty array of strings' };
 }
 
 /** The usage object for a request that produced `completionTokens` tokens. */

@@ -1,7 +1,7 @@
 /** The sim engine: a real HTTP server speaking the engines' OpenAI-compatible API, with fake tokens. */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
-import { openAiError, type ErrorCode, ERRORS } from '../errors';
+import { openAiError, quoteInput, type ErrorCode, ERRORS } from '../errors';
 import { lockGpus, type GpuLocks } from './gpu-locks';
 import { formGroup } from './group';
 import { chunkBody, completionBody, fakeToken, parseSimRequest, promptSeed, usageChunk, usageOf, type SimEndpoint, type SimRequest } from './openai';
@@ -141,7 +141,8 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
       return json(res, 200, { object: 'list', data: [{ id: o.model, object: 'model', created: 0, owned_by: 'sim' }] });
     }
     const endpoint: SimEndpoint | null = url === '/v1/chat/completions' ? 'chat' : url === '/v1/completions' ? 'text' : null;
-    if (req.method !== 'POST' || !endpoint) return fail(res, 'LLMGW_BAD_REQUEST', `no route ${req.method} ${url}`, 404);
+    if (req.method === 'POST' && url === '/v1/embeddings') return fail(res, 'LLMGW_ENDPOINT_UNSUPPORTED', 'the sim engine serves no embeddings (like llama-server without --embeddings)');
+    if (req.method !== 'POST' || !endpoint) return fail(res, 'LLMGW_NOT_FOUND', `no route ${req.method} ${quoteInput(url, 100)}`);
     inFlight++;
     try {
       const chunks: Buffer[] = [];

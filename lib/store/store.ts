@@ -1,5 +1,6 @@
 /** The cluster's current state in MySQL: nodes, models, replicas, shards, port leases, events. */
 import type { Pool, RowDataPacket, ResultSetHeader } from 'mysql2/promise';
+import { embeddingRefusal } from '../engines/registry';
 import type { EngineStatus, ModelSpec, NodeId, NodeInventory, NodeRecord, NodeState, ReplicaRecord, ReplicaState, ShardAssignment } from '../types';
 
 /** A placed shard: where it runs and the GPU indices it holds there. */
@@ -21,6 +22,8 @@ export interface RouteRows {
   replicas: { id: string; model: string; state: string; endpoint: string | null; reason: string | null }[];
   /** The catalog's first-byte timeout (ms) of each model that sets one */
   firstByteMs?: Record<string, number>;
+  /** Models none of whose profiles can serve /v1/embeddings, with why (lib/engines embeddingRefusal) */
+  noEmbeddings?: Record<string, string>;
 }
 
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
@@ -281,16 +284,22 @@ export class Store {
   /** What the gateway routes by: catalog models (with their first-byte timeouts) and every replica's state. */
   async routeRows(): Promise<RouteRows> {
     // The timeout lives in the model's spec JSON; JSON_EXTRACT reads just it (NULL when the catalog sets none).
-    const [models] = await this.pool.query<RowDataPacket[]>(`SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms FROM models ORDER BY name`);
+    const [models] = await this.pool.query<RowDataPacket[]>(`SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms, JSON_EXTRACT(spec, '$.profiles') AS profiles FROM models ORDER BY name`);
     const [reps] = await this.pool.query<RowDataPacket[]>(
       `SELECT id, model, state, endpoint, reason FROM replicas WHERE state <> 'stopped' ORDER BY id`,
     );
     const firstByteMs: Record<string, number> = {};
-    for (const m of models) if (m.first_byte_ms !== null && Number(m.first_byte_ms) > 0) firstByteMs[String(m.name)] = Number(m.first_byte_ms);
+    const noEmbeddings: Record<string, string> = {};
+    for (const m of models) {
+      if (m.first_byte_ms !== null && Number(m.first_byte_ms) > 0) firstByteMs[String(m.name)] = Number(m.first_byte_ms);
+      const refusal = embeddingRefusal(json<ModelSpec['profiles'] | null>(m.profiles) ?? []);
+      if (refusal) noEmbeddings[String(m.name)] = refusal;
+    }
     return {
       models: models.map((m) => String(m.name)),
       replicas: reps.map((r) => ({ id: r.id, model: r.model, state: r.state, endpoint: r.endpoint, reason: r.reason })),
       firstByteMs,
+      noEmbeddings,
     };
   }
 
@@ -344,11 +353,11 @@ export class Store {
     return rows.map(certificateRow);
   }
 
-  /** Marks every unrevoked certificate of `cn` revoked; returns how many were. */
+  /** Marks every unrevoked certificate of `cn` revoked, with the reason cut to what the column holds; returns how many were. */
   async revokeCertificates(cn: string, reason: string): Promise<number> {
     const [r] = await this.pool.query<ResultSetHeader>(
       'UPDATE certificates SET revoked_at = NOW(3), revoked_reason = ? WHERE cn = ? AND revoked_at IS NULL',
-      [reason, cn],
+      [cutRevocationReason(reason).reason, cn],
     );
     return r.affectedRows;
   }
@@ -388,6 +397,15 @@ export class Store {
     );
     return rows.map((r) => ({ serial: String(r.serial), cn: String(r.cn), revokedAt: new Date(r.revoked_at), notAfter: new Date(r.not_after) }));
   }
+}
+
+/** The most characters of a revocation reason the certificates table holds (revoked_reason VARCHAR(255)). */
+export const REVOCATION_REASON_MAX = 255;
+
+/** A revocation reason as the store records it: cut to REVOCATION_REASON_MAX characters (ending in …), and whether it was. */
+export function cutRevocationReason(reason: string): { reason: string; cut: boolean } {
+  const chars = Array.from(reason);
+  return chars.length <= REVOCATION_REASON_MAX ? { reason, cut: false } : { reason: `${chars.slice(0, REVOCATION_REASON_MAX - 1).join('')}…`, cut: true };
 }
 
 /** What the CA issued a certificate for. */

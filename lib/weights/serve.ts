@@ -11,6 +11,7 @@ import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { pipeline } from 'node:stream/promises';
 import { openAiError } from '../errors';
+import { TLS_HANDSHAKE_MS, trackConnections } from '../connections';
 import type { HeldFile } from './cache';
 
 export interface WeightsServerOptions {
@@ -93,7 +94,7 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
     await pipeline(createReadStream(file.path, { start, end, highWaterMark: 1 << 20 }), res).catch((err: Error) => log('weights transfer to a peer ended early', { key, to: cn, error: err.message }));
   };
 
-  const server: Server = createServer({ cert: o.tls.certPem, key: o.tls.keyPem, ca: o.tls.caPem, requestCert: true, rejectUnauthorized: true }, (req, res) => {
+  const server: Server = createServer({ cert: o.tls.certPem, key: o.tls.keyPem, ca: o.tls.caPem, requestCert: true, rejectUnauthorized: true, handshakeTimeout: TLS_HANDSHAKE_MS }, (req, res) => {
     handle(req, res).catch((err: Error) => {
       log('weights request failed', { url: req.url, error: err.message });
       if (!res.headersSent) send(res, 500, openAiError('LLMGW_WEIGHTS_FETCH_FAILED', err.message));
@@ -101,6 +102,8 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
     });
   });
   server.on('tlsClientError', (err) => log('weights endpoint refused a TLS client', { error: err.message }));
+  // closeAllConnections cuts HTTP connections; a handshake that stalls is not one yet, and would hold close().
+  const connections = trackConnections(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(o.port, o.host, () => resolve());
@@ -108,9 +111,9 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
   return {
     port: (server.address() as AddressInfo).port,
     useCredentials: (tls) => server.setSecureContext({ cert: tls.certPem, key: tls.keyPem, ca: tls.caPem }),
-    close: () => new Promise<void>((resolve) => {
+    close: () => connections.closeWithin(0, () => new Promise<void>((resolve) => {
       server.close(() => resolve());
       server.closeAllConnections();
-    }),
+    })),
   };
 }

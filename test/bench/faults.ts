@@ -43,7 +43,7 @@ async function main(): Promise<void> {
     }
     for (const [name, failure] of Object.entries(FAILURES)) {
       process.stderr.write(`${name} …\n`);
-      results.push(await runFault(fc, name, () => failure(fc), { settleMs: 5000 }));
+      results.push(await runFault(fc, name, () => failure(fc), { settleMs: 5000, expectRebuild: true }));
     }
   } finally {
     await fc.close();

@@ -4,7 +4,7 @@
  * streams back through the gateway with the openai client; the CLI lists the nodes.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -21,8 +21,8 @@ const LLMGW = resolve(__dirname, '../../bin/llmgw.js');
 
 /** `llmgw cluster` as the README runs it: its own process group, as a terminal's foreground job. */
 interface Running { child: ChildProcess; lines: string[] }
-function startClusterProcess(stateDir: string, basePort: number, mysqlUrl: string): Running {
-  const child = spawn(process.execPath, [LLMGW, 'cluster', '--state-dir', stateDir, '--base-port', String(basePort), '--mysql-url', mysqlUrl], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+function startClusterProcess(stateDir: string, basePort: number, mysqlUrl: string, extra: string[] = []): Running {
+  const child = spawn(process.execPath, [LLMGW, 'cluster', '--state-dir', stateDir, '--base-port', String(basePort), '--mysql-url', mysqlUrl, ...extra], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   const lines: string[] = [];
   let buf = '';
   const feed = (b: Buffer): void => {
@@ -86,13 +86,14 @@ describe('the local cluster', () => {
   }, 240_000);
 
   afterAll(async () => {
-    for (const r of [first, again, third]) if (r && r.child.exitCode === null) try { process.kill(-(r.child.pid as number), 'SIGKILL'); } catch { /* gone */ }
+    for (const r of [first, again, third, fourth]) if (r && r.child.exitCode === null) try { process.kill(-(r.child.pid as number), 'SIGKILL'); } catch { /* gone */ }
     await dropDatabase(mysqlUrl);
     // KEEP_E2E=1 keeps the state dir (logs, temporal.db) for a post-mortem.
     if (!process.env.KEEP_E2E) rmSync(stateDir, { recursive: true, force: true });
   }, 60_000);
   let again: Running | undefined;
   let third: Running | undefined;
+  let fourth: Running | undefined;
 
   test('deploys the catalog and reports each step', () => {
     expect(progress.some((l) => l.includes('[5/5] deploying the catalog'))).toBe(true);
@@ -233,5 +234,23 @@ describe('the local cluster', () => {
     ctrlC(third);
     expect(await exitCode(third, 'the third llmgw cluster to exit after Ctrl-C')).toBe(0);
     expect(leftOver(tree3)).toEqual([]);
-  }, 300_000);
+
+    // --reset: from empty state, its own database and state dir only, each named before it goes.
+    writeFileSync(join(stateDir, 'notes.txt'), 'not the cluster\'s');
+    fourth = startClusterProcess(stateDir, basePort, mysqlUrl, ['--reset']);
+    const resetLines = await up(fourth);
+    const database = new URL(mysqlUrl).pathname.slice(1);
+    const said = resetLines.find((l) => l.startsWith(`      --reset: dropping database ${database} on 127.0.0.1:3306 and removing from ${stateDir}: `)) ?? '';
+    expect(said.split(': ').at(-1)?.split(', ')).toEqual(expect.arrayContaining(['temporal.db', 'server.yaml', 'ca', 'certs', 'logs', 'engines', 'weights']));
+    expect(said).not.toContain('notes.txt');
+    expect(resetLines.some((l) => l.includes(`created the CA in ${join(stateDir, 'ca')}`))).toBe(true);
+    expect(existsSync(join(stateDir, 'notes.txt'))).toBe(true);
+    const conn4 = await Connection.connect({ address: `127.0.0.1:${basePort}` });
+    expect((await new WorkflowClient({ connection: conn4 }).getHandle(workflowIds.model('sim-small')).describe()).runId).not.toBe(before);
+    await conn4.close();
+    const tree4 = await descendants(fourth.child.pid as number);
+    ctrlC(fourth);
+    expect(await exitCode(fourth, 'the reset llmgw cluster to exit after Ctrl-C')).toBe(0);
+    expect(leftOver(tree4)).toEqual([]);
+  }, 420_000);
 });

@@ -89,7 +89,7 @@ export interface FaultResult {
  * Runs one scenario: load on LOADED_MODELS and both cores busy; `fault` breaks something (and, for an outage,
  * waits and restores it); then waits until every model serves its desired replicas again and `settleMs` more.
  */
-export async function runFault(fc: FaultCluster, name: string, fault: () => Promise<void>, o: { settleMs?: number; clients?: number } = {}): Promise<FaultResult> {
+export async function runFault(fc: FaultCluster, name: string, fault: () => Promise<void>, o: { settleMs?: number; clients?: number; expectRebuild?: boolean } = {}): Promise<FaultResult> {
   const before = fc.enginePids();
   const burn = burnCpu();
   const loads = LOADED_MODELS.map((m) => startLoad(fc.cluster.gatewayUrl, m, { clients: o.clients ?? 2 }));
@@ -97,8 +97,14 @@ export async function runFault(fc: FaultCluster, name: string, fault: () => Prom
   let servingAgainMs = 0;
   try {
     await new Promise((r) => setTimeout(r, 2000));
+    const startedAt = Date.now();
     await fault();
     const faultAt = Date.now();
+    // A real failure: wait until llmgw noticed it (a rebuild), then until it serves again.
+    if (o.expectRebuild) {
+      await waitFor(async () => (await fc.store.recentEvents(200)).some((e) => e.kind === 'replica.rebuilding' && e.at.getTime() >= startedAt),
+        { timeoutMs: 60_000, what: `a rebuild after ${name}` });
+    }
     await waitFor(async () => {
       for (const m of LOADED_MODELS) {
         const rs = (await fc.store.listReplicas(m)).filter((r) => r.state !== 'stopped');
@@ -107,7 +113,7 @@ export async function runFault(fc: FaultCluster, name: string, fault: () => Prom
       }
       return true;
     }, { timeoutMs: 120_000, what: `every loaded model serving again after ${name}` });
-    servingAgainMs = Date.now() - faultAt;
+    servingAgainMs = o.expectRebuild ? await readyAfterRebuilds(fc, faultAt) : Date.now() - faultAt;
     await new Promise((r) => setTimeout(r, o.settleMs ?? 3000));
   } finally {
     burn.stop();
@@ -118,6 +124,18 @@ export async function runFault(fc: FaultCluster, name: string, fault: () => Prom
   const after = fc.enginePids();
   const replacedEngines = [...before].filter(([k, pid]) => after.get(k) !== pid).map(([k, pid]) => `${k} (pid ${pid})`);
   return { name, load, rebuilds, replacedEngines, servingAgainMs };
+}
+
+/** From `since` until the last replica rebuilt after it was ready again (the events' own times), ms. */
+async function readyAfterRebuilds(fc: FaultCluster, since: number): Promise<number> {
+  const events = (await fc.store.recentEvents(500)).filter((e) => e.at.getTime() >= since).reverse();
+  const rebuilt = new Set(events.filter((e) => e.kind === 'replica.rebuilding').map((e) => e.replicaId));
+  let last = since;
+  for (const id of rebuilt) {
+    const ready = events.find((e) => e.replicaId === id && e.kind === 'replica.ready');
+    if (ready) last = Math.max(last, ready.at.getTime());
+  }
+  return last - since;
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));

@@ -8,6 +8,7 @@ import { simEngineArgv } from '../../lib/sim/argv';
 import type { NodeInventory } from '../../lib/types';
 import type { TlsCredentials } from '../../lib/tls-client';
 import { assignedShards } from '../../workers/agent/control-client';
+import { ControlPlanes } from '../../workers/agent/control-planes';
 import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/worker';
 import type { ControlPlane } from '../../workers/control/index';
 import { certClient, closeCertClients } from './tls';
@@ -66,10 +67,11 @@ export async function startNodeWorker(address: string, nodeId: string, pids = ne
   const stopping = new AbortController();
   const cpUrl = o.cp?.url;
   const tls = o.cp ? await certClient(o.cp.config, o.cp.store, nodeId) : undefined;
+  const control = cpUrl && tls ? new ControlPlanes({ servers: [cpUrl], client: tls.client }) : undefined;
   const worker = await Worker.create({
     ...NODE_WORKER_OPTIONS, connection: conn, taskQueue: o.queue ?? nodeQueue(nodeId),
     activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stopGraceMs: 3000, ...(o.stateDir ? { stateDir: o.stateDir } : {}),
-      ...(cpUrl && tls ? { assigned: () => assignedShards(tls.client, cpUrl, nodeId), stopping: stopping.signal } : {}),
+      ...(control ? { assigned: () => assignedShards(control, nodeId), stopping: stopping.signal } : {}),
       log: (msg, f) => {
         if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid));
         o.onLog?.(msg, f);

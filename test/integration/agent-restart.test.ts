@@ -5,10 +5,9 @@
  * no rebuild; an agent killed for good has its replica rebuilt on another node, and the engine it left is stopped
  * by the node's next agent.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import type { ServerConfig } from '../../config/types';
 import { RoutingTable } from '../../gateway/inference/routing';
 import { startGateway, type RunningGateway } from '../../gateway/inference/server';
@@ -19,17 +18,13 @@ import { startControlPlane, type ControlPlane } from '../../workers/control/inde
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { agentCertFlags, processExited, spawnAgent, type AgentProc } from '../helpers/llmgw-process';
 import { startLoad, waitRoutable } from '../helpers/load';
 import { stopSimCluster } from '../helpers/node-workers';
-import { certClient } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
 const MODEL = 'keep';
-const ROOT = resolve(__dirname, '../..');
-const LLMGW = join(ROOT, 'bin/llmgw.js');
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-interface AgentProc { child: ChildProcess; lines: string[] }
 
 describe('an agent restart restarts no engine (real agents, the replica workflow, the gateway)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-agent-restart-'));
@@ -41,33 +36,12 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
   const engines = new Set<number>();
   const stateDir = (node: string): string => join(dir, node);
 
-  /** The node's certificate files (issued once per node, as onboarding would), for --cert/--key/--ca. */
-  const certFlags = async (node: string): Promise<string[]> => {
-    const d = join(dir, 'certs', node);
-    if (!existsSync(d)) {
-      const { cert } = await certClient(config, cp.store, node);
-      mkdirSync(d, { recursive: true });
-      writeFileSync(join(d, 'node.crt'), cert.certPem);
-      writeFileSync(join(d, 'node.key'), cert.keyPem, { mode: 0o600 });
-    }
-    return ['--cert', join(d, 'node.crt'), '--key', join(d, 'node.key'), '--ca', config.tls.ca];
-  };
   const startAgentProc = async (node: string): Promise<AgentProc> => {
-    const child = spawn(process.execPath, [LLMGW, 'agent', '--node', node, '--server', cp.url, ...(await certFlags(node)), '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi'),
-      '--state-dir', stateDir(node)], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, FAKE_NVIDIA_GPUS: '1', FAKE_NVIDIA_SEED: node } });
-    const a: AgentProc = { child, lines: [] };
-    const take = (b: Buffer): void => void a.lines.push(...b.toString().split('\n').filter(Boolean));
-    child.stdout?.on('data', take);
-    child.stderr?.on('data', take);
+    const a = await spawnAgent(node, ['--server', cp.url, ...(await agentCertFlags(dir, config, cp.store, node)), '--state-dir', stateDir(node)]);
     agents.push(a);
-    await waitFor(() => {
-      if (child.exitCode !== null) throw new Error(`agent ${node} exited ${child.exitCode}:\n${a.lines.join('\n')}`);
-      return a.lines.some((l) => l.includes('agent running'));
-    }, { timeoutMs: 30_000, what: `agent ${node} to run` });
     return a;
   };
-  const exited = (a: AgentProc): Promise<unknown> =>
-    waitFor(() => a.child.exitCode !== null || a.child.signalCode !== null, { timeoutMs: 20_000, what: 'the agent process to exit' });
+  const exited = (a: AgentProc): Promise<unknown> => processExited(a.child);
   /** The engine the node's state dir records for the replica (there is one). */
   const engineOn = (node: string): EngineState => {
     const states = listEngineKeys(stateDir(node)).map((k) => readEngineState(stateDir(node), k)).filter((s): s is EngineState => s !== null);

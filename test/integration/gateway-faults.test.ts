@@ -54,7 +54,7 @@ describe('a replica that accepts requests and never answers (sim engine under SI
   it('answers 504 LLMGW_UPSTREAM_TIMEOUT within firstByteMs, retries on a live replica, and serves again once the engine runs', async () => {
     const frozen = await simEngine();
     const live = await simEngine();
-    const { url, routing, lines } = await gateway({ models: [MODEL], replicas: [ready('frozen', MODEL, frozen.endpoint)] }, { timeouts: { connectMs: 2000, firstByteMs: 1000, idleMs: 1000 } });
+    const { url, routing, lines } = await gateway({ models: [MODEL], replicas: [ready('frozen', MODEL, frozen.endpoint)] }, { timeouts: { connectMs: 2000, firstByteMs: 1000, idleMs: 1000, requestMs: 60_000 } });
     expect((await post(`${url}/v1/chat/completions`, chat(MODEL))).status).toBe(200);
     frozen.child.kill('SIGSTOP');
     const r = await post(`${url}/v1/chat/completions`, chat(MODEL), { signal: AbortSignal.timeout(CLIENT_DEADLINE_MS) });
@@ -63,7 +63,7 @@ describe('a replica that accepts requests and never answers (sim engine under SI
     expect(routing.inFlightOf('frozen')).toBe(0);
 
     // A second replica: the request that times out on the frozen one is answered by the live one.
-    const two = await gateway({ models: [MODEL], replicas: [ready('frozen', MODEL, frozen.endpoint), ready('live', MODEL, live.endpoint)] }, { timeouts: { connectMs: 2000, firstByteMs: 1000, idleMs: 1000 } });
+    const two = await gateway({ models: [MODEL], replicas: [ready('frozen', MODEL, frozen.endpoint), ready('live', MODEL, live.endpoint)] }, { timeouts: { connectMs: 2000, firstByteMs: 1000, idleMs: 1000, requestMs: 60_000 } });
     for (let i = 0; i < 2; i++) expect((await post(`${two.url}/v1/chat/completions`, chat(MODEL), { signal: AbortSignal.timeout(CLIENT_DEADLINE_MS) })).status).toBe(200);
     expect(two.lines.filter((l) => l.msg.startsWith('retrying')).map((l) => l.failed)).toEqual(['frozen']);
 
@@ -78,7 +78,7 @@ describe('a replica whose connections never open', () => {
     const hole = await blackHole();
     const live = await simEngine();
     const { url, routing, lines } = await gateway({ models: [MODEL], replicas: [ready('hole', MODEL, hole), ready('live', MODEL, live.endpoint)] }, {
-      timeouts: { connectMs: 300, firstByteMs: 600_000, idleMs: 120_000 }, routing: { ejectMs: 60_000 },
+      timeouts: { connectMs: 300, firstByteMs: 600_000, idleMs: 120_000, requestMs: 60_000 }, routing: { ejectMs: 60_000 },
     });
     // Round robin starts at "hole": the connect times out after 300 ms and "live" answers.
     expect((await post(`${url}/v1/chat/completions`, chat(MODEL), { signal: AbortSignal.timeout(CLIENT_DEADLINE_MS) })).status).toBe(200);
@@ -90,7 +90,7 @@ describe('a replica whose connections never open', () => {
 
   it('answers 504 when the only replica never connects', async () => {
     const hole = await blackHole();
-    const { url } = await gateway({ models: [MODEL], replicas: [ready('hole', MODEL, hole)] }, { timeouts: { connectMs: 300, firstByteMs: 600_000, idleMs: 120_000 } });
+    const { url } = await gateway({ models: [MODEL], replicas: [ready('hole', MODEL, hole)] }, { timeouts: { connectMs: 300, firstByteMs: 600_000, idleMs: 120_000, requestMs: 60_000 } });
     const r = await post(`${url}/v1/chat/completions`, chat(MODEL), { signal: AbortSignal.timeout(CLIENT_DEADLINE_MS) });
     expect(r.status).toBe(504);
     expect(((await r.json()) as { error: { code: string; message: string } }).error).toEqual({ code: 'LLMGW_UPSTREAM_TIMEOUT', type: 'server_error', message: `model ${MODEL}: every replica failed before answering (hole: no connection within 300 ms)` });

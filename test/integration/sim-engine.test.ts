@@ -106,6 +106,24 @@ describe('sim engine, single node', () => {
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: { code: 'LLMGW_BAD_REQUEST', type: 'invalid_request_error' } });
   });
+
+  it('refuses what a real engine refuses (n, temperature, tools, roles, prompt arrays) and says it serves no embeddings', async () => {
+    const chat = (extra: Record<string, unknown>): Record<string, unknown> => ({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], ...extra });
+    for (const [path, body, message] of [
+      ['/v1/chat/completions', chat({ n: 2 }), 'n: the sim engine serves one choice per request (n = 1), as llama.cpp does; got 2'],
+      ['/v1/chat/completions', chat({ n: 'two' }), 'n: expected a whole number, got "two"'],
+      ['/v1/chat/completions', chat({ temperature: 'hot' }), 'temperature: expected a number, got "hot"'],
+      ['/v1/chat/completions', chat({ tools: 'x' }), 'tools: expected an array, got string'],
+      ['/v1/chat/completions', chat({ messages: [{ role: 'bogus', content: 'hi' }] }), 'messages[0].role: expected one of system, developer, user, assistant, tool, function, got "bogus"'],
+      ['/v1/completions', { model: MODEL, prompt: ['a', 'b'] }, 'prompt: the sim engine serves one prompt per request, got 2: send them one by one'],
+      ['/v1/completions', { model: MODEL, prompt: [1, 2, 3] }, 'prompt: token ids need a tokenizer, and the sim engine has none: send the prompt as text'],
+    ] as const) {
+      const r = await post(port, path, body);
+      expect({ path, status: r.status, body: await r.json() }).toEqual({ path, status: 400, body: { error: { code: 'LLMGW_BAD_REQUEST', type: 'invalid_request_error', message } } });
+    }
+    const embed = await post(port, '/v1/embeddings', { model: MODEL, input: 'hi' });
+    expect({ status: embed.status, body: await embed.json() }).toMatchObject({ status: 400, body: { error: { code: 'LLMGW_ENDPOINT_UNSUPPORTED' } } });
+  });
 });
 
 describe('sim engine process', () => {

@@ -20,6 +20,7 @@ import { Store } from '../../lib/store/store';
 import { parseNodeId } from '../../lib/types';
 import { weightsKey } from '../../lib/weights/cache';
 import { rangeGet } from '../../lib/weights/http';
+import { ControlPlanes } from '../../workers/agent/control-planes';
 import { startNodeWeights, type NodeWeights } from '../../workers/agent/weights';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
 import { simInventory } from '../helpers/node-workers';
@@ -81,7 +82,7 @@ describe('weights from peers (real mTLS, MariaDB, control plane)', () => {
     const dir = mkdtempSync(join(tmpdir(), `llmgw-weights-${id}-`));
     dirs.push(dir);
     const w = await startNodeWeights({
-      nodeId: id, server: url, client: c.client, tls: c.cert, dir, listen: { host: '127.0.0.1', port: 0 }, advertiseHost: '127.0.0.1',
+      nodeId: id, control: new ControlPlanes({ servers: [url], client: c.client }), tls: c.cert, dir, listen: { host: '127.0.0.1', port: 0 }, advertiseHost: '127.0.0.1',
       log: (msg, fields) => void logs.push({ node: id, msg, fields }),
     });
     nodes.set(id, w);

@@ -89,7 +89,7 @@ describe('parseServerConfig', () => {
   });
   it('reads the gateway timeouts key by key over the defaults, and names a bad one with its range', () => {
     const cfg = parseServerConfig('gateway:\n  accessLog: true\n  timeouts:\n    idleMs: 5000\n', 'server.yaml');
-    expect(cfg.gateway).toEqual({ ...DEFAULT_CONFIG.gateway, accessLog: true, timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 5000 } });
+    expect(cfg.gateway).toEqual({ ...DEFAULT_CONFIG.gateway, accessLog: true, timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 5000, requestMs: 60_000 } });
     const e = configError('gateway:\n  accessLog: "yes"\n  timeouts:\n    connectMs: 0\n    firstByteMs: 10m\n    idleMz: 5\n');
     expect(e.issues.map((i) => [i.keyPath, i.problem])).toEqual([
       ['gateway.timeouts.idleMz', 'unknown key "idleMz"'],

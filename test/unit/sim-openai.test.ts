@@ -34,8 +34,8 @@ describe('parseSimRequest', () => {
     expect(r).toEqual({ endpoint: 'chat', model: MODEL, promptText: 'be brief\nthree more words', promptTokens: 5, maxTokens: 5, stream: true, includeUsage: true });
   });
 
-  it('reads a completions request with a prompt array and the default max_tokens', () => {
-    const r = ok('text', { model: MODEL, prompt: ['one two', 'three'] });
+  it('reads a completions request with a prompt array of one prompt and the default max_tokens', () => {
+    const r = ok('text', { model: MODEL, prompt: ['one two three'] });
     expect(r.promptTokens).toBe(3);
     expect(r.maxTokens).toBe(DEFAULT_MAX_TOKENS);
     expect(r.stream).toBe(false);
@@ -51,6 +51,15 @@ describe('parseSimRequest', () => {
     ['a message without role', `{"model":"${MODEL}","messages":[{"content":"x"}]}`, 'LLMGW_BAD_REQUEST', /messages\[0\]/],
     ['a negative max_tokens', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"max_tokens":-1}`, 'LLMGW_BAD_REQUEST', /max_tokens/],
     ['a string stream flag', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"stream":"yes"}`, 'LLMGW_BAD_REQUEST', /stream: expected a boolean/],
+    ['n = 2 (one choice only, as llama.cpp)', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"n":2}`, 'LLMGW_BAD_REQUEST', /^n: the sim engine serves one choice/],
+    ['n = 1.5', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"n":1.5}`, 'LLMGW_BAD_REQUEST', /^n: expected a whole number/],
+    ['a negative temperature', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"temperature":-0.5}`, 'LLMGW_BAD_REQUEST', /^temperature: must be from 0/],
+    ['top_p 0', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"top_p":0}`, 'LLMGW_BAD_REQUEST', /^top_p: must be from/],
+    ['tools that are not functions', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"tools":[{"type":"code"}]}`, 'LLMGW_BAD_REQUEST', /^tools\[0\]: expected/],
+    ['a tool_choice naming no tool', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`, 'LLMGW_BAD_REQUEST', /^tool_choice: names "g", which is not in tools/],
+    ['an unknown role', `{"model":"${MODEL}","messages":[{"role":"robot","content":"x"}]}`, 'LLMGW_BAD_REQUEST', /^messages\[0\]\.role: expected one of system/],
+    ['stream_options without stream', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}`, 'LLMGW_BAD_REQUEST', /^stream_options: only allowed with "stream": true/],
+    ['a stop that is a number', `{"model":"${MODEL}","messages":[{"role":"user","content":"x"}],"stop":3}`, 'LLMGW_BAD_REQUEST', /^stop: expected a string or an array of strings/],
   ])('rejects %s', (_name, body, code, message) => {
     const r = parseSimRequest('chat', body, MODEL);
     expect(r.kind).toBe('error');
@@ -63,6 +72,13 @@ describe('parseSimRequest', () => {
   it('rejects a completions request without a prompt', () => {
     const r = parseSimRequest('text', JSON.stringify({ model: MODEL }), MODEL);
     expect(r).toMatchObject({ kind: 'error', code: 'LLMGW_BAD_REQUEST', message: expect.stringMatching(/prompt: required/) });
+  });
+
+  it.each([
+    [['one', 'two'], /^prompt: the sim engine serves one prompt per request, got 2/],
+    [[1, 2, 3], /^prompt: token ids need a tokenizer/],
+  ])('refuses a prompt it cannot serve whole: %j', (prompt, message) => {
+    expect(parseSimRequest('text', JSON.stringify({ model: MODEL, prompt }), MODEL)).toMatchObject({ kind: 'error', code: 'LLMGW_BAD_REQUEST', message: expect.stringMatching(message) });
   });
 });
 

@@ -1,7 +1,8 @@
 /**
- * The node agent: discovers the node, registers and heartbeats with the control plane, runs the node worker on
- * `node-<id>`, and at start collects engines a previous agent left that no shard wants. This file composes the
- * parts; each lives beside it (discovery, control-client, renewal, weights, worker).
+ * The node agent: discovers the node, registers and heartbeats with its control planes (failing over between
+ * them), runs the node worker on `node-<id>` through the door of the control plane in use, and at start collects
+ * engines a previous agent left that no shard wants. This file composes the parts; each lives beside it
+ * (discovery, control-planes, control-client, renewal, weights, worker).
  */
 import { join } from 'node:path';
 import { createNodeActivities } from '../../activities/node';
@@ -10,6 +11,7 @@ import { collectOrphans, type Collection } from '../../activities/node/gc';
 import { TlsClient } from '../../lib/tls-client';
 import { simEngineArgv } from '../../lib/sim/argv';
 import { assignedShards, register, startHeartbeat } from './control-client';
+import { ControlPlanes } from './control-planes';
 import { discover } from './discovery';
 import { markCleanStop, previousAgentCrashed } from './handover';
 import type { Agent, AgentOptions } from './options';
@@ -33,20 +35,20 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   gpus.count = inventory.gpus.length;
   gpus.caps = inventory.gpus.flatMap((g) => (g.computeCap ? [g.computeCap] : []));
   let closing = false;
-  const client = new TlsClient(opts.tls);
+  const control = new ControlPlanes({ servers: typeof opts.server === 'string' ? [opts.server] : opts.server, client: new TlsClient(opts.tls), log: opts.log });
   const afterCrash = previousAgentCrashed(opts.stateDir);
-  const reg = await register(client, opts, inventory, () => closing, afterCrash).catch(async (err: unknown) => {
-    await client.close();
+  const reg = await register(control, opts, inventory, () => closing, afterCrash).catch(async (err: unknown) => {
+    await control.close();
     throw err;
   });
-  opts.log('registered', { node: opts.nodeId, gpus: inventory.gpus.length, fabrics: inventory.fabrics, temporal: reg.temporal.address, door: reg.temporal.mtls });
+  opts.log('registered', { node: opts.nodeId, server: control.current, gpus: inventory.gpus.length, fabrics: inventory.fabrics, temporal: reg.temporal.address, door: reg.temporal.mtls });
 
   const connection = await nodeConnection(reg.temporal, opts.tls);
   const weights = opts.weights
-    ? await startNodeWeights({ nodeId: opts.nodeId, server: opts.server, client, tls: opts.tls, dir: opts.weights.dir, listen: opts.weights.listen, advertiseHost: opts.advertiseHost, log: opts.log })
+    ? await startNodeWeights({ nodeId: opts.nodeId, control, tls: opts.tls, dir: opts.weights.dir, listen: opts.weights.listen, advertiseHost: opts.advertiseHost, log: opts.log })
       .catch(async (err: unknown) => {
         await connection.close();
-        await client.close();
+        await control.close();
         throw err;
       })
     : null;
@@ -61,27 +63,28 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       stateDir: opts.stateDir,
       stopEnginesOnExit: opts.stopEnginesOnExit,
       supervised,
-      assigned: () => assignedShards(client, opts.server, opts.nodeId),
+      assigned: () => assignedShards(control, opts.nodeId),
       stopping: stopping.signal,
       log: opts.log,
     }),
     ...weights?.activities,
   };
-  const worker = await startNodeWorker({ nodeId: opts.nodeId, temporal: reg.temporal, connection, activities, closing: () => closing, log: opts.log });
+  const worker = await startNodeWorker({ nodeId: opts.nodeId, temporal: reg.temporal, tls: opts.tls, connection, activities, closing: () => closing, log: opts.log });
   // After the worker polls, so a shard rescheduled for this node is adopted rather than collected.
   let gc: Collection | undefined;
-  void collectOrphans({ stateDir: opts.stateDir, assigned: () => assignedShards(client, opts.server, opts.nodeId), supervised, log: opts.log })
+  void collectOrphans({ stateDir: opts.stateDir, assigned: () => assignedShards(control, opts.nodeId), supervised, log: opts.log })
     .then((c) => {
       gc = c;
       if (closing) c.cancel();
       if (c.stopped.length || c.pending.length || c.removed.length) opts.log('engine records collected', { stopped: c.stopped, pending: c.pending, removed: c.removed });
     }, (err: Error) => opts.log('engine collection failed', { error: err.message }));
 
-  const renewal = startRenewal(client, opts, () => closing, (creds) => {
+  const renewal = startRenewal(control, opts, () => closing, (creds) => {
     weights?.useCredentials(creds);
-    void worker.move(creds).catch((err: Error) => opts.log('NODE WORKER NOT MOVED to the renewed certificate: it keeps the old one until the agent restarts', { error: err.message }));
+    void worker.renewed(creds).catch((err: Error) => opts.log('NODE WORKER NOT MOVED to the renewed certificate: it keeps the old one until the agent restarts', { level: 'error', error: err.message }));
   });
-  const heartbeat = startHeartbeat(client, opts, inventory, reg.heartbeatMs, () => closing);
+  // Each answer names the door of the control plane that gave it: after a failover, the worker follows.
+  const heartbeat = startHeartbeat(control, opts, inventory, reg.heartbeatMs, () => closing, worker.follow);
 
   return {
     inventory,
@@ -95,7 +98,7 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       markCleanStop(opts.stateDir);
       await weights?.close();
       await worker.disconnect();
-      await client.close();
+      await control.close();
     },
   };
 }

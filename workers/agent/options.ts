@@ -6,8 +6,11 @@ import type { NodeId, NodeInventory } from '../../lib/types';
 /** The agent's configuration: `llmgw agent` flags, parsed once at the edge. */
 export interface AgentOptions {
   nodeId: NodeId;
-  /** Control plane base URL, e.g. https://127.0.0.1:7443 */
-  server: string;
+  /**
+   * Control plane base URL(s), e.g. https://127.0.0.1:7443: several control planes over one MySQL and Temporal, in
+   * order of preference; the agent fails over between them (control-planes.ts)
+   */
+  server: string | readonly string[];
   /** This node's client certificate (CN = node id), its key and the cluster CA (`--cert`, `--key`, `--ca`) */
   tls: TlsCredentials;
   /** Where a renewed certificate and its new key are written (the `--cert`/`--key` files), so a restart uses them */

@@ -5,8 +5,9 @@
 import { renameSync, writeFileSync } from 'node:fs';
 import type { ErrorBody, RenewedCertificate, RenewRequest } from '../../gateway/control/contract';
 import { certificateInfo, makeNodeCsr, renewAt } from '../../lib/pki';
-import type { TlsClient, TlsCredentials } from '../../lib/tls-client';
+import type { TlsCredentials } from '../../lib/tls-client';
 import { post } from './control-client';
+import type { ControlPlanes } from './control-planes';
 import type { AgentOptions } from './options';
 
 /** Replaces a file whole (readers never see half of it). */
@@ -21,7 +22,7 @@ function writeAtomic(file: string, content: string, mode: number): void {
  * the new certificate while requests in flight finish on the old ones. A failure is logged loudly with the
  * expiry and retried every minute (sooner near the end).
  */
-export function startRenewal(client: TlsClient, opts: AgentOptions, closing: () => boolean, renewed: (creds: TlsCredentials) => void): { stop(): void } {
+export function startRenewal(control: ControlPlanes, opts: AgentOptions, closing: () => boolean, renewed: (creds: TlsCredentials) => void): { stop(): void } {
   let creds = opts.tls;
   let timer: NodeJS.Timeout | undefined;
   // A timer fires after at most ~24.8 days (2^31 ms): a longer wait is taken in steps.
@@ -39,20 +40,21 @@ export function startRenewal(client: TlsClient, opts: AgentOptions, closing: () 
     const info = certificateInfo(creds.certPem);
     try {
       const { csrPem, keyPem } = makeNodeCsr(opts.nodeId);
-      const r = await post<RenewedCertificate & ErrorBody>(client, `${opts.server}/v1/agent/renew`, { nodeId: opts.nodeId, csr: csrPem } satisfies RenewRequest);
+      const r = await post<RenewedCertificate & ErrorBody>(control, '/v1/agent/renew', { nodeId: opts.nodeId, csr: csrPem } satisfies RenewRequest);
       if (r.status !== 200) throw new Error(`the control plane answered ${r.status}: ${r.body.error?.message ?? JSON.stringify(r.body)}`);
       creds = { certPem: r.body.certPem, keyPem, caPem: creds.caPem };
       if (opts.certFiles) {
         writeAtomic(opts.certFiles.key, keyPem, 0o600);
         writeAtomic(opts.certFiles.cert, r.body.certPem, 0o644);
       }
-      client.use(creds);
+      control.use(creds);
       renewed(creds);
       opts.log('certificate renewed', { serial: r.body.serial, previous: info.serial, notAfter: r.body.notAfter, renewAt: r.body.renewAt });
       schedule(fromNow());
     } catch (err) {
       const left = info.notAfter.getTime() - Date.now();
       opts.log('CERTIFICATE RENEWAL FAILED: the control plane refuses this node once its certificate expires', {
+        level: 'error',
         error: (err as Error).message, serial: info.serial, expires: info.notAfter.toISOString(), fix: 'check the control plane log; or issue a new certificate (llmgw ca issue --node ID)',
       });
       schedule(Math.min(60_000, Math.max(1000, left / 10)));

@@ -6,18 +6,17 @@
 import { createWeightsActivities, type WeightsActivities } from '../../activities/node/weights';
 import { LlmgwError } from '../../lib/errors';
 import type { WeightCopyReport } from '../../lib/store/weights';
-import type { TlsClient, TlsCredentials } from '../../lib/tls-client';
+import type { TlsCredentials } from '../../lib/tls-client';
 import { WeightsCache, type HeldFile, type PeerCandidate } from '../../lib/weights/cache';
 import { startWeightsServer } from '../../lib/weights/serve';
+import type { ControlFetch } from './control-planes';
 import { ensureWritableDir } from './writable-dir';
 
 /** What the weights part needs from the agent: the node, its control-plane client and certificate, its flags. */
 export interface NodeWeightsOptions {
   nodeId: string;
-  /** control plane base URL */
-  server: string;
-  /** the agent's mTLS client to the control plane */
-  client: Pick<TlsClient, 'fetch'>;
+  /** the agent's control planes (mTLS, failover: control-planes.ts) */
+  control: ControlFetch;
   /** the node's certificate (its weights endpoint serves with it, and presents it to peers) */
   tls: TlsCredentials;
   /** the cache directory (`--weights-dir`) */
@@ -57,10 +56,7 @@ export async function startNodeWeights(o: NodeWeightsOptions): Promise<NodeWeigh
   ensureWritableDir(o.dir, '--weights-dir', 'pass --weights-dir DIR the agent may write to, on a disk with room for the models');
   let creds = o.tls;
   const json = async <T>(path: string, init?: { method: string; body: unknown }): Promise<T> => {
-    const res = await o.client.fetch(`${o.server}${path}`, {
-      signal: AbortSignal.timeout(5000),
-      ...(init ? { method: init.method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(init.body) } : {}),
-    });
+    const res = await o.control.fetch(path, init ? { method: init.method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(init.body) } : {});
     const body = (await res.json()) as T & { error?: { message: string } };
     if (res.status !== 200) throw new Error(`${path.split('?')[0]} answered ${res.status}: ${body.error?.message ?? JSON.stringify(body)}`);
     return body;
@@ -103,7 +99,7 @@ export async function startNodeWeights(o: NodeWeightsOptions): Promise<NodeWeigh
       o.log('weights cache reported', { endpoint, files: held.length });
     } catch (err) {
       dirty = true;
-      o.log('could not report the weights cache to the control plane; retrying', { error: (err as Error).message });
+      o.log('could not report the weights cache to the control plane; retrying', { level: 'warn', error: (err as Error).message });
     }
   };
   await resync();

@@ -1,6 +1,7 @@
 /**
  * The node worker: the agent's Temporal worker on `node-<id>`, connected through Temporal's front door with the
- * node's certificate, and moved to a new connection when that certificate is renewed.
+ * node's certificate. Its connection is replaced under it — to a renewed certificate, or to the door of another
+ * control plane after a failover — while it runs: its shards' activities run on, untouched.
  */
 import { NativeConnection, Worker } from '@temporalio/worker';
 import type { NodeTemporal } from '../../gateway/control/contract';
@@ -33,61 +34,87 @@ export interface NodeWorkerOptions {
   nodeId: string;
   /** Where the control plane told the node to reach Temporal */
   temporal: NodeTemporal;
+  /** The node's certificate now (a move to another door presents it) */
+  tls: TlsCredentials;
   /** The first connection (made with the node's current certificate) */
   connection: NativeConnection;
   activities: object;
-  /** True once the agent is closing: a renewal then starts no new worker */
+  /** True once the agent is closing: nothing moves any more */
   closing: () => boolean;
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
-/** The running node worker, wherever renewals have moved it. */
+/** The running node worker, wherever renewals and failovers have moved its connection. */
 export interface NodeWorker {
   /** Moves the worker to a connection that presents `creds` (a renewed certificate); mtls only. */
-  move(creds: TlsCredentials): Promise<void>;
+  renewed(creds: TlsCredentials): Promise<void>;
+  /**
+   * The door a control plane named (a heartbeat's answer): when it is not the one the worker uses — the agent
+   * failed over to another control plane — the worker moves there. One move at a time; a failed one is logged and
+   * tried again at the next call.
+   */
+  follow(temporal: NodeTemporal): void;
   /** Stops polling and waits for the worker to end; its connection stays open. */
   stop(): Promise<void>;
   /** Closes the worker's connection (after stop). */
   disconnect(): Promise<void>;
 }
 
-/** One worker on one connection, and its run loop. */
-interface Running { conn: NativeConnection; worker: Worker; running: Promise<void> }
-
-/** Creates a node worker on `conn` and starts it polling. */
-async function run(conn: NativeConnection, o: NodeWorkerOptions): Promise<Running> {
-  const w = await Worker.create({ connection: conn, namespace: o.temporal.namespace, taskQueue: nodeQueue(o.nodeId), activities: o.activities, ...NODE_WORKER_OPTIONS });
-  return { conn, worker: w, running: w.run() };
-}
-
-/** Stops a worker's polling and waits for its run loop to end. */
-async function stop(r: Running): Promise<void> {
-  // The SDK may already be draining it (its own signal handling in other embeddings).
-  if (r.worker.getState() === 'RUNNING') r.worker.shutdown();
-  await r.running.catch(() => undefined);
-}
-
 /** Starts the node worker on `o.connection`; resolves once it runs. */
 export async function startNodeWorker(o: NodeWorkerOptions): Promise<NodeWorker> {
-  let current = await run(o.connection, o);
+  const at = { conn: o.connection, temporal: o.temporal, tls: o.tls };
+  const worker = await Worker.create({ connection: at.conn, namespace: o.temporal.namespace, taskQueue: nodeQueue(o.nodeId), activities: o.activities, ...NODE_WORKER_OPTIONS });
+  const running = worker.run();
+  let moving: Promise<unknown> = Promise.resolve();
+  let busy = false;
+  let failedTo: string | null = null;
+
   /**
-   * A renewed certificate reaches the node worker too: a NativeConnection keeps the certificate it was made with,
-   * and the door refuses the old one once it expires. A worker on a new connection polls first, then the old one
-   * stops; its shards leave their engines running (LLMGW_AGENT_STOPPED) and the new worker adopts them, as across
-   * an agent restart (with --stop-engines-on-exit their engines stop and are rebuilt).
+   * Replaces the worker's connection without stopping it (the SDK swaps its core client): polls, heartbeats and
+   * answers go the new way from the next call on, and the activities running now — the shards — keep running and
+   * heartbeating. The door the worker reaches next judges their task tokens from MySQL (docs/identity.md).
    */
-  const move = async (creds: TlsCredentials): Promise<void> => {
-    if (!o.temporal.mtls || o.closing()) return;
-    const next = await run(await nodeConnection(o.temporal, creds), o);
-    if (o.closing()) {
-      await stop(next);
-      return next.conn.close();
-    }
-    const old = current;
-    current = next;
-    await stop(old);
-    await old.conn.close();
-    o.log('node worker moved to the renewed certificate', { temporal: o.temporal.address });
+  const move = (temporal: NodeTemporal, tls: TlsCredentials): Promise<boolean> => {
+    const step = moving.then(async () => {
+      if (o.closing()) return false;
+      const next = await nodeConnection(temporal, tls);
+      if (o.closing()) {
+        await next.close();
+        return false;
+      }
+      const old = at.conn;
+      worker.connection = next;
+      Object.assign(at, { conn: next, temporal, tls });
+      await old.close().catch(() => undefined);
+      return true;
+    });
+    moving = step.catch(() => undefined);
+    return step;
   };
-  return { move, stop: () => stop(current), disconnect: () => current.conn.close() };
+
+  return {
+    async renewed(creds) {
+      if (!at.temporal.mtls) return;
+      if (await move(at.temporal, creds)) o.log('node worker moved to the renewed certificate', { temporal: at.temporal.address });
+    },
+    follow(temporal) {
+      if (busy || o.closing() || (temporal.address === at.temporal.address && temporal.mtls === at.temporal.mtls)) return;
+      busy = true;
+      const from = at.temporal.address;
+      void move(temporal, at.tls).then((moved) => {
+        failedTo = null;
+        if (moved) o.log('node worker moved to the door of the control plane in use; its shards run on', { level: 'warn', from, to: temporal.address });
+      }, (err: Error) => {
+        if (failedTo !== temporal.address) o.log('NODE WORKER NOT MOVED to the door of the control plane in use; trying again at the next heartbeat', { level: 'error', from, to: temporal.address, error: err.message });
+        failedTo = temporal.address;
+      }).finally(() => void (busy = false));
+    },
+    async stop() {
+      await moving;
+      // The SDK may already be draining it (its own signal handling in other embeddings).
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await running.catch(() => undefined);
+    },
+    disconnect: () => at.conn.close(),
+  };
 }

@@ -15,6 +15,7 @@ import { remoteCa } from '../../gateway/control/ca-client';
 import { LlmgwError } from '../../lib/errors';
 import { QUEUES } from '../../lib/names';
 import { release } from '../../lib/release';
+import { connectTemporal } from '../../lib/temporal-connect';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { NodeId } from '../../lib/types';
@@ -81,14 +82,15 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     certPem: readTlsFile(config, 'serverCert', 'issue one with llmgw ca issue-server --name control-plane --host <hosts agents connect to>'),
     keyPem: readTlsFile(config, 'serverKey', 'it is written beside the certificate by llmgw ca issue-server'),
   };
+  // Temporal first: a wrong temporal.address is said before anything is written to MySQL.
+  const connection = await connectTemporal(config.temporal.address, (address) => Connection.connect({ address }));
+  const native = await connectTemporal(config.temporal.address, (address) => NativeConnection.connect({ address }));
+  const client = new Client({ connection, namespace: config.temporal.namespace });
   const pool = await openDatabase(config.mysql.url);
   const store = new Store(pool);
   // Recorded either way (the gateway lists the catalog's models); applied below when asked to.
   if (!opts.applyCatalog) for (const spec of config.catalog) await store.upsertModel(spec, true);
 
-  const connection = await Connection.connect({ address: config.temporal.address });
-  const client = new Client({ connection, namespace: config.temporal.namespace });
-  const native = await NativeConnection.connect({ address: config.temporal.address });
   const worker = await Worker.create({
     connection: native,
     namespace: config.temporal.namespace,

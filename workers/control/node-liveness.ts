@@ -98,14 +98,14 @@ export class NodeLiveness {
         if (!(await this.o.store.markNodeDown(n.id, this.silentMs))) continue;
         const replicas = await this.o.nodeLost(n.id, why);
         await this.o.store.event({ kind: 'node.down', nodeId: n.id, message: `${why}${replicas.length ? `; rebuilding ${replicas.join(', ')} elsewhere` : ''}` });
-        this.o.log('node lost', { nodeId: n.id, replicas, why });
+        this.o.log('node lost', { level: 'warn', nodeId: n.id, replicas, why });
       }
       this.enginesAnswer.clear();
       for (const id of still) this.enginesAnswer.add(id);
     } catch (err) {
       // MySQL (or Temporal, for the signals) is not answering: what follows it must be judged anew.
       this.healthySince = Date.now();
-      this.o.log('node liveness: cannot judge nodes now; the silence window starts again', { error: (err as Error).message });
+      this.o.log('node liveness: cannot judge nodes now; the silence window starts again', { level: 'warn', error: (err as Error).message });
     } finally {
       this.running = false;
     }

@@ -1,0 +1,99 @@
+/**
+ * The local cluster's ports, checked before anything starts: a port another process holds is refused, naming that
+ * process, instead of a role dying on EADDRINUSE while the cluster says "up" (its health checks answered by the
+ * stranger on the port).
+ */
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { LlmgwError } from '../../lib/errors';
+import { pidCommandLine } from '../../lib/process';
+
+/** Every listener of the local cluster, by role. */
+export interface ClusterPorts {
+  temporal: number;
+  ui: number;
+  control: number;
+  gateway: number;
+  door: number;
+  /** the first engine port (a range: leased per replica, not checked here) */
+  engines: number;
+}
+
+/** The ports for `--base-port` (null: the standard ones). */
+export function clusterPorts(base: number | null): ClusterPorts {
+  return base === null
+    ? { temporal: 7233, ui: 8233, control: 7443, gateway: 8080, door: 7444, engines: 20000 }
+    : { temporal: base, ui: base + 1, control: base + 2, gateway: base + 3, door: base + 4, engines: base + 10 };
+}
+
+/** True when 127.0.0.1:`port` can be bound now. */
+function free(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(false));
+    s.listen({ port, host: '127.0.0.1', exclusive: true }, () => s.close(() => resolve(true)));
+  });
+}
+
+/** The socket inodes listening on `port` (Linux /proc/net/tcp and tcp6; LISTEN is state 0A). */
+function listeningInodes(port: number): Set<string> {
+  const hex = port.toString(16).toUpperCase().padStart(4, '0');
+  const inodes = new Set<string>();
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = readFileSync(table, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f[1]?.endsWith(`:${hex}`) && f[3] === '0A' && f[9]) inodes.add(f[9]);
+    }
+  }
+  return inodes;
+}
+
+/** The process listening on `port`, when this user may see it: its pid and command line. */
+export function portHolder(port: number): { pid: number; command: string } | null {
+  const inodes = listeningInodes(port);
+  if (inodes.size === 0) return null;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let fds: string[];
+    try {
+      fds = readdirSync(`/proc/${entry}/fd`);
+    } catch {
+      continue;
+    }
+    for (const fd of fds) {
+      let target = '';
+      try {
+        target = readlinkSync(`/proc/${entry}/fd/${fd}`);
+      } catch {
+        continue;
+      }
+      const m = /^socket:\[(\d+)\]$/.exec(target);
+      if (m && inodes.has(m[1] as string)) return { pid: Number(entry), command: pidCommandLine(Number(entry)) ?? '?' };
+    }
+  }
+  return null;
+}
+
+/**
+ * Refuses (LLMGW_PORT_TAKEN) when a port of the cluster is held, naming each one, its role and the process holding
+ * it; `ours` is a pid that may hold ports (this state dir's Temporal left by a killed run, which is stopped next).
+ */
+export async function checkClusterPorts(ports: ClusterPorts, basePortGiven: boolean, ours: number | null): Promise<void> {
+  const roles: [string, number][] = [['Temporal', ports.temporal], ['Temporal UI', ports.ui], ['control plane', ports.control], ['gateway', ports.gateway], ['Temporal door', ports.door]];
+  const taken: string[] = [];
+  for (const [role, port] of roles) {
+    if (await free(port)) continue;
+    const holder = portHolder(port);
+    if (holder && holder.pid === ours) continue;
+    taken.push(`port ${port} (${role}) is held by ${holder ? `pid ${holder.pid} (${holder.command.slice(0, 160)})` : 'a process this user cannot see (ss -ltnp shows it as root)'}`);
+  }
+  if (taken.length === 0) return;
+  const fix = basePortGiven ? 'stop it, or choose another --base-port' : 'stop it (another llmgw cluster?), or move this one with --base-port N';
+  throw new LlmgwError('LLMGW_PORT_TAKEN', `nothing started: ${taken.join('; ')}. ${fix}`, { taken });
+}

@@ -1,0 +1,181 @@
+/**
+ * Reads a JSON request body without building it: one pass over the bytes that checks the whole body is JSON,
+ * refuses nesting deeper than a bound at the first byte past it, and returns where the values of a few top-level
+ * keys are. The gateway forwards the body untouched and needs only `model` and a few fields; JSON.parse would build
+ * every array of a 10 MB nesting bomb (seconds of a blocked event loop) to tell it that.
+ */
+
+/** What a top-level value is, from its first byte. */
+export type JsonKind = 'object' | 'array' | 'string' | 'number' | 'boolean' | 'null';
+
+/** Where one top-level value is in the body: bytes [start, end), and its kind. */
+export interface JsonSlice {
+  start: number;
+  end: number;
+  kind: JsonKind;
+}
+
+/** A scanned body: the wanted top-level keys present, or what is wrong with the body. */
+export type ScanResult = { kind: 'ok'; fields: Map<string, JsonSlice> } | { kind: 'error'; message: string };
+
+const OBJ = 1;
+const ARR = 2;
+// What the scanner expects next.
+const VALUE = 0;
+const KEY_OR_END = 1; // just after '{'
+const KEY = 2; // after ',' in an object
+const VALUE_OR_END = 3; // just after '['
+const AFTER = 4; // after a value
+const KINDS: Record<number, JsonKind> = { 0x7b: 'object', 0x5b: 'array', 0x22: 'string', 0x74: 'boolean', 0x66: 'boolean', 0x6e: 'null' };
+const HEX = new Uint8Array(256);
+for (const c of '0123456789abcdefABCDEF') HEX[c.charCodeAt(0)] = 1;
+const ESCAPES = new Uint8Array(256);
+for (const c of '"\\/bfnrtu') ESCAPES[c.charCodeAt(0)] = 1;
+
+// The scan is synchronous, so one stack serves every call up to this depth.
+const STACK = new Uint8Array(256);
+const isWs = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+const isDigit = (c: number): boolean => c >= 0x30 && c <= 0x39;
+
+/** The end of the string whose opening quote is at `i` (one past its closing quote), or -1 when it is not a valid string. */
+function stringEnd(b: Uint8Array, i: number): number {
+  const n = b.length;
+  for (i++; i < n; i++) {
+    const c = b[i] as number;
+    if (c === 0x22) return i + 1;
+    if (c === 0x5c) {
+      const e = b[++i] as number;
+      if (!ESCAPES[e]) return -1;
+      if (e === 0x75) {
+        if (i + 4 >= n || !HEX[b[i + 1] as number] || !HEX[b[i + 2] as number] || !HEX[b[i + 3] as number] || !HEX[b[i + 4] as number]) return -1;
+        i += 4;
+      }
+    } else if (c < 0x20) return -1;
+  }
+  return -1;
+}
+
+/** The end of the number starting at `i` (JSON's grammar), or -1. */
+function numberEnd(b: Uint8Array, i: number): number {
+  if (b[i] === 0x2d) i++;
+  if (b[i] === 0x30) i++;
+  else if (isDigit(b[i] as number)) while (isDigit(b[i] as number)) i++;
+  else return -1;
+  if (b[i] === 0x2e) {
+    if (!isDigit(b[++i] as number)) return -1;
+    while (isDigit(b[i] as number)) i++;
+  }
+  if (b[i] === 0x65 || b[i] === 0x45) {
+    i++;
+    if (b[i] === 0x2b || b[i] === 0x2d) i++;
+    if (!isDigit(b[i] as number)) return -1;
+    while (isDigit(b[i] as number)) i++;
+  }
+  return i;
+}
+
+/** The end of `word` (true, false, null) at `i`, or -1. */
+function wordEnd(b: Uint8Array, i: number, word: string): number {
+  for (let k = 0; k < word.length; k++) if (b[i + k] !== word.charCodeAt(k)) return -1;
+  return i + word.length;
+}
+
+/** A top-level key's text (short keys only: every wanted key is). */
+function keyText(b: Buffer, start: number, end: number): string | null {
+  if (end - start > 66) return null;
+  for (let i = start + 1; i < end - 1; i++) if (b[i] === 0x5c) return JSON.parse(b.toString('utf8', start, end)) as string;
+  return b.toString('latin1', start + 1, end - 1);
+}
+
+/**
+ * Scans `body`, which must be one JSON object, at most `maxDepth` containers deep; returns the slices of the
+ * top-level keys in `wanted` (the last one of a repeated key, as JSON.parse keeps).
+ */
+export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDepth: number): ScanResult {
+  const b = body;
+  const n = b.length;
+  const fields = new Map<string, JsonSlice>();
+  const stack = maxDepth + 1 <= STACK.length ? STACK : new Uint8Array(maxDepth + 1);
+  const fail = (message: string): ScanResult => ({ kind: 'error', message });
+  const unexpected = (i: number): ScanResult =>
+    fail(i >= n ? 'the request body is not valid JSON: it ends too soon' : `the request body is not valid JSON: unexpected ${JSON.stringify(String.fromCharCode(b[i] as number))} at byte ${i}`);
+  let depth = 0;
+  let state = VALUE;
+  let i = 0;
+  // The top-level key whose value is being read, and where that value began.
+  let key: string | null = null;
+  let valueStart = 0;
+  for (;;) {
+    while (i < n && isWs(b[i] as number)) i++;
+    if (state === AFTER && depth === 0) return i === n ? { kind: 'ok', fields } : unexpected(i);
+    if (i >= n) return unexpected(i);
+    const c = b[i] as number;
+    if (state === VALUE || state === VALUE_OR_END) {
+      if (state === VALUE_OR_END && c === 0x5d) {
+        i++;
+        depth--;
+      } else {
+        if (depth === 0 && c !== 0x7b) return fail('the request body must be a JSON object');
+        if (depth === 1) valueStart = i;
+        if (c === 0x7b || c === 0x5b) {
+          if (depth === maxDepth) return fail(`the request body nests deeper than ${maxDepth} levels`);
+          stack[++depth] = c === 0x7b ? OBJ : ARR;
+          i++;
+          state = c === 0x7b ? KEY_OR_END : VALUE_OR_END;
+          continue;
+        }
+        const end = c === 0x22 ? stringEnd(b, i) : c === 0x74 ? wordEnd(b, i, 'true') : c === 0x66 ? wordEnd(b, i, 'false') : c === 0x6e ? wordEnd(b, i, 'null') : numberEnd(b, i);
+        if (end < 0) return unexpected(i);
+        i = end;
+      }
+      // A value ended (a scalar, or a container closed back to the top level's depth).
+      if (depth === 1 && key !== null) {
+        fields.set(key, { start: valueStart, end: i, kind: KINDS[b[valueStart] as number] ?? 'number' });
+        key = null;
+      }
+      state = AFTER;
+    } else if (state === KEY_OR_END || state === KEY) {
+      if (state === KEY_OR_END && c === 0x7d) {
+        i++;
+        depth--;
+        if (depth === 1 && key !== null) {
+          fields.set(key, { start: valueStart, end: i, kind: 'object' });
+          key = null;
+        }
+        state = AFTER;
+        continue;
+      }
+      if (c !== 0x22) return unexpected(i);
+      const end = stringEnd(b, i);
+      if (end < 0) return unexpected(i);
+      if (depth === 1) {
+        const k = keyText(b, i, end);
+        key = k !== null && wanted.has(k) ? k : null;
+      }
+      i = end;
+      while (i < n && isWs(b[i] as number)) i++;
+      if (b[i] !== 0x3a) return unexpected(i);
+      i++;
+      state = VALUE;
+    } else {
+      // AFTER, inside a container: a comma, or the container's end.
+      const inObj = stack[depth] === OBJ;
+      if (c === 0x2c) {
+        i++;
+        state = inObj ? KEY : VALUE;
+      } else if (c === (inObj ? 0x7d : 0x5d)) {
+        i++;
+        depth--;
+        if (depth === 1 && key !== null) {
+          fields.set(key, { start: valueStart, end: i, kind: inObj ? 'object' : 'array' });
+          key = null;
+        }
+      } else return unexpected(i);
+    }
+  }
+}
+
+/** A top-level value as JSON (parse only small slices: the scan found where they are). */
+export function sliceValue(body: Buffer, s: JsonSlice): unknown {
+  return JSON.parse(body.toString('utf8', s.start, s.end));
+}

@@ -1,0 +1,101 @@
+/**
+ * The agent's control planes: one or more `--server` URLs over one MySQL and one Temporal, reached over the node's
+ * mTLS client. The agent talks to one of them, the current one, and moves to the next (in the order given) when the
+ * current one does not answer or answers 5xx, then sticks to the one that answered: a control plane that comes back
+ * gets no traffic until the one in use fails in turn. Each move is logged once.
+ */
+import type { FetchInit, TlsClient, TlsCredentials } from '../../lib/tls-client';
+
+/** What the control planes are reached with: the node's mTLS client (a TlsClient) or a test's fake. */
+export type ControlClient = Pick<TlsClient, 'fetch' | 'use' | 'close'>;
+
+/** The control planes and how to reach them. */
+export interface ControlPlanesOptions {
+  /** Base URLs (`https://host:port`), the first preferred at start. */
+  servers: readonly string[];
+  client: ControlClient;
+  log?: (msg: string, fields?: Record<string, unknown>) => void;
+  /** How long one control plane may take to answer before the next is asked, ms (default 5 s). */
+  timeoutMs?: number;
+}
+
+/** Why an attempt at one control plane counts as that control plane failing. */
+type Failed = { server: string; res: Response; why: string } | { server: string; err: Error; why: string };
+
+/** Node's fetch failing says "fetch failed"; the cause says what (ECONNREFUSED, a closed socket, a timeout). */
+function describe(err: Error): string {
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  return cause ? `${err.message}: ${cause.code ?? cause.message ?? String(cause)}` : err.message;
+}
+
+/** How a part of the agent reaches its control planes: a path of the agent API, with failover behind it. */
+export type ControlFetch = Pick<ControlPlanes, 'fetch'>;
+
+/** Several control planes behind one fetch that fails over between them. */
+export class ControlPlanes {
+  private readonly servers: string[];
+  private at = 0;
+
+  constructor(private readonly o: ControlPlanesOptions) {
+    if (o.servers.length === 0) throw new Error('ControlPlanes needs at least one server URL');
+    this.servers = o.servers.map((s) => s.replace(/\/$/, ''));
+  }
+
+  /** The base URL of the control plane in use now. */
+  get current(): string {
+    return this.servers[this.at] as string;
+  }
+
+  /**
+   * `fetch(current + path)`; when that fails (no answer within the timeout, a connection error, a 5xx), the next
+   * control plane is asked, and so on once round. The first that answers below 500 becomes the current one. When
+   * none does, the current one stays, and its answer (or error) is returned (thrown).
+   */
+  async fetch(path: string, init: Omit<FetchInit, 'signal'> = {}): Promise<Response> {
+    const start = this.at;
+    let first: Failed | undefined;
+    for (let i = 0; i < this.servers.length; i++) {
+      const at = (start + i) % this.servers.length;
+      const server = this.servers[at] as string;
+      let failed: Failed;
+      try {
+        const res = await this.o.client.fetch(`${server}${path}`, { ...init, signal: AbortSignal.timeout(this.o.timeoutMs ?? 5000) });
+        if (res.status < 500) {
+          if (first && 'res' in first) void first.res.body?.cancel().catch(() => undefined);
+          this.settle(at, first);
+          return res;
+        }
+        failed = { server, res, why: `HTTP ${res.status}` };
+      } catch (err) {
+        failed = { server, err: err as Error, why: describe(err as Error) };
+      }
+      if (first) {
+        if ('res' in failed) void failed.res.body?.cancel().catch(() => undefined);
+      } else first = failed;
+    }
+    // Every control plane failed: the current one stays, and the caller sees what it answered.
+    const f = first as Failed;
+    if ('res' in f) return f.res;
+    throw f.err;
+  }
+
+  /** Presents `credentials` (a renewed certificate) from the next connection on, to every control plane. */
+  use(credentials: TlsCredentials): void {
+    this.o.client.use(credentials);
+  }
+
+  /** Closes every connection. */
+  close(): Promise<void> {
+    return this.o.client.close();
+  }
+
+  /** Makes `at` the current control plane; a move is logged once (concurrent calls that fail over together log one). */
+  private settle(at: number, left: Failed | undefined): void {
+    if (at === this.at) return;
+    const from = this.current;
+    this.at = at;
+    this.o.log?.('control plane failover: this agent now talks to another control plane', {
+      level: 'warn', from, to: this.current, why: left?.server === from ? left.why : 'the control plane in use failed',
+    });
+  }
+}
