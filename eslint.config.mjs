@@ -5,9 +5,32 @@ import { builtinModules } from 'node:module';
 
 const nodeBuiltins = [...builtinModules, ...builtinModules.map((m) => `node:${m}`)];
 // The CLI's command modules (cli/<command>.ts): no module of cli/ imports one (main.ts loads them lazily).
-const cliCommands = ['agent', 'add-node', 'bench', 'ca', 'ca-worker', 'control-plane', 'doctor', 'engine-probe', 'engine-shim', 'gateway', 'onboard', 'provision-node', 'proxmox-worker', 'sim-engine', 'ctl'];
-const contractOnly = { group: ['**/gateway/control/*', '!**/gateway/control/contract'], message: 'import the control API\'s wire types from gateway/control/contract, not a route file' };
-const commandImports = { group: cliCommands.flatMap((c) => [`./${c}`, `../${c}`]), message: 'a command does not import another command: move what both need into a helper module (cli/temporal.ts, node-input.ts, …)' };
+const cliCommands = [
+  'agent',
+  'add-node',
+  'bench',
+  'ca',
+  'ca-worker',
+  'control-plane',
+  'doctor',
+  'engine-probe',
+  'engine-shim',
+  'gateway',
+  'onboard',
+  'provision-node',
+  'proxmox-worker',
+  'sim-engine',
+  'ctl',
+];
+const contractOnly = {
+  group: ['**/gateway/control/*', '!**/gateway/control/contract'],
+  message: "import the control API's wire types from gateway/control/contract, not a route file",
+};
+const commandImports = {
+  group: cliCommands.flatMap((c) => [`./${c}`, `../${c}`]),
+  message:
+    'a command does not import another command: move what both need into a helper module (cli/temporal.ts, node-input.ts, …)',
+};
 
 export default tseslint.config(
   { ignores: ['node_modules/**', '.tools/**', '.llmgw/**', 'dist/**', 'coverage/**', 'bin/**', '*.config.js'] },
@@ -27,21 +50,54 @@ export default tseslint.config(
     // Workflow code is bundled into Temporal's sandbox: no Node built-ins, no activity code, no I/O libraries.
     files: ['workflows/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', {
-        paths: nodeBuiltins.map((name) => ({ name, message: 'workflows run in a deterministic sandbox: no Node built-ins' })),
-        patterns: [
-          { group: ['**/activities/**', '**/activities'], allowTypeImports: true, message: 'workflows import activity *types* only (import type …)' },
-          { group: ['mysql2', 'mysql2/*', 'fastify', '@temporalio/client', '@temporalio/worker', '@temporalio/activity', '**/lib/store/**', '**/gateway/**', '**/cli/**', '**/workers/**'], message: 'workflows must not do I/O: reach it through activities' },
-        ],
-      }],
+      'no-restricted-imports': [
+        'error',
+        {
+          paths: nodeBuiltins.map((name) => ({
+            name,
+            message: 'workflows run in a deterministic sandbox: no Node built-ins',
+          })),
+          patterns: [
+            {
+              group: ['**/activities/**', '**/activities'],
+              allowTypeImports: true,
+              message: 'workflows import activity *types* only (import type …)',
+            },
+            {
+              group: [
+                'mysql2',
+                'mysql2/*',
+                'fastify',
+                '@temporalio/client',
+                '@temporalio/worker',
+                '@temporalio/activity',
+                '**/lib/store/**',
+                '**/gateway/**',
+                '**/cli/**',
+                '**/workers/**',
+              ],
+              message: 'workflows must not do I/O: reach it through activities',
+            },
+          ],
+        },
+      ],
     },
   },
   {
     files: ['lib/**/*.ts', 'config/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [
-        { group: ['**/workers/**', '**/cli/**', '**/gateway/**', '**/activities/**', '**/workflows/**'], message: 'lib/ and config/ are the bottom layer: imports flow entrypoints → gateway/cli/workers → workflows/activities → lib/config' },
-      ] }],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['**/workers/**', '**/cli/**', '**/gateway/**', '**/activities/**', '**/workflows/**'],
+              message:
+                'lib/ and config/ are the bottom layer: imports flow entrypoints → gateway/cli/workers → workflows/activities → lib/config',
+            },
+          ],
+        },
+      ],
     },
   },
   {
@@ -50,34 +106,70 @@ export default tseslint.config(
     // control API's wire types (gateway/control/contract.ts).
     files: ['gateway/inference/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [
-        { group: ['**/gateway/control/*', '../control/*', '!**/control/contract', '**/gateway/door/*', '../door/*', '../mtls'], message: 'gateway/inference/ is its own room: only gateway/control/contract may be shared' },
-      ] }],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: [
+                '**/gateway/control/*',
+                '../control/*',
+                '!**/control/contract',
+                '**/gateway/door/*',
+                '../door/*',
+                '../mtls',
+              ],
+              message: 'gateway/inference/ is its own room: only gateway/control/contract may be shared',
+            },
+          ],
+        },
+      ],
     },
   },
   {
     files: ['gateway/door/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [
-        { group: ['**/gateway/control/*', '../control/*', '!**/control/contract', '**/gateway/inference/*', '../inference/*'], message: 'gateway/door/ is its own room: it shares only the certificate gate (../mtls) and gateway/control/contract' },
-      ] }],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: [
+                '**/gateway/control/*',
+                '../control/*',
+                '!**/control/contract',
+                '**/gateway/inference/*',
+                '../inference/*',
+              ],
+              message:
+                'gateway/door/ is its own room: it shares only the certificate gate (../mtls) and gateway/control/contract',
+            },
+          ],
+        },
+      ],
     },
   },
   {
     files: ['gateway/control/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [
-        { group: ['**/gateway/door/*', '../door/*', '**/gateway/inference/*', '../inference/*'], message: 'gateway/control/ is its own room: it shares only the certificate gate (../mtls)' },
-      ] }],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: ['**/gateway/door/*', '../door/*', '**/gateway/inference/*', '../inference/*'],
+              message: 'gateway/control/ is its own room: it shares only the certificate gate (../mtls)',
+            },
+          ],
+        },
+      ],
     },
   },
   {
     // Outside gateway/, the control API is reached through its wire types, never a route file.
     files: ['workers/agent/**/*.ts', 'activities/**/*.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [
-        contractOnly,
-      ] }],
+      'no-restricted-imports': ['error', { patterns: [contractOnly] }],
     },
   },
   {
@@ -85,10 +177,7 @@ export default tseslint.config(
     files: ['cli/**/*.ts'],
     ignores: ['cli/main.ts', 'cli/release-main.ts', 'cli/ctl/index.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [
-        commandImports,
-        contractOnly,
-      ] }],
+      'no-restricted-imports': ['error', { patterns: [commandImports, contractOnly] }],
     },
   },
   {
@@ -96,11 +185,19 @@ export default tseslint.config(
     files: ['cli/ctl/*.ts'],
     ignores: ['cli/ctl/index.ts'],
     rules: {
-      'no-restricted-imports': ['error', { patterns: [
-        commandImports,
-        contractOnly,
-        { group: ['./*', '!./verb', '!./deployment', '!./views'], message: 'a ctl verb does not import another verb: shared code goes in verb.ts, deployment.ts or views/' },
-      ] }],
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            commandImports,
+            contractOnly,
+            {
+              group: ['./*', '!./verb', '!./deployment', '!./views'],
+              message: 'a ctl verb does not import another verb: shared code goes in verb.ts, deployment.ts or views/',
+            },
+          ],
+        },
+      ],
     },
   },
 );

@@ -15,7 +15,14 @@ import type { DoctorResult } from '../lib/types';
 import { intOption, parse, UsageError } from './args';
 import { controlApi } from './control-api';
 import { ENGINE_BIN_OPTIONS, nodeBinUsage } from './engine-flags';
-import { detachedLine, failureMessage, followOnboarding, followProvisioning, onboardedLine, provisionedLine } from './follow';
+import {
+  detachedLine,
+  failureMessage,
+  followOnboarding,
+  followProvisioning,
+  onboardedLine,
+  provisionedLine,
+} from './follow';
 import { agentFlags, artefactRef, controlPlaneUrl, sshKeyPair } from './node-input';
 import { PROVISION_FLAGS, PROVISION_OPTIONS, provisionInput } from './provision-input';
 import { withTemporalClient, workflowLink } from './temporal';
@@ -46,9 +53,18 @@ ${nodeBinUsage(26, 'probed at onboarding and offered')}
 
 const out = (s: string): void => void process.stdout.write(s);
 /** Waits until a child workflow exists (the parent starts it), then returns its handle; null when the parent ended first. */
-async function childHandle(client: Client, parent: WorkflowHandle, workflowId: string, since: Date, signal: AbortSignal): Promise<WorkflowHandle | null> {
+async function childHandle(
+  client: Client,
+  parent: WorkflowHandle,
+  workflowId: string,
+  since: Date,
+  signal: AbortSignal,
+): Promise<WorkflowHandle | null> {
   for (;;) {
-    const d = await client.workflow.getHandle(workflowId).describe().catch(() => null);
+    const d = await client.workflow
+      .getHandle(workflowId)
+      .describe()
+      .catch(() => null);
     if (d && d.startTime >= new Date(since.getTime() - 1000)) return client.workflow.getHandle(workflowId);
     if ((await parent.describe()).status.name !== 'RUNNING' || signal.aborted) return null;
     await new Promise((r) => setTimeout(r, 300));
@@ -60,15 +76,25 @@ export async function addNodeCommand(argv: string[]): Promise<void> {
   const { values } = parse(argv, {
     usage: ADD_USAGE,
     options: {
-      ...PROVISION_OPTIONS, server: { type: 'string' }, binary: { type: 'string' }, fabric: { type: 'string', multiple: true },
-      ...ENGINE_BIN_OPTIONS, 'nvidia-smi': { type: 'string' },
-      'no-gpu': { type: 'boolean' }, 'ib-root': { type: 'string' }, 'ssh-user': { type: 'string' }, 'register-timeout': { type: 'string' },
-      'provision-only': { type: 'boolean' }, 'onboard-only': { type: 'boolean' },
+      ...PROVISION_OPTIONS,
+      server: { type: 'string' },
+      binary: { type: 'string' },
+      fabric: { type: 'string', multiple: true },
+      ...ENGINE_BIN_OPTIONS,
+      'nvidia-smi': { type: 'string' },
+      'no-gpu': { type: 'boolean' },
+      'ib-root': { type: 'string' },
+      'ssh-user': { type: 'string' },
+      'register-timeout': { type: 'string' },
+      'provision-only': { type: 'boolean' },
+      'onboard-only': { type: 'boolean' },
     },
   });
-  if (values['provision-only'] && values['onboard-only']) throw new UsageError('--provision-only and --onboard-only exclude each other: give neither for both halves');
+  if (values['provision-only'] && values['onboard-only'])
+    throw new UsageError('--provision-only and --onboard-only exclude each other: give neither for both halves');
   const required = values['provision-only'] ? ['name', 'ip'] : ['name', 'ip', 'server'];
-  for (const f of required) if (!values[f as keyof typeof values]) throw new UsageError(`--${f} is required\n${ADD_USAGE}`);
+  for (const f of required)
+    if (!values[f as keyof typeof values]) throw new UsageError(`--${f} is required\n${ADD_USAGE}`);
   const config = loadServerConfig(values.config);
   const nodeId = checkNodeId(values.name as string);
   const provision = values['onboard-only'] ? null : provisionInput(values, config);
@@ -83,9 +109,16 @@ export async function addNodeCommand(argv: string[]): Promise<void> {
     }
     const { key } = sshKeyPair(values['ssh-key']);
     onboard = {
-      nodeId, addr, sshPort: 22, sshUser: values['ssh-user'] ?? 'root', sshKeyPath: key, server, advertiseHost: addr,
+      nodeId,
+      addr,
+      sshPort: 22,
+      sshUser: values['ssh-user'] ?? 'root',
+      sshKeyPath: key,
+      server,
+      advertiseHost: addr,
       ...agentFlags(values),
-      artefact: await artefactRef(values.binary), sshDeadlineS: intOption(values['ssh-timeout'], '--ssh-timeout', 600),
+      artefact: await artefactRef(values.binary),
+      sshDeadlineS: intOption(values['ssh-timeout'], '--ssh-timeout', 600),
       registerTimeoutS: intOption(values['register-timeout'], '--register-timeout', 120),
     };
   }
@@ -94,17 +127,25 @@ export async function addNodeCommand(argv: string[]): Promise<void> {
     const workflowId = workflowIds.addNode(nodeId);
     const since = new Date();
     const handle = await client.workflow.start('addNode', {
-      taskQueue: QUEUES.control, workflowId, args: [input], workflowIdConflictPolicy: 'USE_EXISTING',
+      taskQueue: QUEUES.control,
+      workflowId,
+      args: [input],
+      workflowIdConflictPolicy: 'USE_EXISTING',
       typedSearchAttributes: [{ key: searchAttributes.node, value: [nodeId] }],
     });
     out(`adding ${nodeId}: workflow ${workflowId}\n  ${workflowLink(config, workflowId)}\n`);
     if (values['no-follow']) return;
-    for (const [what, id] of [...(provision ? [['provision', workflowIds.provision(nodeId)]] : []), ...(onboard ? [['onboard', workflowIds.onboard(nodeId)]] : [])] as [string, string][]) {
+    for (const [what, id] of [
+      ...(provision ? [['provision', workflowIds.provision(nodeId)]] : []),
+      ...(onboard ? [['onboard', workflowIds.onboard(nodeId)]] : []),
+    ] as [string, string][]) {
       const h = await childHandle(client, handle, id, since, signal);
       if (signal.aborted) return void out(detachedLine(workflowId));
       if (!h) break;
       out(`${what}: workflow ${id}\n`);
-      const r = await (what === 'provision' ? followProvisioning(h, { out, signal }) : followOnboarding(h, { out, signal })).catch(() => 'failed' as const);
+      const r = await (
+        what === 'provision' ? followProvisioning(h, { out, signal }) : followOnboarding(h, { out, signal })
+      ).catch(() => 'failed' as const);
       if (r === 'detached') return void out(detachedLine(workflowId));
       if (r === 'failed') break;
       out(`${what === 'provision' ? provisionedLine(r as never) : onboardedLine(r as never)}\n`);

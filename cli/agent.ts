@@ -58,7 +58,9 @@ function readPem(flag: string, file: string, from: string): string {
   try {
     return readFileSync(file, 'utf8');
   } catch (err) {
-    throw new UsageError(`${flag} ${file}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}); it comes from ${from}`);
+    throw new UsageError(
+      `${flag} ${file}: cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}); it comes from ${from}`,
+    );
   }
 }
 
@@ -67,16 +69,35 @@ export async function agentCommand(argv: string[]): Promise<void> {
   const { values } = parse(argv, {
     usage: AGENT_USAGE,
     options: {
-      node: { type: 'string' }, server: { type: 'string', multiple: true }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' },
-      'ib-root': { type: 'string' }, fabric: { type: 'string', multiple: true }, sminfo: { type: 'string' }, 'advertise-host': { type: 'string' },
+      node: { type: 'string' },
+      server: { type: 'string', multiple: true },
+      'nvidia-smi': { type: 'string' },
+      'no-gpu': { type: 'boolean' },
+      'ib-root': { type: 'string' },
+      fabric: { type: 'string', multiple: true },
+      sminfo: { type: 'string' },
+      'advertise-host': { type: 'string' },
       ...ENGINE_BIN_OPTIONS,
-      'engines-dir': { type: 'string' }, 'weights-dir': { type: 'string' }, 'weights-listen': { type: 'string' }, wheelhouse: { type: 'string' }, python: { type: 'string' }, cpuinfo: { type: 'string' }, 'state-dir': { type: 'string' }, 'stop-engines-on-exit': { type: 'boolean' },
-      cert: { type: 'string' }, key: { type: 'string' }, ca: { type: 'string' },
+      'engines-dir': { type: 'string' },
+      'weights-dir': { type: 'string' },
+      'weights-listen': { type: 'string' },
+      wheelhouse: { type: 'string' },
+      python: { type: 'string' },
+      cpuinfo: { type: 'string' },
+      'state-dir': { type: 'string' },
+      'stop-engines-on-exit': { type: 'boolean' },
+      cert: { type: 'string' },
+      key: { type: 'string' },
+      ca: { type: 'string' },
     },
   });
   if (!values.node) throw new UsageError(`--node ID is required\n${AGENT_USAGE}`);
-  const servers = (values.server ?? []).flatMap((s) => s.split(',')).map((s) => s.trim().replace(/\/$/, '')).filter(Boolean);
-  if (!servers.length) throw new UsageError(`--server URL is required (the control plane, e.g. https://127.0.0.1:7443)\n${AGENT_USAGE}`);
+  const servers = (values.server ?? [])
+    .flatMap((s) => s.split(','))
+    .map((s) => s.trim().replace(/\/$/, ''))
+    .filter(Boolean);
+  if (!servers.length)
+    throw new UsageError(`--server URL is required (the control plane, e.g. https://127.0.0.1:7443)\n${AGENT_USAGE}`);
   const node = values.node;
   // Flags and certificate files are checked before the role starts: a mistake there is a usage error, in plain text.
   const options: Omit<AgentOptions, 'log'> = {
@@ -85,7 +106,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     tls: {
       certPem: readPem('--cert', values.cert ?? '/etc/llmgw/node.crt', `llmgw ca issue --node ${node}`),
       keyPem: readPem('--key', values.key ?? '/etc/llmgw/node.key', `llmgw ca issue --node ${node}`),
-      caPem: readPem('--ca', values.ca ?? NODE_CA_PATH, 'the CA host\'s ca.crt (llmgw ca init)'),
+      caPem: readPem('--ca', values.ca ?? NODE_CA_PATH, "the CA host's ca.crt (llmgw ca init)"),
     },
     certFiles: { cert: values.cert ?? '/etc/llmgw/node.crt', key: values.key ?? '/etc/llmgw/node.key' },
     nvidiaSmi: values['nvidia-smi'] ?? 'nvidia-smi',
@@ -95,7 +116,10 @@ export async function agentCommand(argv: string[]): Promise<void> {
     cpuinfo: values.cpuinfo ?? '/proc/cpuinfo',
     fabrics: values.fabric ?? [],
     advertiseHost: values['advertise-host'] ?? '127.0.0.1',
-    weights: { dir: resolve(values['weights-dir'] ?? '/var/lib/llmgw/weights'), listen: parseWeightsListen(values['weights-listen'] ?? '0.0.0.0:0') },
+    weights: {
+      dir: resolve(values['weights-dir'] ?? '/var/lib/llmgw/weights'),
+      listen: parseWeightsListen(values['weights-listen'] ?? '0.0.0.0:0'),
+    },
     engineSetup: {
       enginesDir: resolve(values['engines-dir'] ?? '/var/lib/llmgw/installs'),
       bins: engineBins(values, (p) => resolve(p)),

@@ -20,7 +20,12 @@ export function parse<O extends NonNullable<ParseArgsConfig['options']>>(argv: s
     process.exit(0);
   }
   try {
-    return parseArgs({ args: argv, options: spec.options, allowPositionals: spec.allowPositionals ?? false, strict: true });
+    return parseArgs({
+      args: argv,
+      options: spec.options,
+      allowPositionals: spec.allowPositionals ?? false,
+      strict: true,
+    });
   } catch (err) {
     throw new UsageError(`${(err as Error).message}\n\n${spec.usage.trim()}`);
   }
@@ -33,6 +38,7 @@ export function parse<O extends NonNullable<ParseArgsConfig['options']>>(argv: s
 export function intOption(value: string | undefined, flag: string, fallback: number): number {
   if (value === undefined) return fallback;
   const n = /^\d{1,15}$/.test(value) ? Number(value) : NaN;
-  if (!Number.isSafeInteger(n)) throw new UsageError(`${flag} must be a whole number written in digits (e.g. 3), got ${quoteInput(value, 32)}`);
+  if (!Number.isSafeInteger(n))
+    throw new UsageError(`${flag} must be a whole number written in digits (e.g. 3), got ${quoteInput(value, 32)}`);
   return n;
 }

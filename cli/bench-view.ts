@@ -14,7 +14,8 @@ function fraction(p: BenchProgress): number {
 /** One progress line; `bar` draws a bar for a terminal (the caller rewrites the line in place), else a plain log line. */
 export function progressLine(p: BenchProgress, bar: boolean): string {
   const rate = p.elapsedS > 0 ? p.done / p.elapsedS : 0;
-  const of = 'requests' in p.goal ? `${p.done}/${p.goal.requests}` : `${p.done} in ${p.elapsedS.toFixed(0)}/${p.goal.seconds} s`;
+  const of =
+    'requests' in p.goal ? `${p.done}/${p.goal.requests}` : `${p.done} in ${p.elapsedS.toFixed(0)}/${p.goal.seconds} s`;
   const stats = `${of}  ${rate.toFixed(0)} req/s  ${p.failed} failed`;
   if (p.warmingUp) return bar ? `warming up… ${p.done} requests` : `bench: warming up, ${p.done} requests`;
   if (!bar) return `bench: ${stats.replace(/ {2}/g, ', ')} (${(fraction(p) * 100).toFixed(0)} %)`;
@@ -24,7 +25,8 @@ export function progressLine(p: BenchProgress, bar: boolean): string {
 
 // Three significant figures or so; the thresholds sit where rounding would carry (9.996 is "10.0", not "10.00").
 const ms = (x: number): string => (x >= 99.95 ? x.toFixed(0) : x >= 9.995 ? x.toFixed(1) : x.toFixed(2));
-const statRow = (name: string, s: Summary | null): string[] => (s ? [name, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.mean), ms(s.max)] : [name, '—', '', '', '', '']);
+const statRow = (name: string, s: Summary | null): string[] =>
+  s ? [name, ms(s.p50), ms(s.p90), ms(s.p99), ms(s.mean), ms(s.max)] : [name, '—', '', '', '', ''];
 const num = (x: number): string => Math.round(x).toLocaleString('en-US');
 
 /** The report as a person reads it. */
@@ -46,7 +48,9 @@ export function formatReport(r: BenchReport): string {
         ...(r.stream ? [statRow('  ITL', r.itlMs)] : []),
         statRow('  latency', r.latencyMs),
       ],
-    ).trimEnd().split('\n'),
+    )
+      .trimEnd()
+      .split('\n'),
   ];
   if (r.errors.length) {
     out.push('', `  failures by kind:`);

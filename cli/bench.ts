@@ -44,7 +44,8 @@ Examples:
 function seconds(value: string | undefined, flag: string): number | null {
   if (value === undefined) return null;
   const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n) || n <= 0) throw new UsageError(`${flag} must be a number of seconds above 0, got "${value}"`);
+  if (value.trim() === '' || !Number.isFinite(n) || n <= 0)
+    throw new UsageError(`${flag} must be a number of seconds above 0, got "${value}"`);
   return n;
 }
 
@@ -57,18 +58,29 @@ function atLeastOne(value: string | undefined, flag: string, fallback: number): 
 
 /** The model to ask for when none is named: the one the server lists, or a usage error naming them. */
 async function onlyModel(url: URL, apiKey: string | undefined): Promise<string> {
-  const res = await fetch(modelsUrl(url), { headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {}, signal: AbortSignal.timeout(10_000) })
-    .catch((err: Error) => { throw new UsageError(`--model not given, and ${modelsUrl(url).href} did not answer (${err.message}): name the model with --model`); });
+  const res = await fetch(modelsUrl(url), {
+    headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {},
+    signal: AbortSignal.timeout(10_000),
+  }).catch((err: Error) => {
+    throw new UsageError(
+      `--model not given, and ${modelsUrl(url).href} did not answer (${err.message}): name the model with --model`,
+    );
+  });
   const body = (await res.json().catch(() => null)) as { data?: { id?: string }[] } | null;
   const ids = (body?.data ?? []).map((m) => m.id).filter((id): id is string => typeof id === 'string');
   if (res.ok && ids.length === 1) return ids[0];
-  throw new UsageError(`--model not given, and ${modelsUrl(url).href} ${res.ok ? `lists ${ids.length ? ids.join(', ') : 'no model'}` : `answered ${res.status}`}: name one with --model`);
+  throw new UsageError(
+    `--model not given, and ${modelsUrl(url).href} ${res.ok ? `lists ${ids.length ? ids.join(', ') : 'no model'}` : `answered ${res.status}`}: name one with --model`,
+  );
 }
 
 /** Shows progress on stderr until stopped: redrawn in place on a terminal, a line every 5 s otherwise. */
 function showProgress(read: () => BenchProgress): () => void {
   const tty = Boolean(process.stderr.isTTY);
-  const timer = setInterval(() => process.stderr.write(tty ? `\r${progressLine(read(), true)}\x1b[K` : `${progressLine(read(), false)}\n`), tty ? 200 : 5000);
+  const timer = setInterval(
+    () => process.stderr.write(tty ? `\r${progressLine(read(), true)}\x1b[K` : `${progressLine(read(), false)}\n`),
+    tty ? 200 : 5000,
+  );
   timer.unref();
   return () => {
     clearInterval(timer);
@@ -91,34 +103,52 @@ export async function benchCommand(argv: string[]): Promise<void> {
     usage: USAGE,
     allowPositionals: true,
     options: {
-      model: { type: 'string' }, 'api-key': { type: 'string' }, concurrency: { type: 'string' }, requests: { type: 'string' }, duration: { type: 'string' },
-      stream: { type: 'boolean' }, 'prompt-tokens': { type: 'string' }, 'max-tokens': { type: 'string' }, 'ignore-eos': { type: 'boolean' },
-      'ttft-budget': { type: 'string' }, warmup: { type: 'string' }, timeout: { type: 'string' }, json: { type: 'boolean' }, quiet: { type: 'boolean' },
+      model: { type: 'string' },
+      'api-key': { type: 'string' },
+      concurrency: { type: 'string' },
+      requests: { type: 'string' },
+      duration: { type: 'string' },
+      stream: { type: 'boolean' },
+      'prompt-tokens': { type: 'string' },
+      'max-tokens': { type: 'string' },
+      'ignore-eos': { type: 'boolean' },
+      'ttft-budget': { type: 'string' },
+      warmup: { type: 'string' },
+      timeout: { type: 'string' },
+      json: { type: 'boolean' },
+      quiet: { type: 'boolean' },
     },
   });
-  if (positionals.length !== 1) throw new UsageError(`bench needs one URL, e.g. llmgw bench http://127.0.0.1:8080/v1 --model sim-small\n${USAGE.trimEnd()}`);
+  if (positionals.length !== 1)
+    throw new UsageError(
+      `bench needs one URL, e.g. llmgw bench http://127.0.0.1:8080/v1 --model sim-small\n${USAGE.trimEnd()}`,
+    );
   let url: URL;
   try {
     url = completionsUrl(positionals[0]);
   } catch {
     throw new UsageError(`"${positionals[0]}" is not a URL: give the server's base URL, e.g. http://127.0.0.1:8080/v1`);
   }
-  if (values.requests !== undefined && values.duration !== undefined) throw new UsageError('give --requests or --duration, not both');
+  if (values.requests !== undefined && values.duration !== undefined)
+    throw new UsageError('give --requests or --duration, not both');
   const apiKey = values['api-key'] ?? (process.env.OPENAI_API_KEY || undefined);
   const durationS = seconds(values.duration, '--duration');
-  await runBenchCommand({
-    url,
-    model: values.model ?? (await onlyModel(url, apiKey)),
-    apiKey,
-    concurrency: atLeastOne(values.concurrency, '--concurrency', 8),
-    requests: durationS === null ? atLeastOne(values.requests, '--requests', 100) : null,
-    durationS,
-    stream: values.stream ?? false,
-    promptTokens: atLeastOne(values['prompt-tokens'], '--prompt-tokens', 128),
-    maxTokens: intOption(values['max-tokens'], '--max-tokens', 32),
-    ignoreEos: values['ignore-eos'] ?? false,
-    timeoutMs: (seconds(values.timeout, '--timeout') ?? 60) * 1000,
-    warmup: intOption(values.warmup, '--warmup', 0),
-    ttftBudgetMs: intOption(values['ttft-budget'], '--ttft-budget', 1000),
-  }, { json: values.json ?? false, quiet: values.quiet ?? false });
+  await runBenchCommand(
+    {
+      url,
+      model: values.model ?? (await onlyModel(url, apiKey)),
+      apiKey,
+      concurrency: atLeastOne(values.concurrency, '--concurrency', 8),
+      requests: durationS === null ? atLeastOne(values.requests, '--requests', 100) : null,
+      durationS,
+      stream: values.stream ?? false,
+      promptTokens: atLeastOne(values['prompt-tokens'], '--prompt-tokens', 128),
+      maxTokens: intOption(values['max-tokens'], '--max-tokens', 32),
+      ignoreEos: values['ignore-eos'] ?? false,
+      timeoutMs: (seconds(values.timeout, '--timeout') ?? 60) * 1000,
+      warmup: intOption(values.warmup, '--warmup', 0),
+      ttftBudgetMs: intOption(values['ttft-budget'], '--ttft-budget', 1000),
+    },
+    { json: values.json ?? false, quiet: values.quiet ?? false },
+  );
 }

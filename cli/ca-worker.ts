@@ -32,7 +32,12 @@ export async function caWorkerCommand(argv: string[]): Promise<void> {
     announceDefaultDatabase(config, log);
     const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
     const ca = await startCaWorker({ config, caDir, crlDays, log });
-    log('ca worker running', { queue: QUEUES.ca, caDir, temporal: config.temporal.address, crlNextUpdate: ca.crl().nextUpdate });
+    log('ca worker running', {
+      queue: QUEUES.ca,
+      caDir,
+      temporal: config.temporal.address,
+      crlNextUpdate: ca.crl().nextUpdate,
+    });
     return ca;
   });
 }

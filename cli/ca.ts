@@ -79,8 +79,17 @@ Each command takes --help, e.g. llmgw ca issue --help. How identity works: docs/
 `;
 
 const OPTIONS = {
-  dir: { type: 'string' }, cn: { type: 'string' }, days: { type: 'string' }, node: { type: 'string' }, out: { type: 'string' },
-  name: { type: 'string' }, host: { type: 'string' }, pem: { type: 'boolean' }, operator: { type: 'string' }, config: { type: 'string' }, 'mysql-url': { type: 'string' },
+  dir: { type: 'string' },
+  cn: { type: 'string' },
+  days: { type: 'string' },
+  node: { type: 'string' },
+  out: { type: 'string' },
+  name: { type: 'string' },
+  host: { type: 'string' },
+  pem: { type: 'boolean' },
+  operator: { type: 'string' },
+  config: { type: 'string' },
+  'mysql-url': { type: 'string' },
 } as const;
 
 /** True for a name in the node-id alphabet (operator names share it: both are certificate CNs). */
@@ -96,7 +105,10 @@ function isNodeId(name: string): boolean {
 /** Refuses (before anything is issued) when a bundle's files are already there. */
 function assertFree(dir: string, names: string[]): void {
   const there = names.map((n) => join(resolve(dir), n)).filter((p) => existsSync(p));
-  if (there.length) throw new UsageError(`${there.join(', ')} already exist${there.length === 1 ? 's' : ''}: move ${there.length === 1 ? 'it' : 'them'} away or choose another --out`);
+  if (there.length)
+    throw new UsageError(
+      `${there.join(', ')} already exist${there.length === 1 ? 's' : ''}: move ${there.length === 1 ? 'it' : 'them'} away or choose another --out`,
+    );
 }
 
 /** Writes a certificate bundle with its file modes, never replacing a file. */
@@ -110,7 +122,10 @@ function writeBundle(dir: string, files: { name: string; content: string; mode: 
   return paths;
 }
 
-async function withOperations<T>(values: { dir?: string; config?: string; 'mysql-url'?: string }, fn: (ops: CaOperations) => Promise<T>): Promise<T> {
+async function withOperations<T>(
+  values: { dir?: string; config?: string; 'mysql-url'?: string },
+  fn: (ops: CaOperations) => Promise<T>,
+): Promise<T> {
   const pool = await openDatabase(values['mysql-url'] ?? loadServerConfig(values.config).mysql.url);
   try {
     return await fn(createCaOperations({ caDir: values.dir ?? DEFAULT_CA_DIR, store: new Store(pool) }));
@@ -120,11 +135,15 @@ async function withOperations<T>(values: { dir?: string; config?: string; 'mysql
 }
 
 /** Entry for `llmgw ca`. */
-export async function caCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
+export async function caCommand(
+  argv: string[],
+  out: (s: string) => void = (s) => process.stdout.write(s),
+): Promise<void> {
   const [verb, ...rest] = argv;
   const known = verb !== undefined && verb in VERBS;
   const { values } = parse(known ? rest : argv, { usage: known ? VERBS[verb as Verb] : USAGE, options: OPTIONS });
-  const usage = (msg: string): UsageError => new UsageError(`${msg}\n\n${known ? VERBS[verb as Verb].trim() : USAGE.trim()}`);
+  const usage = (msg: string): UsageError =>
+    new UsageError(`${msg}\n\n${known ? VERBS[verb as Verb].trim() : USAGE.trim()}`);
   const days = (fallback: number): number => {
     const n = intOption(values.days, '--days', fallback);
     if (n < 1) throw usage('--days must be at least 1');
@@ -134,7 +153,9 @@ export async function caCommand(argv: string[], out: (s: string) => void = (s) =
     case 'init': {
       const dir = values.dir ?? DEFAULT_CA_DIR;
       const ca = initCa(dir, { commonName: values.cn, days: days(CA_VALIDITY_DAYS) });
-      out(`CA created in ${ca.dir}\n  ca.crt  ${ca.cert.subject.getField('CN')?.value as string}, valid until ${ca.notAfter.toISOString()}\n  ca.key  mode 0600 — back it up; it never leaves this host\n`);
+      out(
+        `CA created in ${ca.dir}\n  ca.crt  ${ca.cert.subject.getField('CN')?.value as string}, valid until ${ca.notAfter.toISOString()}\n  ca.key  mode 0600 — back it up; it never leaves this host\n`,
+      );
       return;
     }
     case 'issue': {
@@ -142,47 +163,78 @@ export async function caCommand(argv: string[], out: (s: string) => void = (s) =
         if (values.node !== undefined) throw usage('ca issue takes --node ID or --operator NAME, not both');
         const name = values.operator;
         // Checked before it names a directory too (--operator ../x would write outside .llmgw/certs).
-        if (!isNodeId(name)) throw usage(`invalid operator name ${quoteInput(name)}: use 2-32 characters of a-z, 0-9 and '-', starting with a letter (it is the certificate's CN), e.g. ops-alice`);
+        if (!isNodeId(name))
+          throw usage(
+            `invalid operator name ${quoteInput(name)}: use 2-32 characters of a-z, 0-9 and '-', starting with a letter (it is the certificate's CN), e.g. ops-alice`,
+          );
         const outDir = values.out ?? join('.llmgw/certs', name);
         assertFree(outDir, ['operator.crt', 'operator.key', 'ca.crt']);
-        const c = await withOperations(values, (ops) => ops.issueOperatorCertificate({ name, days: days(DEFAULT_VALIDITY_DAYS) }));
+        const c = await withOperations(values, (ops) =>
+          ops.issueOperatorCertificate({ name, days: days(DEFAULT_VALIDITY_DAYS) }),
+        );
         const paths = writeBundle(outDir, [
-          { name: 'operator.crt', content: c.certPem, mode: 0o644 }, { name: 'operator.key', content: c.keyPem, mode: 0o600 }, { name: 'ca.crt', content: c.caPem, mode: 0o644 },
+          { name: 'operator.crt', content: c.certPem, mode: 0o644 },
+          { name: 'operator.key', content: c.keyPem, mode: 0o600 },
+          { name: 'ca.crt', content: c.caPem, mode: 0o644 },
         ]);
-        out(`issued operator ${c.cn} serial ${c.serial}, valid until ${c.notAfter}\n${paths.map((p) => `  ${p}\n`).join('')}`);
+        out(
+          `issued operator ${c.cn} serial ${c.serial}, valid until ${c.notAfter}\n${paths.map((p) => `  ${p}\n`).join('')}`,
+        );
         return;
       }
       if (!values.node) throw usage('ca issue needs --node ID (or --operator NAME), e.g. llmgw ca issue --node gpu-01');
       const node = checkNodeId(values.node);
       const outDir = values.out ?? join('.llmgw/certs', node);
       assertFree(outDir, ['node.crt', 'node.key', 'ca.crt']);
-      const c = await withOperations(values, (ops) => ops.issueNodeCertificate({ nodeId: node, days: days(DEFAULT_VALIDITY_DAYS) }));
+      const c = await withOperations(values, (ops) =>
+        ops.issueNodeCertificate({ nodeId: node, days: days(DEFAULT_VALIDITY_DAYS) }),
+      );
       const paths = writeBundle(outDir, [
-        { name: 'node.crt', content: c.certPem, mode: 0o644 }, { name: 'node.key', content: c.keyPem, mode: 0o600 }, { name: 'ca.crt', content: c.caPem, mode: 0o644 },
+        { name: 'node.crt', content: c.certPem, mode: 0o644 },
+        { name: 'node.key', content: c.keyPem, mode: 0o600 },
+        { name: 'ca.crt', content: c.caPem, mode: 0o644 },
       ]);
-      out(`issued ${c.cn} serial ${c.serial}, valid until ${c.notAfter} (renew from ${c.renewAt})\n${paths.map((p) => `  ${p}\n`).join('')}`);
+      out(
+        `issued ${c.cn} serial ${c.serial}, valid until ${c.notAfter} (renew from ${c.renewAt})\n${paths.map((p) => `  ${p}\n`).join('')}`,
+      );
       return;
     }
     case 'issue-server': {
-      if (!values.name || !values.host) throw usage('ca issue-server needs --name NAME and --host H,..., e.g. --name control-plane --host 127.0.0.1,localhost');
+      if (!values.name || !values.host)
+        throw usage(
+          'ca issue-server needs --name NAME and --host H,..., e.g. --name control-plane --host 127.0.0.1,localhost',
+        );
       const { name } = values;
-      const hosts = values.host.split(',').map((h) => h.trim()).filter(Boolean);
+      const hosts = values.host
+        .split(',')
+        .map((h) => h.trim())
+        .filter(Boolean);
       const outDir = values.out ?? join('.llmgw/certs', name);
       assertFree(outDir, ['server.crt', 'server.key', 'ca.crt']);
-      const c = await withOperations(values, (ops) => ops.issueServerCertificate({ name, hosts, days: days(DEFAULT_VALIDITY_DAYS) }));
+      const c = await withOperations(values, (ops) =>
+        ops.issueServerCertificate({ name, hosts, days: days(DEFAULT_VALIDITY_DAYS) }),
+      );
       const paths = writeBundle(outDir, [
-        { name: 'server.crt', content: c.certPem, mode: 0o644 }, { name: 'server.key', content: c.keyPem, mode: 0o600 }, { name: 'ca.crt', content: c.caPem, mode: 0o644 },
+        { name: 'server.crt', content: c.certPem, mode: 0o644 },
+        { name: 'server.key', content: c.keyPem, mode: 0o600 },
+        { name: 'ca.crt', content: c.caPem, mode: 0o644 },
       ]);
-      out(`issued server ${c.cn} for ${hosts.join(', ')} serial ${c.serial}, valid until ${c.notAfter}\n${paths.map((p) => `  ${p}\n`).join('')}`);
+      out(
+        `issued server ${c.cn} for ${hosts.join(', ')} serial ${c.serial}, valid until ${c.notAfter}\n${paths.map((p) => `  ${p}\n`).join('')}`,
+      );
       return;
     }
     case 'crl': {
       const crl = await withOperations(values, (ops) => ops.currentCrl());
-      out(`CRL #${crl.number}: ${crl.revoked} revoked certificate${crl.revoked === 1 ? '' : 's'}, next update ${crl.nextUpdate} (publish a new one by ${crl.refreshAt})\n  written to ${join(resolve(values.dir ?? DEFAULT_CA_DIR), 'crl.pem')}\n`);
+      out(
+        `CRL #${crl.number}: ${crl.revoked} revoked certificate${crl.revoked === 1 ? '' : 's'}, next update ${crl.nextUpdate} (publish a new one by ${crl.refreshAt})\n  written to ${join(resolve(values.dir ?? DEFAULT_CA_DIR), 'crl.pem')}\n`,
+      );
       if (values.pem) out(crl.pem);
       return;
     }
     default:
-      throw new UsageError(verb ? `unknown command "ca ${verb}"\n${USAGE}` : `ca needs a COMMAND, e.g. llmgw ca init\n${USAGE}`);
+      throw new UsageError(
+        verb ? `unknown command "ca ${verb}"\n${USAGE}` : `ca needs a COMMAND, e.g. llmgw ca init\n${USAGE}`,
+      );
   }
 }

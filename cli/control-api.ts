@@ -16,8 +16,13 @@ function read(config: ServerConfig, key: 'ca' | 'clientCert' | 'clientKey'): str
   try {
     return readFileSync(file, 'utf8');
   } catch (err) {
-    const fix = key === 'ca' ? 'point tls.ca at the cluster CA\'s ca.crt' : 'issue one with llmgw ca issue --operator NAME and point tls.clientCert/clientKey at it';
-    throw new UsageError(`tls.${key} ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}): ${fix} (--config FILE)`);
+    const fix =
+      key === 'ca'
+        ? "point tls.ca at the cluster CA's ca.crt"
+        : 'issue one with llmgw ca issue --operator NAME and point tls.clientCert/clientKey at it';
+    throw new UsageError(
+      `tls.${key} ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}): ${fix} (--config FILE)`,
+    );
   }
 }
 
@@ -28,13 +33,20 @@ function read(config: ServerConfig, key: 'ca' | 'clientCert' | 'clientKey'): str
 export function controlApi(config: ServerConfig, serverFlag: string | undefined): ControlApi {
   const { host, port } = config.listeners.controlPlane;
   if (serverFlag !== undefined && !/^https:\/\/[^/\s?#]+\/?$/.test(serverFlag)) {
-    throw new UsageError(`--server ${quoteInput(serverFlag, 100)} is not the control plane's URL: give https://HOST:PORT, e.g. https://127.0.0.1:${port} (it speaks only mutual TLS)`);
+    throw new UsageError(
+      `--server ${quoteInput(serverFlag, 100)} is not the control plane's URL: give https://HOST:PORT, e.g. https://127.0.0.1:${port} (it speaks only mutual TLS)`,
+    );
   }
   const server = (serverFlag ?? `https://${host}:${port}`).replace(/\/$/, '');
   let client: TlsClient | undefined;
   return {
     server,
-    fetch: (url, init) => (client ??= new TlsClient({ caPem: read(config, 'ca'), certPem: read(config, 'clientCert'), keyPem: read(config, 'clientKey') })).fetch(url, init),
+    fetch: (url, init) =>
+      (client ??= new TlsClient({
+        caPem: read(config, 'ca'),
+        certPem: read(config, 'clientCert'),
+        keyPem: read(config, 'clientKey'),
+      })).fetch(url, init),
   };
 }
 
@@ -42,14 +54,27 @@ export function controlApi(config: ServerConfig, serverFlag: string | undefined)
  * Calls the control plane at `path` (waiting up to `timeoutMs`). A refusal (4xx) throws a UsageError with the
  * control plane's own message, a failure (5xx) an Error with it; an unreachable control plane says so.
  */
-export async function callControl<T>(api: ControlApi, path: string, init: { method?: 'GET' | 'POST'; body?: unknown; timeoutMs?: number } = {}): Promise<T> {
+export async function callControl<T>(
+  api: ControlApi,
+  path: string,
+  init: { method?: 'GET' | 'POST'; body?: unknown; timeoutMs?: number } = {},
+): Promise<T> {
   let res: Response;
   try {
-    const body = init.body === undefined ? {} : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(init.body) };
-    res = await api.fetch(`${api.server}${path}`, { method: init.method ?? 'GET', signal: AbortSignal.timeout(init.timeoutMs ?? 10_000), ...body });
+    const body =
+      init.body === undefined
+        ? {}
+        : { headers: { 'content-type': 'application/json' }, body: JSON.stringify(init.body) };
+    res = await api.fetch(`${api.server}${path}`, {
+      method: init.method ?? 'GET',
+      signal: AbortSignal.timeout(init.timeoutMs ?? 10_000),
+      ...body,
+    });
   } catch (err) {
     if (err instanceof UsageError) throw err; // e.g. the operator certificate is missing
-    throw new UsageError(`cannot reach the control plane at ${api.server} (${(err as Error).message}): is it running? pass --server URL`);
+    throw new UsageError(
+      `cannot reach the control plane at ${api.server} (${(err as Error).message}): is it running? pass --server URL`,
+    );
   }
   const text = await res.text();
   let parsed: (T & { error?: { message?: string } }) | undefined;

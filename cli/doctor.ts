@@ -24,16 +24,28 @@ Take the same flags as the node's agent. See docs/fabrics.md.
 `;
 
 /** Entry for `llmgw doctor`. */
-export async function doctorCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
+export async function doctorCommand(
+  argv: string[],
+  out: (s: string) => void = (s) => process.stdout.write(s),
+): Promise<void> {
   const { values } = parse(argv, {
     usage: USAGE,
     options: {
-      fabric: { type: 'string', multiple: true }, 'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' }, sminfo: { type: 'string' },
-      'ib-root': { type: 'string' }, cpuinfo: { type: 'string' }, root: { type: 'string' }, engines: { type: 'string' }, json: { type: 'boolean' },
+      fabric: { type: 'string', multiple: true },
+      'nvidia-smi': { type: 'string' },
+      'no-gpu': { type: 'boolean' },
+      sminfo: { type: 'string' },
+      'ib-root': { type: 'string' },
+      cpuinfo: { type: 'string' },
+      root: { type: 'string' },
+      engines: { type: 'string' },
+      json: { type: 'boolean' },
     },
   });
   const engines = values.engines?.split(',').filter(Boolean);
-  for (const e of engines ?? []) if (!(ENGINES as readonly string[]).includes(e)) throw new UsageError(`--engines: unknown engine "${e}"; known: ${ENGINES.join(', ')}`);
+  for (const e of engines ?? [])
+    if (!(ENGINES as readonly string[]).includes(e))
+      throw new UsageError(`--engines: unknown engine "${e}"; known: ${ENGINES.join(', ')}`);
   const root = values.root ?? '/';
   const results = await runDoctor({
     nvidiaSmi: values['no-gpu'] ? null : (values['nvidia-smi'] ?? 'nvidia-smi'),

@@ -14,7 +14,9 @@ function optionOf(flag: string): BinOption {
 }
 
 /** The parseArgs options of the flags. */
-export const ENGINE_BIN_OPTIONS = Object.fromEntries(FLAGS.map((f) => [optionOf(f.flag), { type: 'string' }])) as Record<BinOption, { type: 'string' }>;
+export const ENGINE_BIN_OPTIONS = Object.fromEntries(
+  FLAGS.map((f) => [optionOf(f.flag), { type: 'string' }]),
+) as Record<BinOption, { type: 'string' }>;
 
 /** The flags' values (paths), as parseArgs gives them. */
 export type EngineBinValues = Partial<Record<BinOption, string>>;
@@ -39,5 +41,7 @@ export function agentBinUsage(column: number): string {
  * the first says what onboarding does with it (`first`), the others say `likewise`.
  */
 export function nodeBinUsage(column: number, first: string): string {
-  return FLAGS.map((f, i) => `  ${f.flag} PATH`.padEnd(column) + `${f.binary} on the node, ${i === 0 ? first : 'likewise'}`).join('\n');
+  return FLAGS.map(
+    (f, i) => `  ${f.flag} PATH`.padEnd(column) + `${f.binary} on the node, ${i === 0 ? first : 'likewise'}`,
+  ).join('\n');
 }

@@ -19,8 +19,13 @@ each new node; llama.cpp, vLLM and SGLang are probed by running their own progra
 
 /** Entry for `llmgw engine-probe`. */
 export async function engineProbeCommand(argv: string[]): Promise<void> {
-  const { values, positionals } = parse(argv, { usage: USAGE, allowPositionals: true, options: { timeout: { type: 'string' } } });
-  if (positionals[0] !== 'sim' || positionals.length !== 1) throw new UsageError(`engine-probe takes one engine, sim\n${USAGE}`);
+  const { values, positionals } = parse(argv, {
+    usage: USAGE,
+    allowPositionals: true,
+    options: { timeout: { type: 'string' } },
+  });
+  if (positionals[0] !== 'sim' || positionals.length !== 1)
+    throw new UsageError(`engine-probe takes one engine, sim\n${USAGE}`);
   const timeoutMs = intOption(values.timeout, '--timeout', 30) * 1000;
   const r = await probeSim(timeoutMs);
   if (r.ok) {
@@ -32,11 +37,15 @@ export async function engineProbeCommand(argv: string[]): Promise<void> {
 }
 
 /** Runs the sim engine until it logs `serving` (ok) or exits, or `timeoutMs` passes. */
-export function probeSim(timeoutMs: number): Promise<{ ok: true; ms: number } | { ok: false; why: string; output: string }> {
+export function probeSim(
+  timeoutMs: number,
+): Promise<{ ok: true; ms: number } | { ok: false; why: string; output: string }> {
   const [bin, ...pre] = simEngineArgv();
   if (!bin) throw new Error('no sim engine command');
   const started = Date.now();
-  const child = spawn(bin, [...pre, '--model', 'probe', '--host', '127.0.0.1', '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(bin, [...pre, '--model', 'probe', '--host', '127.0.0.1', '--port', '0'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   return new Promise((resolve) => {
     let settled = false;
@@ -47,7 +56,10 @@ export function probeSim(timeoutMs: number): Promise<{ ok: true; ms: number } | 
       child.kill('SIGTERM');
       resolve(r);
     };
-    const timer = setTimeout(() => done({ ok: false, why: `not serving after ${timeoutMs / 1000}s`, output }), timeoutMs);
+    const timer = setTimeout(
+      () => done({ ok: false, why: `not serving after ${timeoutMs / 1000}s`, output }),
+      timeoutMs,
+    );
     const take = (b: Buffer): void => {
       output = (output + b.toString()).slice(-8000);
       if (/"msg":"serving"/.test(output)) done({ ok: true, ms: Date.now() - started });
@@ -55,6 +67,8 @@ export function probeSim(timeoutMs: number): Promise<{ ok: true; ms: number } | 
     child.stdout.on('data', take);
     child.stderr.on('data', take);
     child.once('error', (err) => done({ ok: false, why: err.message, output }));
-    child.once('exit', (code, signal) => done({ ok: false, why: `exited (code ${code}, signal ${signal}) before serving`, output }));
+    child.once('exit', (code, signal) =>
+      done({ ok: false, why: `exited (code ${code}, signal ${signal}) before serving`, output }),
+    );
   });
 }

@@ -12,14 +12,25 @@ import { enginePaths, procStartTime, writeJsonAtomic, type EngineExit, type Engi
 /** Runs the shim over `argv` (its flags, `--`, the engine command); `llmgw engine-shim` in a release artefact. */
 export function engineShimMain(argv: string[]): void {
   const { values, positionals } = parseArgs({
-    args: argv, allowPositionals: true, strict: true,
-    options: { 'state-dir': { type: 'string' }, key: { type: 'string' }, replica: { type: 'string' }, rank: { type: 'string' }, generation: { type: 'string' }, port: { type: 'string' } },
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      'state-dir': { type: 'string' },
+      key: { type: 'string' },
+      replica: { type: 'string' },
+      rank: { type: 'string' },
+      generation: { type: 'string' },
+      port: { type: 'string' },
+    },
   });
   const dir = values['state-dir'];
   const key = values.key;
   const [bin, ...args] = positionals;
   if (!dir || !key || !values.replica || !bin) {
-    process.stderr.write('usage: engine-shim --state-dir D --key K --replica R --rank N --generation G --port P -- CMD ARGS...\n');
+    process.stderr.write(
+      'usage: engine-shim --state-dir D --key K --replica R --rank N --generation G --port P -- CMD ARGS...\n',
+    );
     process.exit(2);
   }
   mkdirSync(dir, { recursive: true });
@@ -40,9 +51,18 @@ export function engineShimMain(argv: string[]): void {
   const shimStart = procStartTime(process.pid);
   if (engine.pid !== undefined && engineStart !== null && shimStart !== null) {
     writeJsonAtomic(paths.state, {
-      key, replicaId: values.replica, rank: Number(values.rank ?? 0), generation: Number(values.generation ?? 0), port: Number(values.port ?? 0),
-      shimPid: process.pid, shimStartTime: shimStart, enginePid: engine.pid, engineStartTime: engineStart,
-      command: [bin, ...args].join(' '), devices: process.env.CUDA_VISIBLE_DEVICES ?? null, startedAt: new Date().toISOString(),
+      key,
+      replicaId: values.replica,
+      rank: Number(values.rank ?? 0),
+      generation: Number(values.generation ?? 0),
+      port: Number(values.port ?? 0),
+      shimPid: process.pid,
+      shimStartTime: shimStart,
+      enginePid: engine.pid,
+      engineStartTime: engineStart,
+      command: [bin, ...args].join(' '),
+      devices: process.env.CUDA_VISIBLE_DEVICES ?? null,
+      startedAt: new Date().toISOString(),
     } satisfies EngineState);
   }
   // The shim stays up until the engine is gone (its exit record is the last thing it does).

@@ -25,17 +25,26 @@ interface Pending {
   lastFailure: string | null;
 }
 
-async function pendingActivities(handle: WorkflowHandle): Promise<{ status: string; type: string; pending: Pending[] }> {
+async function pendingActivities(
+  handle: WorkflowHandle,
+): Promise<{ status: string; type: string; pending: Pending[] }> {
   const d = await handle.describe();
   const pending = (d.raw.pendingActivities ?? []).map((p): Pending => {
     const payload = p.heartbeatDetails?.payloads?.[0];
     let details: unknown = null;
     try {
-      details = payload ? defaultPayloadConverter.fromPayload(payload as Parameters<typeof defaultPayloadConverter.fromPayload>[0]) : null;
+      details = payload
+        ? defaultPayloadConverter.fromPayload(payload as Parameters<typeof defaultPayloadConverter.fromPayload>[0])
+        : null;
     } catch {
       details = null;
     }
-    return { type: p.activityType?.name ?? '?', attempt: p.attempt ?? 1, details, lastFailure: p.lastFailure?.message ?? null };
+    return {
+      type: p.activityType?.name ?? '?',
+      attempt: p.attempt ?? 1,
+      details,
+      lastFailure: p.lastFailure?.message ?? null,
+    };
   });
   return { status: d.status.name, type: d.type, pending };
 }
@@ -54,19 +63,21 @@ export function formatStep(s: StepLine): string {
 function waitingFor(p: Pending): string {
   const d = p.details as Partial<OnboardHeartbeat> | null;
   const what = d && typeof d.waitingFor === 'string' ? d.waitingFor : d === null ? '' : JSON.stringify(d);
-  const retry = p.attempt > 1 ? ` [attempt ${p.attempt}${p.lastFailure ? `, last failure: ${p.lastFailure}` : ''}]` : '';
+  const retry =
+    p.attempt > 1 ? ` [attempt ${p.attempt}${p.lastFailure ? `, last failure: ${p.lastFailure}` : ''}]` : '';
   return what || retry ? `      waiting for: ${what || p.type}${retry}` : '';
 }
 
-const pause = (ms: number, signal?: AbortSignal): Promise<void> => new Promise((r) => {
-  const t = setTimeout(done, ms);
-  function done(): void {
-    clearTimeout(t);
-    signal?.removeEventListener('abort', done);
-    r();
-  }
-  signal?.addEventListener('abort', done, { once: true });
-});
+const pause = (ms: number, signal?: AbortSignal): Promise<void> =>
+  new Promise((r) => {
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      r();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
 
 /**
  * Follows onboarding `handle` step by step until it ends: resolves with its result, 'detached' when the signal
@@ -87,7 +98,11 @@ export function followRemoval(handle: WorkflowHandle, o: FollowOptions): Promise
 }
 
 /** A workflow whose progress query lists steps, followed step by step with what each running activity waits for. */
-async function followSteps<R extends { steps: StepLine[] }>(handle: WorkflowHandle, query: QueryDefinition<{ steps: StepLine[] }, []>, o: FollowOptions): Promise<R | 'detached'> {
+async function followSteps<R extends { steps: StepLine[] }>(
+  handle: WorkflowHandle,
+  query: QueryDefinition<{ steps: StepLine[] }, []>,
+  o: FollowOptions,
+): Promise<R | 'detached'> {
   const printed = new Map<string, string>();
   let lastWait = '';
   for (;;) {
@@ -126,7 +141,11 @@ export function failureMessage(err: unknown): string {
 }
 
 /** `llmgw ctl follow WORKFLOW-ID`: onboarding step by step; any other workflow by its running activities. */
-export async function followWorkflow(client: Client, workflowId: string, o: FollowOptions & { uiLink: string }): Promise<void> {
+export async function followWorkflow(
+  client: Client,
+  workflowId: string,
+  o: FollowOptions & { uiLink: string },
+): Promise<void> {
   const handle = client.workflow.getHandle(workflowId);
   const first = await pendingActivities(handle).catch((err: Error) => {
     throw new Error(`no workflow ${workflowId} (${err.message}): see the Temporal UI for the id, e.g. onboard/NODE`);
@@ -151,7 +170,8 @@ export async function followWorkflow(client: Client, workflowId: string, o: Foll
     last = line || last;
     if (d.status !== 'RUNNING') {
       o.out(`${workflowId}: ${d.status.toLowerCase()}\n`);
-      if (d.status === 'FAILED') await handle.result().catch((err: unknown) => void o.out(`  ${failureMessage(err)}\n`));
+      if (d.status === 'FAILED')
+        await handle.result().catch((err: unknown) => void o.out(`  ${failureMessage(err)}\n`));
       return;
     }
     await pause(o.pollMs ?? 1000, o.signal);
@@ -165,8 +185,10 @@ export function detachedLine(workflowId: string): string {
 
 /** The last line of a finished onboarding, with its time split into llmgw's own work and waiting on the node. */
 export function onboardedLine(r: OnboardResult): string {
-  return `${r.nodeId} onboarded${r.changed ? '' : ' (nothing changed: it already was)'} in ${secs(r.totalMs)}: ` +
-    `${secs(r.waitedMs)} waiting on the node, ${secs(r.totalMs - r.waitedMs)} llmgw's own work; llmgw ctl nodes lists it`;
+  return (
+    `${r.nodeId} onboarded${r.changed ? '' : ' (nothing changed: it already was)'} in ${secs(r.totalMs)}: ` +
+    `${secs(r.waitedMs)} waiting on the node, ${secs(r.totalMs - r.waitedMs)} llmgw's own work; llmgw ctl nodes lists it`
+  );
 }
 
 /** The last line of a finished provisioning. */

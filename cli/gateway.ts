@@ -11,11 +11,15 @@ export async function gatewayCommand(argv: string[]): Promise<void> {
     options: { config: { type: 'string' } },
   });
   // No Temporal here: the gateway serves from MySQL's routing table.
-  await runRole('gateway', async (log) => {
-    const config = loadServerConfig(values.config);
-    announceDefaultDatabase(config, log);
-    const gw = await startGatewayRole({ config, log });
-    log('gateway listening', { url: gw.url });
-    return gw;
-  }, { temporal: false });
+  await runRole(
+    'gateway',
+    async (log) => {
+      const config = loadServerConfig(values.config);
+      announceDefaultDatabase(config, log);
+      const gw = await startGatewayRole({ config, log });
+      log('gateway listening', { url: gw.url });
+      return gw;
+    },
+    { temporal: false },
+  );
 }

@@ -16,6 +16,8 @@ function plain(_key: string, v: unknown): unknown {
  */
 export function makeLog(component: string): Log {
   return (msg, fields) => {
-    process.stderr.write(`${JSON.stringify({ t: new Date().toISOString(), level: 'info', c: component, msg, ...fields }, plain)}\n`);
+    process.stderr.write(
+      `${JSON.stringify({ t: new Date().toISOString(), level: 'info', c: component, msg, ...fields }, plain)}\n`,
+    );
   };
 }

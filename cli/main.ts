@@ -36,17 +36,22 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   'sim-engine': async () => (require('./sim-engine') as typeof import('./sim-engine')).main,
   bench: async () => (require('./bench') as typeof import('./bench')).benchCommand,
   'onboard-node': async () => (argv) => (require('./onboard') as typeof import('./onboard')).onboardNodeCommand(argv),
-  'provision-node': async () => (argv) => (require('./provision-node') as typeof import('./provision-node')).provisionNodeCommand(argv),
+  'provision-node': async () => (argv) =>
+    (require('./provision-node') as typeof import('./provision-node')).provisionNodeCommand(argv),
   'add-node': async () => (argv) => (require('./add-node') as typeof import('./add-node')).addNodeCommand(argv),
   'proxmox-worker': async () => (require('./proxmox-worker') as typeof import('./proxmox-worker')).proxmoxWorkerCommand,
   // Node-side helpers onboarding and the agent run (not in the usage above).
-  'engine-probe': async () => (argv) => (require('./engine-probe') as typeof import('./engine-probe')).engineProbeCommand(argv),
-  'engine-shim': async () => async (argv) => (require('./engine-shim') as typeof import('./engine-shim')).engineShimMain(argv),
+  'engine-probe': async () => (argv) =>
+    (require('./engine-probe') as typeof import('./engine-probe')).engineProbeCommand(argv),
+  'engine-shim': async () => async (argv) =>
+    (require('./engine-shim') as typeof import('./engine-shim')).engineShimMain(argv),
   version: async () => async () => {
     const pkg = require('../package.json') as { version: string; dependencies: Record<string, string> };
     const r = (require('../lib/release') as typeof import('../lib/release')).release();
     const from = r ? `release ${r.platform}, commit ${r.commit}, built ${r.builtAt}` : 'checkout';
-    process.stdout.write(`llmgw ${pkg.version} (${from}; Temporal SDK ${pkg.dependencies['@temporalio/client']}, Node ${process.version})\n`);
+    process.stdout.write(
+      `llmgw ${pkg.version} (${from}; Temporal SDK ${pkg.dependencies['@temporalio/client']}, Node ${process.version})\n`,
+    );
   },
 };
 /* eslint-enable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */
@@ -63,7 +68,9 @@ export async function main(argv: string[]): Promise<void> {
     }
     return;
   }
-  await (await load())(rest);
+  await (
+    await load()
+  )(rest);
 }
 
 main(process.argv.slice(2)).catch((err: unknown) => {

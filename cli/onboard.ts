@@ -50,17 +50,27 @@ ${nodeBinUsage(26, 'run at onboarding (--version) and offered')}
  * its id and UI link, and follows it unless `follow` is false. Resolves with the result, 'detached' (signal), or
  * 'started' (no follow); throws the failure naming the step, why and what to do.
  */
-export async function onboardNode(client: Client, input: OnboardInput, o: { uiLink: string; out: (s: string) => void; follow: boolean; signal?: AbortSignal }): Promise<OnboardResult | 'detached' | 'started'> {
+export async function onboardNode(
+  client: Client,
+  input: OnboardInput,
+  o: { uiLink: string; out: (s: string) => void; follow: boolean; signal?: AbortSignal },
+): Promise<OnboardResult | 'detached' | 'started'> {
   const workflowId = workflowIds.onboard(input.nodeId);
-  const before = await client.workflow.getHandle(workflowId).describe().catch(() => null);
+  const before = await client.workflow
+    .getHandle(workflowId)
+    .describe()
+    .catch(() => null);
   const handle = await client.workflow.start('onboardNode', {
-    taskQueue: QUEUES.control, workflowId, args: [input],
+    taskQueue: QUEUES.control,
+    workflowId,
+    args: [input],
     // A second start while one runs joins it; a finished one is run again (which changes nothing on a done node).
     workflowIdConflictPolicy: 'USE_EXISTING',
     typedSearchAttributes: [{ key: searchAttributes.node, value: [input.nodeId] }],
   });
   o.out(`onboarding ${input.nodeId} (${input.addr}): workflow ${workflowId}\n  ${o.uiLink}\n`);
-  if (before?.status.name === 'RUNNING') o.out(`  joined the onboarding running since ${before.startTime.toISOString()} (its own flags stand)\n`);
+  if (before?.status.name === 'RUNNING')
+    o.out(`  joined the onboarding running since ${before.startTime.toISOString()} (its own flags stand)\n`);
   if (!o.follow) return 'started';
   const r = await followOnboarding(handle, { out: o.out, signal: o.signal });
   o.out(r === 'detached' ? detachedLine(workflowId) : `${onboardedLine(r)}\n`);
@@ -72,24 +82,50 @@ export async function onboardNodeCommand(argv: string[]): Promise<void> {
   const { values } = parse(argv, {
     usage: USAGE,
     options: {
-      node: { type: 'string' }, addr: { type: 'string' }, server: { type: 'string' }, binary: { type: 'string' },
-      fabric: { type: 'string', multiple: true }, ...ENGINE_BIN_OPTIONS,
-      'nvidia-smi': { type: 'string' }, 'no-gpu': { type: 'boolean' }, 'ib-root': { type: 'string' }, 'advertise-host': { type: 'string' },
-      'ssh-user': { type: 'string' }, 'ssh-key': { type: 'string' }, 'ssh-port': { type: 'string' }, 'ssh-timeout': { type: 'string' },
-      'register-timeout': { type: 'string' }, 'no-follow': { type: 'boolean' }, config: { type: 'string' },
+      node: { type: 'string' },
+      addr: { type: 'string' },
+      server: { type: 'string' },
+      binary: { type: 'string' },
+      fabric: { type: 'string', multiple: true },
+      ...ENGINE_BIN_OPTIONS,
+      'nvidia-smi': { type: 'string' },
+      'no-gpu': { type: 'boolean' },
+      'ib-root': { type: 'string' },
+      'advertise-host': { type: 'string' },
+      'ssh-user': { type: 'string' },
+      'ssh-key': { type: 'string' },
+      'ssh-port': { type: 'string' },
+      'ssh-timeout': { type: 'string' },
+      'register-timeout': { type: 'string' },
+      'no-follow': { type: 'boolean' },
+      config: { type: 'string' },
     },
   });
-  for (const f of ['node', 'addr', 'server'] as const) if (!values[f]) throw new UsageError(`--${f} is required\n${USAGE}`);
+  for (const f of ['node', 'addr', 'server'] as const)
+    if (!values[f]) throw new UsageError(`--${f} is required\n${USAGE}`);
   const server = controlPlaneUrl(values.server!);
   const nodeId = checkNodeId(values.node!);
   const artefact = await artefactRef(values.binary);
   const input: OnboardInput = {
-    nodeId, addr: values.addr!, sshPort: intOption(values['ssh-port'], '--ssh-port', 22), sshUser: values['ssh-user'] ?? 'root',
-    sshKeyPath: sshKeyPath(values['ssh-key']), server, advertiseHost: values['advertise-host'] ?? values.addr!,
+    nodeId,
+    addr: values.addr!,
+    sshPort: intOption(values['ssh-port'], '--ssh-port', 22),
+    sshUser: values['ssh-user'] ?? 'root',
+    sshKeyPath: sshKeyPath(values['ssh-key']),
+    server,
+    advertiseHost: values['advertise-host'] ?? values.addr!,
     ...agentFlags(values),
-    artefact, sshDeadlineS: intOption(values['ssh-timeout'], '--ssh-timeout', 600), registerTimeoutS: intOption(values['register-timeout'], '--register-timeout', 120),
+    artefact,
+    sshDeadlineS: intOption(values['ssh-timeout'], '--ssh-timeout', 600),
+    registerTimeoutS: intOption(values['register-timeout'], '--register-timeout', 120),
   };
   const config = loadServerConfig(values.config);
   await withTemporalClient(config, (client, signal) =>
-    onboardNode(client, input, { uiLink: workflowLink(config, workflowIds.onboard(nodeId)), out: (s) => process.stdout.write(s), follow: !values['no-follow'], signal }));
+    onboardNode(client, input, {
+      uiLink: workflowLink(config, workflowIds.onboard(nodeId)),
+      out: (s) => process.stdout.write(s),
+      follow: !values['no-follow'],
+      signal,
+    }),
+  );
 }

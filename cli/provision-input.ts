@@ -27,36 +27,62 @@ export const PROVISION_FLAGS = `
                           id_ecdsa or id_rsa)
   --ssh-timeout S         how long the new VM may take until ssh answers (default 600)`;
 
-
 /** parseArgs' values, as both commands hold them. */
 export type Values = Record<string, string | boolean | string[] | undefined>;
 const str = (v: Values, k: string): string | undefined => (typeof v[k] === 'string' ? (v[k] as string) : undefined);
 
 /** The VM's options for parseArgs. */
 export const PROVISION_OPTIONS = {
-  name: { type: 'string' }, ip: { type: 'string' }, vmid: { type: 'string' }, gw: { type: 'string' }, cores: { type: 'string' }, memory: { type: 'string' },
-  disk: { type: 'string' }, cpu: { type: 'string' }, image: { type: 'string' }, storage: { type: 'string' }, bridge: { type: 'string' },
-  'pve-node': { type: 'string' }, 'ssh-key': { type: 'string' }, 'ssh-timeout': { type: 'string' }, 'no-follow': { type: 'boolean' }, config: { type: 'string' },
+  name: { type: 'string' },
+  ip: { type: 'string' },
+  vmid: { type: 'string' },
+  gw: { type: 'string' },
+  cores: { type: 'string' },
+  memory: { type: 'string' },
+  disk: { type: 'string' },
+  cpu: { type: 'string' },
+  image: { type: 'string' },
+  storage: { type: 'string' },
+  bridge: { type: 'string' },
+  'pve-node': { type: 'string' },
+  'ssh-key': { type: 'string' },
+  'ssh-timeout': { type: 'string' },
+  'no-follow': { type: 'boolean' },
+  config: { type: 'string' },
 } as const;
-
 
 /** The provisioning input from the flags over server.yaml's proxmox defaults; every bad value names the flag. */
 export function provisionInput(values: Values, config: ServerConfig): ProvisionInput {
   const pve = config.proxmox;
-  if (!pve) throw new UsageError('server.yaml has no proxmox section: add one (url, node, tokenId, tokenSecretFile, ca, storage, image, bridge; config/server.example.yaml), and run llmgw proxmox-worker with it');
+  if (!pve)
+    throw new UsageError(
+      'server.yaml has no proxmox section: add one (url, node, tokenId, tokenSecretFile, ca, storage, image, bridge; config/server.example.yaml), and run llmgw proxmox-worker with it',
+    );
   const nodeId = checkNodeId(str(values, 'name') as string);
   const ip = str(values, 'ip') as string;
   try {
     parseCidr(ip);
-    const vmid = str(values, 'vmid') === undefined ? defaultVmid(ip) : checkVmid(intOption(str(values, 'vmid'), '--vmid', 0));
+    const vmid =
+      str(values, 'vmid') === undefined ? defaultVmid(ip) : checkVmid(intOption(str(values, 'vmid'), '--vmid', 0));
     const gw = str(values, 'gw') ?? pve.gateway;
     const { pub } = sshKeyPair(str(values, 'ssh-key'));
     return {
-      nodeId, vmid, ip, gateway: gw, nameserver: pve.nameserver,
-      cores: intOption(str(values, 'cores'), '--cores', pve.cores), memoryMiB: intOption(str(values, 'memory'), '--memory', pve.memoryMiB),
-      diskGiB: parseDiskGiB(str(values, 'disk') ?? pve.disk), cpu: str(values, 'cpu') ?? 'host',
-      image: str(values, 'image') ?? pve.image, storage: str(values, 'storage') ?? pve.storage, bridge: str(values, 'bridge') ?? pve.bridge,
-      pveNode: str(values, 'pve-node') ?? pve.node, sshKeys: pub, ciuser: 'root', sshPort: 22,
+      nodeId,
+      vmid,
+      ip,
+      gateway: gw,
+      nameserver: pve.nameserver,
+      cores: intOption(str(values, 'cores'), '--cores', pve.cores),
+      memoryMiB: intOption(str(values, 'memory'), '--memory', pve.memoryMiB),
+      diskGiB: parseDiskGiB(str(values, 'disk') ?? pve.disk),
+      cpu: str(values, 'cpu') ?? 'host',
+      image: str(values, 'image') ?? pve.image,
+      storage: str(values, 'storage') ?? pve.storage,
+      bridge: str(values, 'bridge') ?? pve.bridge,
+      pveNode: str(values, 'pve-node') ?? pve.node,
+      sshKeys: pub,
+      ciuser: 'root',
+      sshPort: 22,
       sshDeadlineS: intOption(str(values, 'ssh-timeout'), '--ssh-timeout', 600),
     };
   } catch (err) {
@@ -64,4 +90,3 @@ export function provisionInput(values: Values, config: ServerConfig): ProvisionI
     throw err;
   }
 }
-

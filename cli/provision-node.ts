@@ -29,21 +29,30 @@ const out = (s: string): void => void process.stdout.write(s);
 /** Entry for `llmgw provision-node`. */
 export async function provisionNodeCommand(argv: string[]): Promise<void> {
   const { values } = parse(argv, { usage: PROVISION_USAGE, options: PROVISION_OPTIONS });
-  for (const f of ['name', 'ip'] as const) if (!values[f]) throw new UsageError(`--${f} is required\n${PROVISION_USAGE}`);
+  for (const f of ['name', 'ip'] as const)
+    if (!values[f]) throw new UsageError(`--${f} is required\n${PROVISION_USAGE}`);
   const config = loadServerConfig(values.config);
   const input = provisionInput(values, config);
   await withTemporalClient(config, async (client, signal) => {
     const workflowId = workflowIds.provision(input.nodeId);
     const handle = await client.workflow.start('provisionNode', {
-      taskQueue: QUEUES.control, workflowId, args: [input], workflowIdConflictPolicy: 'USE_EXISTING',
+      taskQueue: QUEUES.control,
+      workflowId,
+      args: [input],
+      workflowIdConflictPolicy: 'USE_EXISTING',
       typedSearchAttributes: [{ key: searchAttributes.node, value: [input.nodeId] }],
     });
-    out(`provisioning ${input.nodeId} (VM ${input.vmid}, ${input.ip}, cpu ${input.cpu}) on ${config.proxmox?.url} node ${input.pveNode}: workflow ${workflowId}\n  ${workflowLink(config, workflowId)}\n`);
+    out(
+      `provisioning ${input.nodeId} (VM ${input.vmid}, ${input.ip}, cpu ${input.cpu}) on ${config.proxmox?.url} node ${input.pveNode}: workflow ${workflowId}\n  ${workflowLink(config, workflowId)}\n`,
+    );
     if (values['no-follow']) return;
     const r = await followProvisioning(handle, { out, signal }).catch((err: unknown) => {
       throw new Error(failureMessage(err));
     });
-    out(r === 'detached' ? detachedLine(workflowId) : `${provisionedLine(r)}\n  next: llmgw onboard-node --node ${input.nodeId} --addr ${parseCidr(input.ip).address} --server URL --binary ARTEFACT\n`);
+    out(
+      r === 'detached'
+        ? detachedLine(workflowId)
+        : `${provisionedLine(r)}\n  next: llmgw onboard-node --node ${input.nodeId} --addr ${parseCidr(input.ip).address} --server URL --binary ARTEFACT\n`,
+    );
   });
 }
-

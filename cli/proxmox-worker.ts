@@ -21,7 +21,12 @@ ${CONFIG_HELP}`,
   await runRole('proxmox-worker', async (log) => {
     const config = loadServerConfig(values.config);
     const w = await startProxmoxWorker({ config, log });
-    log('proxmox worker running', { queue: QUEUES.proxmox, proxmox: config.proxmox?.url, version: w.version, temporal: config.temporal.address });
+    log('proxmox worker running', {
+      queue: QUEUES.proxmox,
+      proxmox: config.proxmox?.url,
+      version: w.version,
+      temporal: config.temporal.address,
+    });
     return w;
   });
 }

@@ -8,7 +8,11 @@ import { platformName, setRelease, type ReleaseInfo } from '../lib/release';
 declare const LLMGW_RELEASE: Omit<ReleaseInfo, 'program' | 'platform'>;
 
 // One bundle serves every platform's artefact: the platform is the one this runs on.
-setRelease({ ...LLMGW_RELEASE, platform: platformName() ?? `${process.platform}-${process.arch}`, program: __filename });
+setRelease({
+  ...LLMGW_RELEASE,
+  platform: platformName() ?? `${process.platform}-${process.arch}`,
+  program: __filename,
+});
 // After setRelease, not hoisted like an import: cli/main runs its command as soon as it loads.
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 require('./main');

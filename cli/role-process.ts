@@ -26,7 +26,11 @@ function roleRuntime(log: Log): void {
  * Runs a role until SIGINT/SIGTERM: its log (`c` = `component`), the Temporal runtime unless `temporal: false`,
  * then `start`. A start that fails is one `error` line in that log and exit code 1, not the CLI's plain text.
  */
-export async function runRole(component: string, start: (log: Log) => Promise<{ close(): Promise<void> }>, o: { temporal?: boolean } = {}): Promise<never> {
+export async function runRole(
+  component: string,
+  start: (log: Log) => Promise<{ close(): Promise<void> }>,
+  o: { temporal?: boolean } = {},
+): Promise<never> {
   const log = makeLog(component);
   if (o.temporal !== false) roleRuntime(log);
   let role: { close(): Promise<void> };
@@ -49,10 +53,13 @@ function untilSignal(close: () => Promise<void>, log: Log): Promise<never> {
       stopping = true;
       const force = setTimeout(() => process.exit(1), 30_000);
       force.unref();
-      void close().then(() => process.exit(0), (err: Error) => {
-        log('error while stopping', { level: 'error', error: err.message });
-        process.exit(1);
-      });
+      void close().then(
+        () => process.exit(0),
+        (err: Error) => {
+          log('error while stopping', { level: 'error', error: err.message });
+          process.exit(1);
+        },
+      );
     };
     process.on('SIGINT', stop);
     process.on('SIGTERM', stop);
@@ -65,18 +72,24 @@ function untilSignal(close: () => Promise<void>, log: Log): Promise<never> {
   });
 }
 
-
 /**
  * Says, before a role writes to MySQL, that it will use the built-in default database because its config has no
  * `mysql:` section: an operator who forgot the section learns it before tables appear in the local database.
  */
-export function announceDefaultDatabase(config: ServerConfig, log: (msg: string, fields: Record<string, unknown>) => void): void {
+export function announceDefaultDatabase(
+  config: ServerConfig,
+  log: (msg: string, fields: Record<string, unknown>) => void,
+): void {
   const file = defaultedIn(config, 'mysql');
   if (file === null) return;
   log('no mysql section in the configuration: using the built-in default database', {
-    level: 'warn', config: file, url: config.mysql.url, fix: 'set mysql.url in server.yaml (--config FILE) to use another database',
+    level: 'warn',
+    config: file,
+    url: config.mysql.url,
+    fix: 'set mysql.url in server.yaml (--config FILE) to use another database',
   });
 }
 
 /** The --config line of every role's help. */
-export const CONFIG_HELP = '  --config FILE   server.yaml (default: built-in local-cluster defaults; see config/server.example.yaml)';
+export const CONFIG_HELP =
+  '  --config FILE   server.yaml (default: built-in local-cluster defaults; see config/server.example.yaml)';

@@ -12,7 +12,17 @@ const USAGE = `usage: sim-engine --model M --host H --port P --rank R --world W 
   them); with --gpu-lock-dir it holds a lock file per GPU there and refuses one another live engine holds.
   Exit codes: 0 stopped, 1 failed to start, 2 bad flags, 3 group broken.`;
 
-const FLAGS = ['model', 'host', 'port', 'rank', 'world', 'dist-host', 'dist-port', 'tokens-per-second', 'gpu-lock-dir'] as const;
+const FLAGS = [
+  'model',
+  'host',
+  'port',
+  'rank',
+  'world',
+  'dist-host',
+  'dist-port',
+  'tokens-per-second',
+  'gpu-lock-dir',
+] as const;
 
 /** One JSON line per event on stderr. */
 const line = (msg: string, fields?: Record<string, unknown>): void =>
@@ -24,7 +34,12 @@ class UsageError extends Error {}
 export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
   let v: Partial<Record<(typeof FLAGS)[number], string>>;
   try {
-    v = parseArgs({ args: argv, strict: true, allowPositionals: false, options: Object.fromEntries(FLAGS.map((k) => [k, { type: 'string' as const }])) }).values;
+    v = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: Object.fromEntries(FLAGS.map((k) => [k, { type: 'string' as const }])),
+    }).values;
   } catch (err) {
     throw new UsageError((err as Error).message);
   }
@@ -35,7 +50,8 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
       return d;
     }
     const n = Number(raw);
-    if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max) throw new UsageError(`--${k}: expected an integer from ${min} to ${max}, got "${raw}"`);
+    if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max)
+      throw new UsageError(`--${k}: expected an integer from ${min} to ${max}, got "${raw}"`);
     return n;
   };
   if (!v.model) throw new UsageError('--model is required');
@@ -44,9 +60,20 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
   const port = rank === 0 ? int('port', 0, 65535) : int('port', 0, 65535, 0);
   const distPort = world > 1 ? int('dist-port', 1, 65535) : int('dist-port', 0, 65535, 0);
   const tps = v['tokens-per-second'] === undefined ? 50 : Number(v['tokens-per-second']);
-  if (!Number.isFinite(tps) || tps < 0) throw new UsageError(`--tokens-per-second: expected a number >= 0, got "${v['tokens-per-second']}"`);
+  if (!Number.isFinite(tps) || tps < 0)
+    throw new UsageError(`--tokens-per-second: expected a number >= 0, got "${v['tokens-per-second']}"`);
   const host = v.host ?? '127.0.0.1';
-  return { model: v.model, host, port, rank, world, distHost: v['dist-host'] ?? host, distPort, tokensPerSecond: tps, ...(v['gpu-lock-dir'] ? { gpuLockDir: v['gpu-lock-dir'] } : {}) };
+  return {
+    model: v.model,
+    host,
+    port,
+    rank,
+    world,
+    distHost: v['dist-host'] ?? host,
+    distPort,
+    tokensPerSecond: tps,
+    ...(v['gpu-lock-dir'] ? { gpuLockDir: v['gpu-lock-dir'] } : {}),
+  };
 }
 
 /** Runs the engine until SIGTERM/SIGINT (exit 0) or until its group breaks (exit 3). */
@@ -66,7 +93,14 @@ export async function main(argv: string[]): Promise<void> {
     process.stderr.write(`sim-engine: ${(err as Error).message}\n${USAGE}\n`);
     process.exit(2);
   }
-  line('starting', { rank: opts.rank, world: opts.world, model: opts.model, distHost: opts.distHost, distPort: opts.distPort, devices: opts.devices });
+  line('starting', {
+    rank: opts.rank,
+    world: opts.world,
+    model: opts.model,
+    distHost: opts.distHost,
+    distPort: opts.distPort,
+    devices: opts.devices,
+  });
   const engine = await startSimEngine({ ...opts, log: line }).catch((err: Error) => {
     line('failed to start', { rank: opts.rank, error: err.message });
     process.stderr.write(`sim-engine rank ${opts.rank}: ${err.message}\n`);

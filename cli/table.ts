@@ -3,7 +3,11 @@
 /** Left-aligned columns separated by two spaces. */
 export function table(head: string[], rows: string[][]): string {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  const line = (r: string[]): string => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i] ?? 0))).join('  ').trimEnd();
+  const line = (r: string[]): string =>
+    r
+      .map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i] ?? 0)))
+      .join('  ')
+      .trimEnd();
   return `${[head, ...rows].map(line).join('\n')}\n`;
 }
 

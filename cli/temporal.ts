@@ -10,12 +10,17 @@ export function workflowLink(config: Pick<ServerConfig, 'temporal'>, workflowId:
 
 /** A Temporal client for server.yaml's temporal section; an unreachable Temporal is LLMGW_TEMPORAL_UNREACHABLE naming the key. */
 export async function temporalClient(config: ServerConfig): Promise<{ client: Client; close: () => Promise<void> }> {
-  const connection = await connectTemporal(config.temporal.address, (address) => Connection.connect({ address, connectTimeout: 5000 }));
+  const connection = await connectTemporal(config.temporal.address, (address) =>
+    Connection.connect({ address, connectTimeout: 5000 }),
+  );
   return { client: new Client({ connection, namespace: config.temporal.namespace }), close: () => connection.close() };
 }
 
 /** Runs `fn` with a Temporal client; Ctrl-C aborts `signal` (the command then detaches, the workflow goes on). */
-export async function withTemporalClient<T>(config: ServerConfig, fn: (client: Client, signal: AbortSignal) => Promise<T>): Promise<T> {
+export async function withTemporalClient<T>(
+  config: ServerConfig,
+  fn: (client: Client, signal: AbortSignal) => Promise<T>,
+): Promise<T> {
   const { client, close } = await temporalClient(config);
   const detach = new AbortController();
   const onSigint = (): void => detach.abort();

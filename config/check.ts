@@ -28,7 +28,11 @@ function distance(a: string, b: string): number {
     d[0] = i;
     for (let j = 1; j <= b.length; j++) {
       const tmp = d[j] ?? 0;
-      d[j] = Math.min((d[j] ?? 0) + 1, (d[j - 1] ?? 0) + 1, prev + (a[i - 1]?.toLowerCase() === b[j - 1]?.toLowerCase() ? 0 : 1));
+      d[j] = Math.min(
+        (d[j] ?? 0) + 1,
+        (d[j - 1] ?? 0) + 1,
+        prev + (a[i - 1]?.toLowerCase() === b[j - 1]?.toLowerCase() ? 0 : 1),
+      );
       prev = tmp;
     }
   }
@@ -68,13 +72,21 @@ export class Checker {
   /** A mapping at `path` with only `keys`; unknown keys are reported with a did-you-mean. */
   obj(raw: unknown, path: Seg[], keys: readonly string[]): Obj | undefined {
     if (!isObj(raw)) {
-      this.add(path, `expected a mapping, got ${this.describe(raw)}`, `write it as key: value pairs (keys: ${keys.join(', ')})`);
+      this.add(
+        path,
+        `expected a mapping, got ${this.describe(raw)}`,
+        `write it as key: value pairs (keys: ${keys.join(', ')})`,
+      );
       return undefined;
     }
     for (const k of Object.keys(raw)) {
       if (keys.includes(k)) continue;
       const near = suggest(k, keys);
-      this.add([...path, k], `unknown key ${quote(k)}`, `${near ? `did you mean "${near}"? ` : ''}known keys here: ${keys.join(', ')}`);
+      this.add(
+        [...path, k],
+        `unknown key ${quote(k)}`,
+        `${near ? `did you mean "${near}"? ` : ''}known keys here: ${keys.join(', ')}`,
+      );
     }
     return raw;
   }
@@ -90,7 +102,11 @@ export class Checker {
     if (!o) return '';
     const v = o[String(last(path))];
     if (typeof v !== 'string' || v === '') {
-      this.add(path, v === undefined ? 'is missing' : `expected a string, got ${this.describe(v)}`, `set it, e.g. ${example}`);
+      this.add(
+        path,
+        v === undefined ? 'is missing' : `expected a string, got ${this.describe(v)}`,
+        `set it, e.g. ${example}`,
+      );
       return '';
     }
     const bad = rule?.(v);
@@ -104,7 +120,11 @@ export class Checker {
     const v = o[String(last(path))];
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
       const range = max === Infinity ? `≥ ${min}` : `from ${min} to ${max}`;
-      this.add(path, v === undefined ? 'is missing' : `expected a whole number ${range}, got ${this.describe(v)}`, `set it to a whole number ${range}, e.g. ${example}`);
+      this.add(
+        path,
+        v === undefined ? 'is missing' : `expected a whole number ${range}, got ${this.describe(v)}`,
+        `set it to a whole number ${range}, e.g. ${example}`,
+      );
       return 0;
     }
     return v;
@@ -115,7 +135,11 @@ export class Checker {
     if (!o) return false;
     const v = o[String(last(path))];
     if (typeof v !== 'boolean') {
-      this.add(path, v === undefined ? 'is missing' : `expected true or false, got ${this.describe(v)}`, 'set it to true or false (unquoted)');
+      this.add(
+        path,
+        v === undefined ? 'is missing' : `expected true or false, got ${this.describe(v)}`,
+        'set it to true or false (unquoted)',
+      );
       return false;
     }
     return v;
@@ -145,7 +169,11 @@ export class Checker {
   list(raw: unknown, path: Seg[]): unknown[] {
     if (raw === undefined || raw === null) return [];
     if (!Array.isArray(raw)) {
-      this.add(path, `expected a list, got ${this.describe(raw)}`, 'write it as a YAML list (lines starting with "- ")');
+      this.add(
+        path,
+        `expected a list, got ${this.describe(raw)}`,
+        'write it as a YAML list (lines starting with "- ")',
+      );
       return [];
     }
     return raw;

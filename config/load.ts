@@ -51,7 +51,13 @@ export function loadServerConfig(file?: string): ServerConfig {
     text = readFileSync(file, 'utf8');
   } catch (err) {
     const reason = (err as NodeJS.ErrnoException).code ?? String(err);
-    throw new ConfigError(file, [{ keyPath: '', problem: `cannot be read (${reason})`, fix: 'check the path, or give no config file to use the built-in local-cluster defaults' }]);
+    throw new ConfigError(file, [
+      {
+        keyPath: '',
+        problem: `cannot be read (${reason})`,
+        fix: 'check the path, or give no config file to use the built-in local-cluster defaults',
+      },
+    ]);
   }
   return parseServerConfig(text, file);
 }
@@ -65,14 +71,23 @@ export function parseServerConfig(text: string, file: string): ServerConfig {
   try {
     raw = doc.toJS({ maxAliasCount: 100 });
   } catch (err) {
-    throw new ConfigError(file, [{ keyPath: '', problem: (err as Error).message, fix: 'expand the YAML aliases into plain values' }]);
+    throw new ConfigError(file, [
+      { keyPath: '', problem: (err as Error).message, fix: 'expand the YAML aliases into plain values' },
+    ]);
   }
   const c = new Checker();
   const config = checkConfig(c, merge(DEFAULT_CONFIG, raw ?? {}, []));
-  if (c.issues.length > 0) throw new ConfigError(file, c.issues.map((i) => locate(doc, lines, i)));
+  if (c.issues.length > 0)
+    throw new ConfigError(
+      file,
+      c.issues.map((i) => locate(doc, lines, i)),
+    );
   const frozen = deepFreeze(config);
   const given = isObj(raw) ? raw : {};
-  DEFAULTED.set(frozen, { file, sections: (Object.keys(DEFAULT_CONFIG) as (keyof ServerConfig)[]).filter((k) => given[k] === undefined) });
+  DEFAULTED.set(frozen, {
+    file,
+    sections: (Object.keys(DEFAULT_CONFIG) as (keyof ServerConfig)[]).filter((k) => given[k] === undefined),
+  });
   return frozen;
 }
 
@@ -126,7 +141,13 @@ function merge(base: unknown, over: unknown, path: Seg[]): unknown {
   if (!isObj(base) || !isObj(over) || keyPath(path) === 'engines') return over;
   const out: Obj = { ...base };
   // defineProperty, not assignment: a "__proto__" key in the file must stay a key (and be reported).
-  for (const [k, v] of Object.entries(over)) Object.defineProperty(out, k, { value: merge(base[k], v, [...path, k]), enumerable: true, writable: true, configurable: true });
+  for (const [k, v] of Object.entries(over))
+    Object.defineProperty(out, k, {
+      value: merge(base[k], v, [...path, k]),
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
   return out;
 }
 
@@ -144,7 +165,12 @@ const HOST_PORT_RE = /^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9]
 const ENGINE_LIST = ENGINES.join(', ');
 
 const nameRule: Rule = (s) =>
-  NAME_RE.test(s) ? undefined : [`${quote(s)} is not a valid name`, "use letters, digits, '.', '_' and '-', starting with a letter or digit (clients send it as the model name)"];
+  NAME_RE.test(s)
+    ? undefined
+    : [
+        `${quote(s)} is not a valid name`,
+        "use letters, digits, '.', '_' and '-', starting with a letter or digit (clients send it as the model name)",
+      ];
 
 const hostPortRule: Rule = (s) => {
   const m = HOST_PORT_RE.exec(s);
@@ -163,12 +189,16 @@ const mysqlUrlRule: Rule = (s) => {
   const shown = quote(s.replace(/\/\/([^:@/]*):[^@]*@/, '//$1:***@')); // never echo a password
   const url = URL.canParse(s) ? new URL(s) : undefined;
   const fix = 'write it as mysql://user:password@host:3306/database, e.g. mysql://root@127.0.0.1:3306/llmgw';
-  if (!url || url.protocol !== 'mysql:' || url.hostname === '') return [`${shown} is not a mysql:// URL with a host`, fix];
+  if (!url || url.protocol !== 'mysql:' || url.hostname === '')
+    return [`${shown} is not a mysql:// URL with a host`, fix];
   if (!/^\/[^/]+$/.test(url.pathname)) return [`${shown} names no database`, fix];
   return undefined;
 };
 
-const wordRule: Rule = (s) => (/\s|:\/\//.test(s) ? [`${quote(s)} contains whitespace or a URL scheme`, 'give a bare name or address, e.g. 127.0.0.1'] : undefined);
+const wordRule: Rule = (s) =>
+  /\s|:\/\//.test(s)
+    ? [`${quote(s)} contains whitespace or a URL scheme`, 'give a bare name or address, e.g. 127.0.0.1']
+    : undefined;
 
 /** A stopping replica's wait for its requests in flight is one activity run: a day at most (proxies.ts gives it 25 h). */
 const MAX_GRACE_S = 86_400;
@@ -176,10 +206,20 @@ const GRACE_EXAMPLE = '600 (10 minutes: longer than the longest stream clients r
 
 const TLS_KEYS = ['ca', 'serverCert', 'serverKey', 'clientCert', 'clientKey'] as const;
 
-const pathRule: Rule = (s) => (/^\s|\s$|:\/\//.test(s) ? [`${quote(s)} is not a file path`, 'give the path of a PEM file, e.g. .llmgw/ca/ca.crt (no URL, no surrounding spaces)'] : undefined);
+const pathRule: Rule = (s) =>
+  /^\s|\s$|:\/\//.test(s)
+    ? [
+        `${quote(s)} is not a file path`,
+        'give the path of a PEM file, e.g. .llmgw/ca/ca.crt (no URL, no surrounding spaces)',
+      ]
+    : undefined;
 
 function checkConfig(c: Checker, raw: unknown): ServerConfig {
-  const root = c.obj(raw, [], ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'drain', 'catalog', 'proxmox']);
+  const root = c.obj(
+    raw,
+    [],
+    ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'drain', 'catalog', 'proxmox'],
+  );
   const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
   const m = c.sub(root, ['mysql'], ['url']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
@@ -195,7 +235,11 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       uiUrl: c.str(t, ['temporal', 'uiUrl'], 'http://127.0.0.1:8233', httpUrlRule).replace(/\/+$/, ''),
     },
     mysql: { url: c.str(m, ['mysql', 'url'], 'mysql://root@127.0.0.1:3306/llmgw', mysqlUrlRule) },
-    listeners: { controlPlane: checkListener(c, l, 'controlPlane', 7443), gateway: checkListener(c, l, 'gateway', 8080), temporalDoor: checkListener(c, l, 'temporalDoor', 7444) },
+    listeners: {
+      controlPlane: checkListener(c, l, 'controlPlane', 7443),
+      gateway: checkListener(c, l, 'gateway', 8080),
+      temporalDoor: checkListener(c, l, 'temporalDoor', 7444),
+    },
     tls: {
       ca: c.str(tls, ['tls', 'ca'], '.llmgw/ca/ca.crt', pathRule),
       serverCert: c.str(tls, ['tls', 'serverCert'], '/etc/llmgw/control-plane/server.crt', pathRule),
@@ -207,7 +251,9 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
     enginePorts: checkEnginePorts(c, p),
     gateway: {
       apiKeys: c.strList(g, ['gateway', 'apiKeys'], 'an API key', (s) =>
-        /\s/.test(s) ? ['an API key contains whitespace', 'use a key without spaces; it is sent as "Authorization: Bearer <key>"'] : undefined,
+        /\s/.test(s)
+          ? ['an API key contains whitespace', 'use a key without spaces; it is sent as "Authorization: Bearer <key>"']
+          : undefined,
       ),
       refreshMs: c.int(g, ['gateway', 'refreshMs'], 50, 60000, '500 (how stale the routing table may get)'),
       timeouts: checkTimeouts(c, g),
@@ -223,37 +269,85 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
   return config;
 }
 
-const PROXMOX_KEYS = ['url', 'node', 'tokenId', 'tokenSecretFile', 'ca', 'storage', 'image', 'bridge', 'gateway', 'nameserver', 'cores', 'memoryMiB', 'disk'] as const;
+const PROXMOX_KEYS = [
+  'url',
+  'node',
+  'tokenId',
+  'tokenSecretFile',
+  'ca',
+  'storage',
+  'image',
+  'bridge',
+  'gateway',
+  'nameserver',
+  'cores',
+  'memoryMiB',
+  'disk',
+] as const;
 
 function checkProxmox(c: Checker, raw: unknown): ServerConfig['proxmox'] {
   if (raw === undefined || raw === null) return null;
   const o = c.obj(raw, ['proxmox'], PROXMOX_KEYS);
   const at = (k: string): Seg[] => ['proxmox', k];
-  const opt = (k: string, rule: Rule): string | null => (o?.[k] === undefined || o[k] === null ? null : c.str(o, at(k), '10.0.0.1', rule));
-  const ipRule: Rule = (s) => (isIP(s) ? undefined : [`${quote(s)} is not an IP address`, 'give an address such as 10.0.0.1']);
+  const opt = (k: string, rule: Rule): string | null =>
+    o?.[k] === undefined || o[k] === null ? null : c.str(o, at(k), '10.0.0.1', rule);
+  const ipRule: Rule = (s) =>
+    isIP(s) ? undefined : [`${quote(s)} is not an IP address`, 'give an address such as 10.0.0.1'];
   return {
-    url: c.str(o, at('url'), 'https://pve.example.net:8006', (s) => (/^https:\/\/[^/\s]+$/.test(s.replace(/\/+$/, ''))
-      ? undefined : [`${quote(s)} is not an https://HOST:PORT URL`, 'give the Proxmox API\'s https://HOST:8006 (llmgw adds /api2/json; plain http is refused: the token would travel in clear)'])).replace(/\/+$/, ''),
+    url: c
+      .str(o, at('url'), 'https://pve.example.net:8006', (s) =>
+        /^https:\/\/[^/\s]+$/.test(s.replace(/\/+$/, ''))
+          ? undefined
+          : [
+              `${quote(s)} is not an https://HOST:PORT URL`,
+              "give the Proxmox API's https://HOST:8006 (llmgw adds /api2/json; plain http is refused: the token would travel in clear)",
+            ],
+      )
+      .replace(/\/+$/, ''),
     node: c.str(o, at('node'), 'pve', wordRule),
-    tokenId: c.str(o, at('tokenId'), 'llmgw@pve!provision', (s) => (/^[^@\s]+@[^!\s]+![A-Za-z][A-Za-z0-9._-]*$/.test(s)
-      ? undefined : [`${quote(s)} is not an API token id`, 'write USER@REALM!TOKENNAME, as Datacenter > Permissions > API Tokens shows it, e.g. llmgw@pve!provision'])),
+    tokenId: c.str(o, at('tokenId'), 'llmgw@pve!provision', (s) =>
+      /^[^@\s]+@[^!\s]+![A-Za-z][A-Za-z0-9._-]*$/.test(s)
+        ? undefined
+        : [
+            `${quote(s)} is not an API token id`,
+            'write USER@REALM!TOKENNAME, as Datacenter > Permissions > API Tokens shows it, e.g. llmgw@pve!provision',
+          ],
+    ),
     tokenSecretFile: c.str(o, at('tokenSecretFile'), '/etc/llmgw/proxmox-token (a file holding the secret)', pathRule),
-    ca: c.str(o, at('ca'), '/etc/llmgw/pve-root-ca.pem (a copy of the host\'s /etc/pve/pve-root-ca.pem)', pathRule),
+    ca: c.str(o, at('ca'), "/etc/llmgw/pve-root-ca.pem (a copy of the host's /etc/pve/pve-root-ca.pem)", pathRule),
     storage: c.str(o, at('storage'), 'local-lvm', wordRule),
-    image: c.str(o, at('image'), 'local:import/debian-12-genericcloud-amd64.qcow2', (s) => (/^[A-Za-z][\w.-]*:import\/\S+\.(qcow2|raw|vmdk)$/.test(s)
-      ? undefined : [`${quote(s)} is not an import volume id`, 'name a cloud image on an import-capable storage, e.g. local:import/debian-12-genericcloud-amd64.qcow2 (download it with Storage > Download from URL, content "import")'])),
+    image: c.str(o, at('image'), 'local:import/debian-12-genericcloud-amd64.qcow2', (s) =>
+      /^[A-Za-z][\w.-]*:import\/\S+\.(qcow2|raw|vmdk)$/.test(s)
+        ? undefined
+        : [
+            `${quote(s)} is not an import volume id`,
+            'name a cloud image on an import-capable storage, e.g. local:import/debian-12-genericcloud-amd64.qcow2 (download it with Storage > Download from URL, content "import")',
+          ],
+    ),
     bridge: c.str(o, at('bridge'), 'vmbr0', wordRule),
     gateway: opt('gateway', ipRule),
     nameserver: opt('nameserver', ipRule),
     cores: o?.cores === undefined ? 4 : c.int(o, at('cores'), 1, 512, '8'),
     memoryMiB: o?.memoryMiB === undefined ? 8192 : c.int(o, at('memoryMiB'), 512, 16_777_216, '32768 (MiB)'),
-    disk: o?.disk === undefined ? '64G' : c.str(o, at('disk'), '64G', (s) => (/^\d+G$/.test(s) ? undefined : [`${quote(s)} is not a size in GiB`, 'write it as a whole number of GiB, e.g. 64G'])),
+    disk:
+      o?.disk === undefined
+        ? '64G'
+        : c.str(o, at('disk'), '64G', (s) =>
+            /^\d+G$/.test(s)
+              ? undefined
+              : [`${quote(s)} is not a size in GiB`, 'write it as a whole number of GiB, e.g. 64G'],
+          ),
   };
 }
 
 /** A browser origin the gateway answers cross-origin requests from: `*`, or scheme://host[:port] and nothing more. */
-const originRule: Rule = (s) => (s === '*' || /^https?:\/\/[^/\s?#]+$/.test(s)
-  ? undefined : [`${quote(s)} is not an origin`, 'write it as a browser sends it, scheme://host[:port] with no path (e.g. https://app.example.net), or * for any']);
+const originRule: Rule = (s) =>
+  s === '*' || /^https?:\/\/[^/\s?#]+$/.test(s)
+    ? undefined
+    : [
+        `${quote(s)} is not an origin`,
+        'write it as a browser sends it, scheme://host[:port] with no path (e.g. https://app.example.net), or * for any',
+      ];
 
 /** The longest wait llmgw accepts for a first byte: a day, which no client waits for anyway. */
 const MAX_FIRST_BYTE_MS = 86_400_000;
@@ -264,7 +358,13 @@ function checkTimeouts(c: Checker, g: Obj | undefined): ServerConfig['gateway'][
   const t = c.sub(g, ['gateway', 'timeouts'], ['connectMs', 'firstByteMs', 'idleMs', 'requestMs']);
   return {
     requestMs: c.int(t, at('requestMs'), 1000, 3_600_000, '60000 (a whole request, body included, in a minute)'),
-    connectMs: c.int(t, at('connectMs'), 100, 60_000, '2000 (a replica on a reachable network connects in milliseconds)'),
+    connectMs: c.int(
+      t,
+      at('connectMs'),
+      100,
+      60_000,
+      '2000 (a replica on a reachable network connects in milliseconds)',
+    ),
     firstByteMs: c.int(t, at('firstByteMs'), 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE),
     idleMs: c.int(t, at('idleMs'), 1000, MAX_FIRST_BYTE_MS, '120000 (2 min between two chunks of an answer)'),
   };
@@ -272,13 +372,20 @@ function checkTimeouts(c: Checker, g: Obj | undefined): ServerConfig['gateway'][
 
 function checkListener(c: Checker, l: Obj | undefined, name: string, port: number): Listener {
   const o = c.sub(l, ['listeners', name], ['host', 'port']);
-  return { host: c.str(o, ['listeners', name, 'host'], '127.0.0.1', wordRule), port: c.int(o, ['listeners', name, 'port'], 1, 65535, String(port)) };
+  return {
+    host: c.str(o, ['listeners', name, 'host'], '127.0.0.1', wordRule),
+    port: c.int(o, ['listeners', name, 'port'], 1, 65535, String(port)),
+  };
 }
 
 /** Returns undefined when `engines` is not a mapping at all, so profiles are not all blamed for it. */
 function checkEngines(c: Checker, raw: unknown): Partial<Record<EngineName, string>> | undefined {
   if (!isObj(raw)) {
-    c.add(['engines'], `expected a mapping of engine to version, got ${c.describe(raw)}`, `write e.g. engines: { sim: "1.0.0" }; engines are ${ENGINE_LIST}`);
+    c.add(
+      ['engines'],
+      `expected a mapping of engine to version, got ${c.describe(raw)}`,
+      `write e.g. engines: { sim: "1.0.0" }; engines are ${ENGINE_LIST}`,
+    );
     return undefined;
   }
   const out: Partial<Record<EngineName, string>> = {};
@@ -286,12 +393,24 @@ function checkEngines(c: Checker, raw: unknown): Partial<Record<EngineName, stri
     const engine = ENGINES.find((e) => e === k);
     if (engine === undefined) {
       const near = suggest(k, ENGINES);
-      c.add(['engines', k], `${quote(k)} is not an engine`, `${near ? `did you mean "${near}"? ` : ''}use one of ${ENGINE_LIST}`);
+      c.add(
+        ['engines', k],
+        `${quote(k)} is not an engine`,
+        `${near ? `did you mean "${near}"? ` : ''}use one of ${ENGINE_LIST}`,
+      );
     } else if (typeof v === 'number') {
-      c.add(['engines', k], `version ${v} is a number`, `quote it, e.g. "${v}" (YAML reads 0.60 unquoted as the number 0.6)`);
+      c.add(
+        ['engines', k],
+        `version ${v} is a number`,
+        `quote it, e.g. "${v}" (YAML reads 0.60 unquoted as the number 0.6)`,
+      );
     } else if (typeof v !== 'string' || (v !== '' && !VERSION_RE.test(v))) {
       // "" is the operator's own binary on each node (the agent's --llamacpp-bin, --vllm-bin, --sglang-python).
-      c.add(['engines', k], `expected a version string, got ${c.describe(v)}`, 'give the version the nodes should install, e.g. "0.33.0" (vllm) or "b11434" (llamacpp), or "" for the operator\'s own binary on each node');
+      c.add(
+        ['engines', k],
+        `expected a version string, got ${c.describe(v)}`,
+        'give the version the nodes should install, e.g. "0.33.0" (vllm) or "b11434" (llamacpp), or "" for the operator\'s own binary on each node',
+      );
     } else out[engine] = v;
   }
   return out;
@@ -302,25 +421,58 @@ function checkEnginePorts(c: Checker, p: Obj | undefined): ServerConfig['engineP
   const base = c.int(p, ['enginePorts', 'base'], 1024, 65535, '20000');
   const count = c.int(p, ['enginePorts', 'count'], 1, 64512, '2000');
   if (base > 0 && count > 0 && base + count > 65536) {
-    c.add(['enginePorts', 'count'], `ports ${base}..${base + count - 1} run past 65535`, `lower count to at most ${65536 - base}, or lower base`);
+    c.add(
+      ['enginePorts', 'count'],
+      `ports ${base}..${base + count - 1} run past 65535`,
+      `lower count to at most ${65536 - base}, or lower base`,
+    );
   }
   return { base, count };
 }
 
 function checkPortClashes(c: Checker, cfg: ServerConfig): void {
   const { controlPlane: cp, gateway: gw, temporalDoor: door } = cfg.listeners;
-  if (cp.port === gw.port && cp.host === gw.host) c.add(['listeners', 'gateway', 'port'], `${gw.port} is also the controlPlane port`, 'give the gateway and the control plane different ports');
-  for (const [name, l] of [['controlPlane', cp], ['gateway', gw]] as const) {
-    if (door.port === l.port && door.host === l.host) c.add(['listeners', 'temporalDoor', 'port'], `${door.port} is also the ${name} port`, `give the Temporal door its own port, e.g. 7444`);
+  if (cp.port === gw.port && cp.host === gw.host)
+    c.add(
+      ['listeners', 'gateway', 'port'],
+      `${gw.port} is also the controlPlane port`,
+      'give the gateway and the control plane different ports',
+    );
+  for (const [name, l] of [
+    ['controlPlane', cp],
+    ['gateway', gw],
+  ] as const) {
+    if (door.port === l.port && door.host === l.host)
+      c.add(
+        ['listeners', 'temporalDoor', 'port'],
+        `${door.port} is also the ${name} port`,
+        `give the Temporal door its own port, e.g. 7444`,
+      );
   }
   const temporal = HOST_PORT_RE.exec(cfg.temporal.address);
-  if (temporal && Number(temporal[3]) === door.port && (temporal[1] === door.host || ['0.0.0.0', '::'].includes(door.host))) {
-    c.add(['listeners', 'temporalDoor', 'port'], `${door.port} is Temporal's own port (temporal.address ${cfg.temporal.address})`, 'the door stands in front of Temporal on a port of its own, e.g. 7444');
+  if (
+    temporal &&
+    Number(temporal[3]) === door.port &&
+    (temporal[1] === door.host || ['0.0.0.0', '::'].includes(door.host))
+  ) {
+    c.add(
+      ['listeners', 'temporalDoor', 'port'],
+      `${door.port} is Temporal's own port (temporal.address ${cfg.temporal.address})`,
+      'the door stands in front of Temporal on a port of its own, e.g. 7444',
+    );
   }
   const { base, count } = cfg.enginePorts;
-  for (const [name, l] of [['controlPlane', cp], ['gateway', gw], ['temporalDoor', door]] as const) {
+  for (const [name, l] of [
+    ['controlPlane', cp],
+    ['gateway', gw],
+    ['temporalDoor', door],
+  ] as const) {
     if (l.port >= base && l.port < base + count) {
-      c.add(['listeners', name, 'port'], `${l.port} lies inside enginePorts ${base}..${base + count - 1}`, 'move it outside that range; an engine on this host would be handed the same port');
+      c.add(
+        ['listeners', name, 'port'],
+        `${l.port} lies inside enginePorts ${base}..${base + count - 1}`,
+        'move it outside that range; an engine on this host would be handed the same port',
+      );
     }
   }
 }
@@ -329,15 +481,33 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
   const seen = new Map<string, number>();
   return c.list(raw, ['catalog']).map((item, i): ModelSpec => {
     const at: Seg[] = ['catalog', i];
-    const o = c.obj(item, at, ['name', 'source', 'sha256', 'replicas', 'drainGraceS', 'profiles', 'firstByteMs', 'startTimeoutS']);
+    const o = c.obj(item, at, [
+      'name',
+      'source',
+      'sha256',
+      'replicas',
+      'drainGraceS',
+      'profiles',
+      'firstByteMs',
+      'startTimeoutS',
+    ]);
     const name = c.str(o, [...at, 'name'], 'sim-small', nameRule);
     const prev = seen.get(name);
-    if (name && prev !== undefined) c.add([...at, 'name'], `${quote(name)} is already the name of catalog[${prev}]`, 'give each model a unique name; clients choose a model by it');
+    if (name && prev !== undefined)
+      c.add(
+        [...at, 'name'],
+        `${quote(name)} is already the name of catalog[${prev}]`,
+        'give each model a unique name; clients choose a model by it',
+      );
     else if (name) seen.set(name, i);
     const profilesRaw = o ? o.profiles : undefined;
     const profiles = o && profilesRaw === undefined ? [] : c.list(profilesRaw, [...at, 'profiles']);
     if (o && profiles.length === 0 && (profilesRaw === undefined || Array.isArray(profilesRaw))) {
-      c.add([...at, 'profiles'], 'the model has no profiles', 'add at least one, e.g. profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]');
+      c.add(
+        [...at, 'profiles'],
+        'the model has no profiles',
+        'add at least one, e.g. profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]',
+      );
     }
     const names = new Set<string>();
     const source = c.str(o, [...at, 'source'], 'sim://sim-small, https://huggingface.co/... or /models/x.gguf');
@@ -347,11 +517,17 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       source,
       ...(sha256 ? { sha256 } : {}),
       replicas: c.int(o, [...at, 'replicas'], 0, Infinity, '1'),
-      ...(o?.drainGraceS === undefined ? {} : { drainGraceS: c.int(o, [...at, 'drainGraceS'], 0, MAX_GRACE_S, GRACE_EXAMPLE) }),
+      ...(o?.drainGraceS === undefined
+        ? {}
+        : { drainGraceS: c.int(o, [...at, 'drainGraceS'], 0, MAX_GRACE_S, GRACE_EXAMPLE) }),
       profiles: profiles.map((p, j) => checkProfile(c, p, [...at, 'profiles', j], engines, names)),
-      ...(o?.firstByteMs === undefined ? {} : { firstByteMs: c.int(o, [...at, 'firstByteMs'], 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE) }),
+      ...(o?.firstByteMs === undefined
+        ? {}
+        : { firstByteMs: c.int(o, [...at, 'firstByteMs'], 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE) }),
       // How long its engine may take to serve once the weights are there; unset: DEFAULT_START_TIMEOUT_S.
-      ...(o?.startTimeoutS !== undefined ? { startTimeoutS: c.int(o, [...at, 'startTimeoutS'], 10, 86_400, '3600') } : {}),
+      ...(o?.startTimeoutS !== undefined
+        ? { startTimeoutS: c.int(o, [...at, 'startTimeoutS'], 10, 86_400, '3600') }
+        : {}),
     };
   });
 }
@@ -360,25 +536,51 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
 function checkSha256(c: Checker, o: Obj | undefined, at: Seg[], source: string): string | undefined {
   if (!o || o.sha256 === undefined) return undefined;
   const v = c.str(o, [...at, 'sha256'], 'the output of sha256sum FILE (64 hex digits)', (s) =>
-    SHA256_RE.test(s) ? undefined : [`${quote(s)} is not a sha256`, 'give the 64 hex digits sha256sum prints for the file (no "sha256:" prefix)']);
+    SHA256_RE.test(s)
+      ? undefined
+      : [`${quote(s)} is not a sha256`, 'give the 64 hex digits sha256sum prints for the file (no "sha256:" prefix)'],
+  );
   if (v && source && classifySource(source).kind !== 'url') {
-    c.add([...at, 'sha256'], `is set, but source ${quote(source)} is not an http(s) URL`, 'remove sha256 (only a fetched file is verified), or give the model a URL source');
+    c.add(
+      [...at, 'sha256'],
+      `is set, but source ${quote(source)} is not an http(s) URL`,
+      'remove sha256 (only a fetched file is verified), or give the model a URL source',
+    );
   }
   return SHA256_RE.test(v) ? v.toLowerCase() : undefined;
 }
 
-function checkProfile(c: Checker, raw: unknown, at: Seg[], engines: Partial<Record<EngineName, string>> | undefined, names: Set<string>): Profile {
+function checkProfile(
+  c: Checker,
+  raw: unknown,
+  at: Seg[],
+  engines: Partial<Record<EngineName, string>> | undefined,
+  names: Set<string>,
+): Profile {
   const o = c.obj(raw, at, ['name', 'engine', 'nodes', 'gpusPerNode', 'args']);
   const name = c.str(o, [...at, 'name'], 'default', nameRule);
-  if (name && names.has(name)) c.add([...at, 'name'], `${quote(name)} is already a profile of this model`, 'give each profile of a model a unique name');
+  if (name && names.has(name))
+    c.add(
+      [...at, 'name'],
+      `${quote(name)} is already a profile of this model`,
+      'give each profile of a model a unique name',
+    );
   names.add(name);
   const given = c.str(o, [...at, 'engine'], 'sim');
   const engine = ENGINES.find((e) => e === given);
   if (given && engine === undefined) {
     const near = suggest(given, ENGINES);
-    c.add([...at, 'engine'], `${quote(given)} is not an engine`, `${near ? `did you mean "${near}"? ` : ''}use one of ${ENGINE_LIST}`);
+    c.add(
+      [...at, 'engine'],
+      `${quote(given)} is not an engine`,
+      `${near ? `did you mean "${near}"? ` : ''}use one of ${ENGINE_LIST}`,
+    );
   } else if (engine && engines && engines[engine] === undefined) {
-    c.add([...at, 'engine'], `${quote(engine)} has no version in engines`, `add engines.${engine}: "<version>" so nodes install it, or use one of: ${Object.keys(engines).join(', ') || '(none listed)'}`);
+    c.add(
+      [...at, 'engine'],
+      `${quote(engine)} has no version in engines`,
+      `add engines.${engine}: "<version>" so nodes install it, or use one of: ${Object.keys(engines).join(', ') || '(none listed)'}`,
+    );
   }
   return {
     name,

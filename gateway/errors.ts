@@ -15,7 +15,11 @@ export type ErrorLog = (msg: string, fields: Record<string, unknown>) => void;
 
 /** The catalogue code of a status fastify or Node answers with before a route runs. */
 const BY_STATUS: Record<number, ErrorCode> = {
-  404: 'LLMGW_NOT_FOUND', 408: 'LLMGW_REQUEST_TIMEOUT', 413: 'LLMGW_BODY_TOO_LARGE', 415: 'LLMGW_UNSUPPORTED_MEDIA_TYPE', 431: 'LLMGW_HEADERS_TOO_LARGE',
+  404: 'LLMGW_NOT_FOUND',
+  408: 'LLMGW_REQUEST_TIMEOUT',
+  413: 'LLMGW_BODY_TOO_LARGE',
+  415: 'LLMGW_UNSUPPORTED_MEDIA_TYPE',
+  431: 'LLMGW_HEADERS_TOO_LARGE',
 };
 
 interface AjvIssue {
@@ -29,28 +33,44 @@ function validationMessage(err: FastifyError): string {
   const first = (err.validation as AjvIssue[] | undefined)?.[0];
   if (!first) return err.message;
   const where = `${err.validationContext ?? 'body'}${(first.instancePath ?? '').replace(/\//g, '.')}`;
-  if (first.params?.additionalProperty !== undefined) return `${where}: unknown field ${quoteInput(first.params.additionalProperty)}`;
-  if (first.params?.allowedValues) return `${where}: ${first.message ?? 'invalid'} (${first.params.allowedValues.map((v) => JSON.stringify(v)).join(', ')})`;
+  if (first.params?.additionalProperty !== undefined)
+    return `${where}: unknown field ${quoteInput(first.params.additionalProperty)}`;
+  if (first.params?.allowedValues)
+    return `${where}: ${first.message ?? 'invalid'} (${first.params.allowedValues.map((v) => JSON.stringify(v)).join(', ')})`;
   return `${where}: ${first.message ?? 'invalid'}`;
 }
 
 /** The code and message for an error fastify raised before the route ran (or a route threw). */
-function describe(err: FastifyError & { code?: string; status?: number }, req: FastifyRequest): { code: ErrorCode; message: string } | null {
+function describe(
+  err: FastifyError & { code?: string; status?: number },
+  req: FastifyRequest,
+): { code: ErrorCode; message: string } | null {
   if (err.validation) return { code: 'LLMGW_BAD_REQUEST', message: validationMessage(err) };
   // A catalogue error thrown by a route (LlmgwError, or one that crossed a realm): its own code and message.
-  if (typeof err.code === 'string' && Object.hasOwn(ERRORS, err.code)) return { code: err.code as ErrorCode, message: err.message };
+  if (typeof err.code === 'string' && Object.hasOwn(ERRORS, err.code))
+    return { code: err.code as ErrorCode, message: err.message };
   switch (err.code) {
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return { code: 'LLMGW_UNSUPPORTED_MEDIA_TYPE', message: `send the body as JSON with content-type: application/json (got ${quoteInput(req.headers['content-type'] ?? 'none')})` };
+      return {
+        code: 'LLMGW_UNSUPPORTED_MEDIA_TYPE',
+        message: `send the body as JSON with content-type: application/json (got ${quoteInput(req.headers['content-type'] ?? 'none')})`,
+      };
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return { code: 'LLMGW_BODY_TOO_LARGE', message: `the request body is larger than this route takes (${req.routeOptions.bodyLimit ?? 'its limit'} bytes)` };
+      return {
+        code: 'LLMGW_BODY_TOO_LARGE',
+        message: `the request body is larger than this route takes (${req.routeOptions.bodyLimit ?? 'its limit'} bytes)`,
+      };
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return { code: 'LLMGW_BAD_REQUEST', message: 'the request body is empty: send a JSON object' };
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
       return { code: 'LLMGW_BAD_REQUEST', message: 'the request body is not valid JSON' };
     default:
   }
-  if (err.name === 'SyntaxError' && err.statusCode === 400) return { code: 'LLMGW_BAD_REQUEST', message: `the request body is not valid JSON: ${quoteInput(err.message, 100)}` };
+  if (err.name === 'SyntaxError' && err.statusCode === 400)
+    return {
+      code: 'LLMGW_BAD_REQUEST',
+      message: `the request body is not valid JSON: ${quoteInput(err.message, 100)}`,
+    };
   const status = err.statusCode ?? 500;
   if (status >= 500) return null;
   return { code: BY_STATUS[status] ?? 'LLMGW_BAD_REQUEST', message: err.message };
@@ -65,11 +85,28 @@ export function answerErrors(app: FastifyInstance, log: ErrorLog): void {
     const known = describe(err, req);
     if (known) {
       const status = ERRORS[known.code].status;
-      if (status >= 500) log('request failed', { level: 'error', method: req.method, route: req.routeOptions.url ?? req.url.split('?')[0], reqId: req.id, code: known.code, error: known.message });
+      if (status >= 500)
+        log('request failed', {
+          level: 'error',
+          method: req.method,
+          route: req.routeOptions.url ?? req.url.split('?')[0],
+          reqId: req.id,
+          code: known.code,
+          error: known.message,
+        });
       return reply.code(status).send(openAiError(known.code, known.message));
     }
-    log('internal error', { level: 'error', method: req.method, route: req.routeOptions.url ?? req.url.split('?')[0], reqId: req.id, error: err.message, stack: err.stack });
-    return reply.code(500).send(openAiError('LLMGW_INTERNAL', `internal error (request ${req.id}); the server's log has the details`));
+    log('internal error', {
+      level: 'error',
+      method: req.method,
+      route: req.routeOptions.url ?? req.url.split('?')[0],
+      reqId: req.id,
+      error: err.message,
+      stack: err.stack,
+    });
+    return reply
+      .code(500)
+      .send(openAiError('LLMGW_INTERNAL', `internal error (request ${req.id}); the server's log has the details`));
   });
 }
 
@@ -95,14 +132,20 @@ export function clientErrorHandler(err: NodeJS.ErrnoException, socket: Socket): 
   if (err.code === 'ECONNRESET' || s.destroyed || s[ANSWERED]) return;
   s[ANSWERED] = true;
   if (!s.writable || s._httpMessage?.headersSent) return void s.destroy();
-  const [code, message]: [ErrorCode, string] = err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-    ? ['LLMGW_REQUEST_TIMEOUT', 'the request did not arrive in time: its headers or body stopped coming (a Content-Length larger than the body sent, or a chunked body without its last chunk)']
-    : err.code === 'HPE_HEADER_OVERFLOW'
-      ? ['LLMGW_HEADERS_TOO_LARGE', 'the request headers are larger than 16 KiB']
-      : ['LLMGW_BAD_REQUEST', `the request is not valid HTTP/1.1 (${err.code ?? err.message})`];
+  const [code, message]: [ErrorCode, string] =
+    err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+      ? [
+          'LLMGW_REQUEST_TIMEOUT',
+          'the request did not arrive in time: its headers or body stopped coming (a Content-Length larger than the body sent, or a chunked body without its last chunk)',
+        ]
+      : err.code === 'HPE_HEADER_OVERFLOW'
+        ? ['LLMGW_HEADERS_TOO_LARGE', 'the request headers are larger than 16 KiB']
+        : ['LLMGW_BAD_REQUEST', `the request is not valid HTTP/1.1 (${err.code ?? err.message})`];
   const status = ERRORS[code].status;
   const body = JSON.stringify(openAiError(code, message));
-  s.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  s.end(
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
   s.resume();
   setTimeout(() => s.destroy(), 2000).unref();
 }

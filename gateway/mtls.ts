@@ -16,7 +16,13 @@ export type CertRole = 'node' | 'server' | 'operator';
 
 export type PeerVerdict =
   | { kind: 'ok'; cn: string; serial: string; role: CertRole; notAfter: Date }
-  | { kind: 'refused'; why: 'no-certificate' | 'unknown-ca' | 'expired' | 'not-yet-valid' | 'revoked' | 'unrecorded'; cn: string | null; serial: string | null; detail: string };
+  | {
+      kind: 'refused';
+      why: 'no-certificate' | 'unknown-ca' | 'expired' | 'not-yet-valid' | 'revoked' | 'unrecorded';
+      cn: string | null;
+      serial: string | null;
+      detail: string;
+    };
 
 /** What the gate needs from the certificates table. */
 export interface CertificateLookup {
@@ -36,8 +42,22 @@ export interface GateOptions {
 }
 
 /** Options for `https.createServer` / fastify's `https`: ask for a client certificate, judge it in the gate; a stalled handshake is cut. */
-export function mtlsServerOptions(o: { caPem: string; certPem: string; keyPem: string }): { ca: string; cert: string; key: string; requestCert: true; rejectUnauthorized: false; handshakeTimeout: number } {
-  return { ca: o.caPem, cert: o.certPem, key: o.keyPem, requestCert: true, rejectUnauthorized: false, handshakeTimeout: TLS_HANDSHAKE_MS };
+export function mtlsServerOptions(o: { caPem: string; certPem: string; keyPem: string }): {
+  ca: string;
+  cert: string;
+  key: string;
+  requestCert: true;
+  rejectUnauthorized: false;
+  handshakeTimeout: number;
+} {
+  return {
+    ca: o.caPem,
+    cert: o.certPem,
+    key: o.keyPem,
+    requestCert: true,
+    rejectUnauthorized: false,
+    handshakeTimeout: TLS_HANDSHAKE_MS,
+  };
 }
 
 /** Judges each connection's client certificate once, and cuts connections whose certificate gets revoked. */
@@ -57,7 +77,10 @@ export class CertificateGate {
   /** Loads the revoked set and starts refreshing it. */
   async start(): Promise<void> {
     await this.refresh();
-    this.timer = setInterval(() => void this.refresh().catch((err: Error) => this.o.log('revocation refresh failed', { error: err.message })), this.o.refreshMs ?? 1000);
+    this.timer = setInterval(
+      () => void this.refresh().catch((err: Error) => this.o.log('revocation refresh failed', { error: err.message })),
+      this.o.refreshMs ?? 1000,
+    );
     this.timer.unref();
   }
 
@@ -95,17 +118,62 @@ export class CertificateGate {
 
   private async judge(socket: TLSSocket): Promise<PeerVerdict> {
     const peer = typeof socket.getPeerCertificate === 'function' ? socket.getPeerCertificate() : null;
-    const refused = (why: Extract<PeerVerdict, { kind: 'refused' }>['why'], detail: string, cn: string | null = null, serial: string | null = null): PeerVerdict => ({ kind: 'refused', why, cn, serial, detail });
-    if (!peer || !peer.raw) return refused('no-certificate', 'the client sent no certificate: give the agent --cert and --key (issued by llmgw ca issue)');
+    const refused = (
+      why: Extract<PeerVerdict, { kind: 'refused' }>['why'],
+      detail: string,
+      cn: string | null = null,
+      serial: string | null = null,
+    ): PeerVerdict => ({ kind: 'refused', why, cn, serial, detail });
+    if (!peer || !peer.raw)
+      return refused(
+        'no-certificate',
+        'the client sent no certificate: give the agent --cert and --key (issued by llmgw ca issue)',
+      );
     const info = certificateInfo(peer.raw);
-    if (!info.issuerMatches(this.ca)) return refused('unknown-ca', `issued by "${new X509Certificate(peer.raw).issuer.replace(/\n/g, ', ')}", not this cluster's CA`, info.cn, info.serial);
+    if (!info.issuerMatches(this.ca))
+      return refused(
+        'unknown-ca',
+        `issued by "${new X509Certificate(peer.raw).issuer.replace(/\n/g, ', ')}", not this cluster's CA`,
+        info.cn,
+        info.serial,
+      );
     const now = this.now();
-    if (now > info.notAfter) return refused('expired', `expired ${info.notAfter.toISOString()}: issue a new one (llmgw ca issue --node ${info.cn ?? 'ID'})`, info.cn, info.serial);
-    if (now < info.notBefore) return refused('not-yet-valid', `valid only from ${info.notBefore.toISOString()}: check the clocks`, info.cn, info.serial);
-    if (this.revoked.has(info.serial)) return refused('revoked', 'revoked: this certificate can no longer be used; onboard the node again for a new one', info.cn, info.serial);
+    if (now > info.notAfter)
+      return refused(
+        'expired',
+        `expired ${info.notAfter.toISOString()}: issue a new one (llmgw ca issue --node ${info.cn ?? 'ID'})`,
+        info.cn,
+        info.serial,
+      );
+    if (now < info.notBefore)
+      return refused(
+        'not-yet-valid',
+        `valid only from ${info.notBefore.toISOString()}: check the clocks`,
+        info.cn,
+        info.serial,
+      );
+    if (this.revoked.has(info.serial))
+      return refused(
+        'revoked',
+        'revoked: this certificate can no longer be used; onboard the node again for a new one',
+        info.cn,
+        info.serial,
+      );
     const rec = await this.o.lookup.bySerial(info.serial);
-    if (!rec) return refused('unrecorded', "signed by this CA but not in this cluster's certificates table (another cluster's certificate?)", info.cn, info.serial);
-    if (rec.revokedAt) return refused('revoked', 'revoked: this certificate can no longer be used; onboard the node again for a new one', info.cn, info.serial);
+    if (!rec)
+      return refused(
+        'unrecorded',
+        "signed by this CA but not in this cluster's certificates table (another cluster's certificate?)",
+        info.cn,
+        info.serial,
+      );
+    if (rec.revokedAt)
+      return refused(
+        'revoked',
+        'revoked: this certificate can no longer be used; onboard the node again for a new one',
+        info.cn,
+        info.serial,
+      );
     return { kind: 'ok', cn: rec.cn, serial: info.serial, role: rec.role, notAfter: info.notAfter };
   }
 }
@@ -124,7 +192,12 @@ declare module 'fastify' {
  * route the router matched, never the raw URL: `/v1/%61gent/register` is routed as `/v1/agent/register` and must
  * be judged so. A request no route takes needs a valid certificate of any role, and gets the 404.
  */
-export function installGate(app: FastifyInstance, gate: CertificateGate, roleFor: (route: string) => CertRole, log: GateOptions['log']): void {
+export function installGate(
+  app: FastifyInstance,
+  gate: CertificateGate,
+  roleFor: (route: string) => CertRole,
+  log: GateOptions['log'],
+): void {
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
     const route = req.routeOptions.url;
     if (route === '/health') return;
@@ -132,12 +205,29 @@ export function installGate(app: FastifyInstance, gate: CertificateGate, roleFor
     if (v.kind === 'refused') {
       log('certificate refused', { reason: v.why, cn: v.cn, serial: v.serial, url: req.url, detail: v.detail });
       const status = v.why === 'revoked' || v.why === 'unrecorded' ? 403 : 401;
-      return reply.code(status).send(openAiError('LLMGW_CERT_REFUSED', `client certificate refused (${v.why}): ${v.detail}`));
+      return reply
+        .code(status)
+        .send(openAiError('LLMGW_CERT_REFUSED', `client certificate refused (${v.why}): ${v.detail}`));
     }
     const need = route === undefined ? v.role : roleFor(route);
     if (v.role !== need) {
-      log('certificate refused', { reason: 'wrong-role', cn: v.cn, serial: v.serial, url: req.url, route, role: v.role, need });
-      return reply.code(403).send(openAiError('LLMGW_CERT_REFUSED', `${v.role === 'operator' ? 'an' : 'a'} ${v.role} certificate (CN ${v.cn}) may not call ${route ?? quoteInput(req.url, 100)}: it needs ${need === 'operator' ? 'an' : 'a'} ${need} certificate`));
+      log('certificate refused', {
+        reason: 'wrong-role',
+        cn: v.cn,
+        serial: v.serial,
+        url: req.url,
+        route,
+        role: v.role,
+        need,
+      });
+      return reply
+        .code(403)
+        .send(
+          openAiError(
+            'LLMGW_CERT_REFUSED',
+            `${v.role === 'operator' ? 'an' : 'a'} ${v.role} certificate (CN ${v.cn}) may not call ${route ?? quoteInput(req.url, 100)}: it needs ${need === 'operator' ? 'an' : 'a'} ${need} certificate`,
+          ),
+        );
     }
     req.peer = { cn: v.cn, serial: v.serial, role: v.role, notAfter: v.notAfter };
   });

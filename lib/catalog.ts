@@ -55,7 +55,11 @@ function changedParts(a: ModelSpec, b: ModelSpec): string[] {
  * when it changed since the last apply; while it did not, a `ctl scale` stands. A model gone from the catalog is
  * removed (drained and stopped) only with `prune`.
  */
-export function planCatalog(catalog: readonly ModelSpec[], live: ReadonlyMap<string, LiveModel>, o: { prune: boolean }): CatalogAction[] {
+export function planCatalog(
+  catalog: readonly ModelSpec[],
+  live: ReadonlyMap<string, LiveModel>,
+  o: { prune: boolean },
+): CatalogAction[] {
   const out: CatalogAction[] = [];
   for (const spec of catalog) {
     const m = live.get(spec.name);
@@ -67,9 +71,17 @@ export function planCatalog(catalog: readonly ModelSpec[], live: ReadonlyMap<str
     const runs = m.runningHash ?? specHash(m.applied);
     // A deployment may run an older spec than the one recorded (a control plane that only recorded the catalog).
     const changed = changedParts(m.applied, spec);
-    if (runs !== specHash(spec)) out.push({ kind: 'roll', model: spec.name, replicas: m.replicas, changed: changed.length ? changed : ['the spec its replicas run'] });
-    if (spec.replicas !== m.applied.replicas && spec.replicas !== m.desired) out.push({ kind: 'scale', model: spec.name, from: m.desired, to: spec.replicas });
-    else if (spec.replicas !== m.desired) out.push({ kind: 'keep-scaled', model: spec.name, desired: m.desired, catalog: spec.replicas });
+    if (runs !== specHash(spec))
+      out.push({
+        kind: 'roll',
+        model: spec.name,
+        replicas: m.replicas,
+        changed: changed.length ? changed : ['the spec its replicas run'],
+      });
+    if (spec.replicas !== m.applied.replicas && spec.replicas !== m.desired)
+      out.push({ kind: 'scale', model: spec.name, from: m.desired, to: spec.replicas });
+    else if (spec.replicas !== m.desired)
+      out.push({ kind: 'keep-scaled', model: spec.name, desired: m.desired, catalog: spec.replicas });
     const desired = spec.replicas !== m.applied.replicas ? spec.replicas : m.desired;
     if (!m.deployed) out.push({ kind: 'deploy', model: spec.name, replicas: desired });
     if (out.length === before) out.push({ kind: 'unchanged', model: spec.name, replicas: m.desired });
@@ -77,7 +89,11 @@ export function planCatalog(catalog: readonly ModelSpec[], live: ReadonlyMap<str
   const names = new Set(catalog.map((s) => s.name));
   for (const [name, m] of [...live.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     if (names.has(name)) continue;
-    out.push(o.prune ? { kind: 'remove', model: name, replicas: m.replicas } : { kind: 'keep-removed', model: name, replicas: m.replicas });
+    out.push(
+      o.prune
+        ? { kind: 'remove', model: name, replicas: m.replicas }
+        : { kind: 'keep-removed', model: name, replicas: m.replicas },
+    );
   }
   return out;
 }
@@ -93,14 +109,34 @@ const plural = (n: number, what: string): string => `${n} ${what}${n === 1 ? '' 
 export function actionLine(a: CatalogAction): string {
   const line = (mark: string, text: string): string => `  ${mark} ${a.model.padEnd(16)} ${text}`;
   switch (a.kind) {
-    case 'add': return line('+', `deploy ${plural(a.replicas, 'replica')} (new in the catalog)`);
-    case 'scale': return line('~', `scale ${a.from} → ${a.to} replicas (the catalog's count changed)`);
-    case 'roll': return line('~', `roll ${plural(a.replicas, 'replica')} make-before-break, one at a time (${a.changed.join(', ')} changed)`);
-    case 'deploy': return line('~', `start its deployment (model/${a.model} is not running) for ${plural(a.replicas, 'replica')}`);
-    case 'remove': return line('-', `drain and stop ${plural(a.replicas, 'replica')}, then forget the model (not in the catalog; --prune)`);
-    case 'keep-scaled': return line('!', `kept at ${a.desired} replicas by llmgw ctl scale (the catalog says ${a.catalog}, unchanged since the last apply)`);
-    case 'keep-removed': return line('!', `not in the catalog: kept with ${plural(a.replicas, 'replica')} (llmgw ctl apply --prune drains and stops it)`);
-    case 'unchanged': return line('=', `unchanged (${plural(a.replicas, 'replica')})`);
+    case 'add':
+      return line('+', `deploy ${plural(a.replicas, 'replica')} (new in the catalog)`);
+    case 'scale':
+      return line('~', `scale ${a.from} → ${a.to} replicas (the catalog's count changed)`);
+    case 'roll':
+      return line(
+        '~',
+        `roll ${plural(a.replicas, 'replica')} make-before-break, one at a time (${a.changed.join(', ')} changed)`,
+      );
+    case 'deploy':
+      return line('~', `start its deployment (model/${a.model} is not running) for ${plural(a.replicas, 'replica')}`);
+    case 'remove':
+      return line(
+        '-',
+        `drain and stop ${plural(a.replicas, 'replica')}, then forget the model (not in the catalog; --prune)`,
+      );
+    case 'keep-scaled':
+      return line(
+        '!',
+        `kept at ${a.desired} replicas by llmgw ctl scale (the catalog says ${a.catalog}, unchanged since the last apply)`,
+      );
+    case 'keep-removed':
+      return line(
+        '!',
+        `not in the catalog: kept with ${plural(a.replicas, 'replica')} (llmgw ctl apply --prune drains and stops it)`,
+      );
+    case 'unchanged':
+      return line('=', `unchanged (${plural(a.replicas, 'replica')})`);
     default: {
       const never: never = a;
       return String(never);

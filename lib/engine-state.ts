@@ -45,7 +45,8 @@ const KEY_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
 /** The key of one shard's engine: `${replicaId}.g${generation}.r${rank}`; throws on a replica id unfit for a file name. */
 export function shardKey(replicaId: string, generation: number, rank: number): string {
   const key = `${replicaId}.g${generation}.r${rank}`;
-  if (!KEY_RE.test(key) || key.includes('..')) throw new Error(`replica id "${replicaId}" cannot name an engine state file (a-z, A-Z, 0-9, '.', '_', '-')`);
+  if (!KEY_RE.test(key) || key.includes('..'))
+    throw new Error(`replica id "${replicaId}" cannot name an engine state file (a-z, A-Z, 0-9, '.', '_', '-')`);
   return key;
 }
 
@@ -119,7 +120,13 @@ export function removeEngineFiles(dir: string, key: string, o: { keepLog?: boole
 export function logTail(dir: string, key: string, lines: number): string {
   try {
     const buf = readFileSync(enginePaths(dir, key).log);
-    return buf.subarray(Math.max(0, buf.length - 16_384)).toString('utf8').trim().split('\n').slice(-lines).join('\n');
+    return buf
+      .subarray(Math.max(0, buf.length - 16_384))
+      .toString('utf8')
+      .trim()
+      .split('\n')
+      .slice(-lines)
+      .join('\n');
   } catch {
     return '';
   }
@@ -144,5 +151,12 @@ export function sameProcess(pid: number, startTime: string): boolean {
  * flags and `--` and the engine command.
  */
 export function engineShimArgv(): string[] {
-  return releaseSelfArgv('engine-shim') ?? [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../cli/engine-shim.ts')];
+  return (
+    releaseSelfArgv('engine-shim') ?? [
+      process.execPath,
+      '--require',
+      require.resolve('tsx/cjs'),
+      resolve(__dirname, '../cli/engine-shim.ts'),
+    ]
+  );
 }

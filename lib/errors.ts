@@ -88,6 +88,9 @@ export function quoteInput(value: unknown, max = 64): string {
 }
 
 /** The OpenAI error body for a catalogue error. */
-export function openAiError(code: ErrorCode, message: string): { error: { message: string; type: string; code: string } } {
+export function openAiError(
+  code: ErrorCode,
+  message: string,
+): { error: { message: string; type: string; code: string } } {
   return { error: { message, type: ERRORS[code].type, code } };
 }

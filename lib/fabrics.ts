@@ -17,13 +17,23 @@ const bad = (msg: string): LlmgwError => new LlmgwError('LLMGW_BAD_REQUEST', msg
 export function parseFabricFlag(raw: string): FabricFlag {
   const colon = raw.indexOf(':');
   const name = colon < 0 ? raw : raw.slice(0, colon);
-  if (!NAME_RE.test(name)) throw bad(`--fabric ${raw}: fabric name "${name}" must be 1-32 characters of a-z, 0-9 and '-', starting with a letter`);
+  if (!NAME_RE.test(name))
+    throw bad(
+      `--fabric ${raw}: fabric name "${name}" must be 1-32 characters of a-z, 0-9 and '-', starting with a letter`,
+    );
   if (colon < 0) return { name, devices: null };
   const devs = raw.slice(colon + 1);
   // split(':', 2) would silently drop everything after a second ':' (ib-a:mlx5_0:1,mlx5_1:1 → mlx5_0 alone).
-  if (devs.includes(':')) throw bad(`--fabric ${raw}: name adapters without a port (--fabric ${name}:${devs.replace(/:\d+/g, '')}); llmgw uses each adapter's active InfiniBand port`);
-  const devices = devs.split(',').map((d) => d.trim()).filter(Boolean);
-  if (devices.length === 0) throw bad(`--fabric ${raw}: no adapters after ':'; write --fabric ${name}:mlx5_0,mlx5_1 or just --fabric ${name}`);
+  if (devs.includes(':'))
+    throw bad(
+      `--fabric ${raw}: name adapters without a port (--fabric ${name}:${devs.replace(/:\d+/g, '')}); llmgw uses each adapter's active InfiniBand port`,
+    );
+  const devices = devs
+    .split(',')
+    .map((d) => d.trim())
+    .filter(Boolean);
+  if (devices.length === 0)
+    throw bad(`--fabric ${raw}: no adapters after ':'; write --fabric ${name}:mlx5_0,mlx5_1 or just --fabric ${name}`);
   return { name, devices };
 }
 
@@ -32,7 +42,8 @@ function linkHint(a: IbAdapter): string {
   const phys = a.physState ?? '';
   if (/Polling/.test(phys)) return ` (physical state ${phys}: no cable, or the far end is down)`;
   if (/Disabled/.test(phys)) return ` (physical state ${phys}: administratively disabled)`;
-  if (/LinkUp/.test(phys) && /INIT/.test(a.state)) return ` (physical state ${phys}: cabled, but no subnet manager has configured it; start opensm or the switch's SM)`;
+  if (/LinkUp/.test(phys) && /INIT/.test(a.state))
+    return ` (physical state ${phys}: cabled, but no subnet manager has configured it; start opensm or the switch's SM)`;
   return phys ? ` (physical state ${phys})` : '';
 }
 
@@ -51,21 +62,41 @@ export function resolveFabrics(flags: FabricFlag[], adapters: IbAdapter[]): Reco
   for (const f of flags) {
     let devices: string[];
     if (f.devices === null) {
-      devices = [...adapters].sort((a, b) => naturalCompare(a.device, b.device) || a.port - b.port).filter((a) => active(a) && isIb(a)).map((a) => a.device).filter((d, i, all) => all.indexOf(d) === i).slice(0, 2);
-      if (devices.length === 0) throw bad(`--fabric ${f.name}: this node has no active InfiniBand port (adapters: ${present.join(', ') || 'none'}); name the adapters with --fabric ${f.name}:dev,dev or check the links`);
+      devices = [...adapters]
+        .sort((a, b) => naturalCompare(a.device, b.device) || a.port - b.port)
+        .filter((a) => active(a) && isIb(a))
+        .map((a) => a.device)
+        .filter((d, i, all) => all.indexOf(d) === i)
+        .slice(0, 2);
+      if (devices.length === 0)
+        throw bad(
+          `--fabric ${f.name}: this node has no active InfiniBand port (adapters: ${present.join(', ') || 'none'}); name the adapters with --fabric ${f.name}:dev,dev or check the links`,
+        );
     } else {
       devices = f.devices;
       for (const d of devices) {
         const ports = adapters.filter((a) => a.device === d);
-        if (ports.length === 0) throw bad(`--fabric ${f.name}: adapter ${d} does not exist on this node (present: ${present.join(', ') || 'none'})`);
-        if (!ports.some(isIb)) throw bad(`--fabric ${f.name}: adapter ${d} is an Ethernet (RoCE) port, not InfiniBand; leave it out of InfiniBand fabrics`);
+        if (ports.length === 0)
+          throw bad(
+            `--fabric ${f.name}: adapter ${d} does not exist on this node (present: ${present.join(', ') || 'none'})`,
+          );
+        if (!ports.some(isIb))
+          throw bad(
+            `--fabric ${f.name}: adapter ${d} is an Ethernet (RoCE) port, not InfiniBand; leave it out of InfiniBand fabrics`,
+          );
         const first = ports[0];
-        if (!ports.some(active) && first) throw bad(`--fabric ${f.name}: adapter ${d} port ${first.port} is ${first.state || 'not active'}${linkHint(first)}; bring the link up or leave ${d} out`);
+        if (!ports.some(active) && first)
+          throw bad(
+            `--fabric ${f.name}: adapter ${d} port ${first.port} is ${first.state || 'not active'}${linkHint(first)}; bring the link up or leave ${d} out`,
+          );
       }
     }
     for (const d of devices) {
       const prev = owner.get(d);
-      if (prev && prev !== f.name) throw bad(`adapter ${d} is declared under two fabrics, ${prev} and ${f.name}: an adapter is cabled to one fabric; fix the --fabric flags`);
+      if (prev && prev !== f.name)
+        throw bad(
+          `adapter ${d} is declared under two fabrics, ${prev} and ${f.name}: an adapter is cabled to one fabric; fix the --fabric flags`,
+        );
       owner.set(d, f.name);
     }
     out[f.name] = [...new Set([...(out[f.name] ?? []), ...devices])];
@@ -96,7 +127,13 @@ export interface FabricDiscoveryInput {
 }
 
 export type FabricDiscovery =
-  | { kind: 'ok'; fabrics: Record<string, string[]>; fabricIdentity: Record<string, FabricIdentity>; probes: PortProbe[]; warnings: string[] }
+  | {
+      kind: 'ok';
+      fabrics: Record<string, string[]>;
+      fabricIdentity: Record<string, FabricIdentity>;
+      probes: PortProbe[];
+      warnings: string[];
+    }
   | { kind: 'refused'; error: LlmgwError };
 
 const portName = (p: PortProbe): string => `${p.device} port ${p.port}`;
@@ -108,7 +145,9 @@ function splitError(fabric: string, probes: PortProbe[]): LlmgwError | null {
   const byGuid = guids.size > 1;
   const lids = new Set(probes.map((p) => p.smLid).filter((l): l is string => l !== null));
   if (!byGuid && lids.size <= 1) return null;
-  const what = byGuid ? probes.filter((p) => seen(p)).map((p) => `${portName(p)} sees SM ${seen(p)}`) : probes.map((p) => `${portName(p)} sees sm_lid ${p.smLid ?? 'unknown'}`);
+  const what = byGuid
+    ? probes.filter((p) => seen(p)).map((p) => `${portName(p)} sees SM ${seen(p)}`)
+    : probes.map((p) => `${portName(p)} sees sm_lid ${p.smLid ?? 'unknown'}`);
   const devs = [...new Set(probes.map((p) => p.device))];
   return new LlmgwError(
     'LLMGW_FABRIC_SPLIT',
@@ -122,10 +161,15 @@ function identity(probes: PortProbe[]): { id: FabricIdentity; warning: string | 
   const ok = probes.flatMap((p) => (p.sm.kind === 'ok' ? [p.sm.info] : []));
   const failed = probes.filter((p) => p.sm.kind === 'failed');
   const smLid = probes.find((p) => p.smLid)?.smLid ?? null;
-  const notMaster = ok.filter((i) => i.state !== 3).map((i) => `SM ${i.smGuid} reports state ${i.state}, not 3 (MASTER)`);
+  const notMaster = ok
+    .filter((i) => i.state !== 3)
+    .map((i) => `SM ${i.smGuid} reports state ${i.state}, not 3 (MASTER)`);
   if (failed.length === 0) {
     const note = notMaster.length ? notMaster.join('; ') : undefined;
-    return { id: { smGuid: ok[0]?.smGuid ?? null, strength: 'sm-guid', smLid, ...(note ? { note } : {}) }, warning: note ?? null };
+    return {
+      id: { smGuid: ok[0]?.smGuid ?? null, strength: 'sm-guid', smLid, ...(note ? { note } : {}) },
+      warning: note ?? null,
+    };
   }
   const first = failed[0]?.sm;
   const why = [...new Set(failed.map((p) => (p.sm.kind === 'failed' ? p.sm.reason : '')))].join('; ');
@@ -155,7 +199,13 @@ export async function discoverFabricIdentity(input: FabricDiscoveryInput): Promi
     const mine: PortProbe[] = [];
     for (const device of devices) {
       for (const a of input.adapters.filter((x) => x.device === device && active(x) && isIb(x))) {
-        mine.push({ fabric, device, port: a.port, sm: await querySm(input.sminfo, device, a.port, input.run), smLid: await readSmLid(input.ibRoot, device, a.port) });
+        mine.push({
+          fabric,
+          device,
+          port: a.port,
+          sm: await querySm(input.sminfo, device, a.port, input.run),
+          smLid: await readSmLid(input.ibRoot, device, a.port),
+        });
       }
     }
     const split = splitError(fabric, mine);

@@ -11,7 +11,10 @@ const MAX_SETS = 20_000;
 /** The GPU indices of `inventory` not in `held`, ascending. */
 export function freeIndices(inventory: Pick<NodeInventory, 'gpus'>, held: readonly number[]): number[] {
   const taken = new Set(held);
-  return inventory.gpus.map((g) => g.index).filter((i) => !taken.has(i)).sort((a, b) => a - b);
+  return inventory.gpus
+    .map((g) => g.index)
+    .filter((i) => !taken.has(i))
+    .sort((a, b) => a - b);
 }
 
 function combinations(n: number, k: number): number {

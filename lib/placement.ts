@@ -30,7 +30,8 @@ export function fabricGroups(nodes: NodeRecord[]): FabricGroup[] {
       out.push({ key: name, name, smGuid: guids[0] ?? null, split: false, members });
       continue;
     }
-    for (const g of guids) out.push({ key: `${name}@${g}`, name, smGuid: g, split: true, members: members.filter((n) => guidOf(n) === g) });
+    for (const g of guids)
+      out.push({ key: `${name}@${g}`, name, smGuid: g, split: true, members: members.filter((n) => guidOf(n) === g) });
     const unknown = members.filter((n) => guidOf(n) === null);
     if (unknown.length) out.push({ key: `${name}@unknown`, name, smGuid: null, split: true, members: unknown });
   }
@@ -38,7 +39,9 @@ export function fabricGroups(nodes: NodeRecord[]): FabricGroup[] {
 }
 
 /** Ranks on nodes (rank r on `nodes[r]`, holding the GPU indices `gpus[r]` there), or why there is no room. */
-export type Placement = { kind: 'placed'; fabric: string | null; nodes: NodeId[]; gpus: number[][] } | { kind: 'unplaceable'; reason: string };
+export type Placement =
+  | { kind: 'placed'; fabric: string | null; nodes: NodeId[]; gpus: number[][] }
+  | { kind: 'unplaceable'; reason: string };
 
 export interface PlaceInput {
   nodes: NodeRecord[];
@@ -55,7 +58,9 @@ const freeGpus = (n: NodeRecord, held: Held): number => freeIndices(n.inventory,
 
 /** The indices each placed node gives its rank: the best-linked free set (lib/gpus.ts). */
 function gpusOf(nodes: NodeRecord[], p: Profile, held: Held): number[][] {
-  return nodes.map((n) => pickGpus(freeIndices(n.inventory, held[n.id] ?? []), p.gpusPerNode, n.inventory.gpuTopology) ?? []);
+  return nodes.map(
+    (n) => pickGpus(freeIndices(n.inventory, held[n.id] ?? []), p.gpusPerNode, n.inventory.gpuTopology) ?? [],
+  );
 }
 
 /** Why a node cannot take a shard of `profile`, or null when it can. */
@@ -68,8 +73,10 @@ function unusable(n: NodeRecord, p: Profile, used: Held, exclude: Set<string>): 
   return null;
 }
 
-const byCapacity = (used: Held) => (a: NodeRecord, b: NodeRecord): number =>
-  freeGpus(b, used) - freeGpus(a, used) || a.id.localeCompare(b.id);
+const byCapacity =
+  (used: Held) =>
+  (a: NodeRecord, b: NodeRecord): number =>
+    freeGpus(b, used) - freeGpus(a, used) || a.id.localeCompare(b.id);
 
 /** Places one replica of `profile`. Multi-node replicas stay inside one fabric; islands take single-node replicas only. */
 export function place(input: PlaceInput): Placement {
@@ -85,15 +92,23 @@ export function place(input: PlaceInput): Placement {
     // Islands first: a node on a fabric is what a multi-node replica needs, and a single-node one taking it (the
     // local cluster's third start, with a fabric node briefly down) left the multi-node replica no pair.
     const island = (n: NodeRecord): number => (Object.keys(n.inventory.fabrics).length === 0 ? 0 : 1);
-    const best = input.nodes.filter((n) => why.get(n.id) === null).sort((a, b) => island(a) - island(b) || byCapacity(used)(a, b))[0];
+    const best = input.nodes
+      .filter((n) => why.get(n.id) === null)
+      .sort((a, b) => island(a) - island(b) || byCapacity(used)(a, b))[0];
     if (best) return { kind: 'placed', fabric: null, nodes: [best.id], gpus: gpusOf([best], p, used) };
-    return { kind: 'unplaceable', reason: `${lead}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}` };
+    return {
+      kind: 'unplaceable',
+      reason: `${lead}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}`,
+    };
   }
 
   const groups = fabricGroups(input.nodes);
   const options = groups
     // In a split name, a node whose SM is unknown may be on either side (even apart from another unknown one).
-    .map((g) => ({ ...g, usable: g.split && !g.smGuid ? [] : g.members.filter((n) => why.get(n.id) === null).sort(byCapacity(used)) }))
+    .map((g) => ({
+      ...g,
+      usable: g.split && !g.smGuid ? [] : g.members.filter((n) => why.get(n.id) === null).sort(byCapacity(used)),
+    }))
     .sort((a, b) => b.usable.length - a.usable.length || a.name.localeCompare(b.name) || a.key.localeCompare(b.key));
   const fit = options.find((o) => o.usable.length >= p.nodes);
   if (fit) {
@@ -101,31 +116,41 @@ export function place(input: PlaceInput): Placement {
     return { kind: 'placed', fabric: fit.name, nodes: chosen.map((n) => n.id), gpus: gpusOf(chosen, p, used) };
   }
 
-  const blockedOf = (o: (typeof options)[number]): string[] => o.members.filter((n) => why.get(n.id) !== null).map((n) => `${n.id}: ${why.get(n.id)}`);
+  const blockedOf = (o: (typeof options)[number]): string[] =>
+    o.members.filter((n) => why.get(n.id) !== null).map((n) => `${n.id}: ${why.get(n.id)}`);
   const parts: string[] = [];
   for (const name of [...new Set(options.map((o) => o.name))]) {
     const sides = options.filter((o) => o.name === name);
     const first = sides[0];
     if (sides.length === 1 && first) {
       const blocked = blockedOf(first);
-      parts.push(`fabric ${name} has ${first.usable.length} of ${p.nodes} usable nodes${blocked.length ? ` (${blocked.join('; ')})` : ''}`);
+      parts.push(
+        `fabric ${name} has ${first.usable.length} of ${p.nodes} usable nodes${blocked.length ? ` (${blocked.join('; ')})` : ''}`,
+      );
       continue;
     }
     const each = sides.map((o) => {
-      if (!o.smGuid) return `SM unknown: ${o.members.map((n) => n.id).join(', ')} (not used: which side they are on is unknown; run their agents as root with infiniband-diags)`;
+      if (!o.smGuid)
+        return `SM unknown: ${o.members.map((n) => n.id).join(', ')} (not used: which side they are on is unknown; run their agents as root with infiniband-diags)`;
       const blocked = blockedOf(o);
       return `${o.smGuid ? `SM ${o.smGuid}` : 'SM unknown'}: ${o.members.map((n) => n.id).join(', ')} (${o.usable.length} of ${p.nodes} usable${blocked.length ? `; ${blocked.join('; ')}` : ''})`;
     });
-    parts.push(`fabric ${name} is ${sides.length} fabrics under one name (its nodes see different subnet managers, and a replica never spans them): ${each.join('; ')}`);
+    parts.push(
+      `fabric ${name} is ${sides.length} fabrics under one name (its nodes see different subnet managers, and a replica never spans them): ${each.join('; ')}`,
+    );
   }
   const islands = input.nodes.filter((n) => Object.keys(n.inventory.fabrics).length === 0).map((n) => n.id);
-  if (islands.length) parts.push(`${islands.join(', ')} ${islands.length === 1 ? 'is an island' : 'are islands'} (no fabric): single-node replicas only`);
+  if (islands.length)
+    parts.push(
+      `${islands.join(', ')} ${islands.length === 1 ? 'is an island' : 'are islands'} (no fabric): single-node replicas only`,
+    );
   if (options.length === 0) parts.unshift('no node declares a fabric (start agents with --fabric NAME)');
   return { kind: 'unplaceable', reason: `${lead}: ${parts.join('; ')}` };
 }
 
 /** A placement of the first profile that fits, with that profile. */
-export type ProfilePlacement = (Extract<Placement, { kind: 'placed' }> & { profile: Profile }) | Extract<Placement, { kind: 'unplaceable' }>;
+export type ProfilePlacement =
+  (Extract<Placement, { kind: 'placed' }> & { profile: Profile }) | Extract<Placement, { kind: 'unplaceable' }>;
 
 /**
  * Tries a model's profiles in catalog order and places the first that fits. None fitting, the reason names every
@@ -138,6 +163,10 @@ export function placeFirstFit(input: Omit<PlaceInput, 'profile'> & { profiles: r
     if (r.kind === 'placed') return { ...r, profile };
     reasons.push(input.profiles.length === 1 ? r.reason : `[${profile.name}] ${r.reason}`);
   }
-  if (reasons.length <= 1) return { kind: 'unplaceable', reason: reasons[0] ?? `${input.model ?? 'the model'} has no profile` };
-  return { kind: 'unplaceable', reason: `none of the ${reasons.length} profiles of ${input.model ?? 'the model'} fits (tried in catalog order): ${reasons.join(' ')}` };
+  if (reasons.length <= 1)
+    return { kind: 'unplaceable', reason: reasons[0] ?? `${input.model ?? 'the model'} has no profile` };
+  return {
+    kind: 'unplaceable',
+    reason: `none of the ${reasons.length} profiles of ${input.model ?? 'the model'} fits (tried in catalog order): ${reasons.join(' ')}`,
+  };
 }

@@ -69,7 +69,9 @@ export async function stopPid(pid: number, graceMs: number): Promise<void> {
   const send = (sig: NodeJS.Signals): void => {
     try {
       process.kill(pid, sig);
-    } catch { /* already gone */ }
+    } catch {
+      /* already gone */
+    }
   };
   send('SIGTERM');
   const deadline = Date.now() + graceMs;

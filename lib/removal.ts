@@ -20,7 +20,10 @@ export interface RemovalBlocker {
  * takes what it needs, so two replicas cannot both count on the one GPU left). Replicas whose model left the
  * catalog are not counted (nothing replaces them).
  */
-export function removalBlockers(nodeId: string, o: { nodes: NodeRecord[]; replicas: ReplicaRecord[]; models: ModelSpec[]; heldGpus: Record<string, number[]> }): RemovalBlocker[] {
+export function removalBlockers(
+  nodeId: string,
+  o: { nodes: NodeRecord[]; replicas: ReplicaRecord[]; models: ModelSpec[]; heldGpus: Record<string, number[]> },
+): RemovalBlocker[] {
   const held = Object.fromEntries(Object.entries(o.heldGpus).map(([n, g]) => [n, [...g]]));
   const nodes = o.nodes.filter((n) => n.id !== nodeId);
   const live = o.replicas.filter((r) => r.state !== 'stopped');
@@ -33,7 +36,9 @@ export function removalBlockers(nodeId: string, o: { nodes: NodeRecord[]; replic
       p.nodes.forEach((n, i) => void (held[n] = [...(held[n] ?? []), ...(p.gpus[i] ?? [])]));
       continue;
     }
-    const elsewhere = live.some((x) => x.model === r.model && x.id !== r.id && !x.shards.some((s) => s.nodeId === nodeId));
+    const elsewhere = live.some(
+      (x) => x.model === r.model && x.id !== r.id && !x.shards.some((s) => s.nodeId === nodeId),
+    );
     out.push({ replicaId: r.id, model: r.model, last: !elsewhere, reason: p.reason });
   }
   return out;
@@ -41,7 +46,10 @@ export function removalBlockers(nodeId: string, o: { nodes: NodeRecord[]; replic
 
 /** The refusal: each replica that cannot move, the model it takes down (or leaves short), why, and what to do. */
 export function removalRefusal(nodeId: string, blockers: RemovalBlocker[]): string {
-  const each = blockers.map((b) => `${b.last ? `${nodeId} holds the last replica of ${b.model} (${b.replicaId})` : `${b.replicaId} of ${b.model} would not be replaced`}, and it fits nowhere else: ${b.reason}`);
+  const each = blockers.map(
+    (b) =>
+      `${b.last ? `${nodeId} holds the last replica of ${b.model} (${b.replicaId})` : `${b.replicaId} of ${b.model} would not be replaced`}, and it fits nowhere else: ${b.reason}`,
+  );
   const down = [...new Set(blockers.filter((b) => b.last).map((b) => b.model))];
   return `${each.join('; ')}. Add capacity, scale ${[...new Set(blockers.map((b) => b.model))].join(', ')} down, or remove ${nodeId} with --force${down.length ? ` (${down.join(', ')} then stop${down.length === 1 ? 's' : ''} serving until a node can take ${down.length === 1 ? 'it' : 'them'})` : ''}`;
 }

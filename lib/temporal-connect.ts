@@ -9,6 +9,10 @@ export async function connectTemporal<C>(address: string, connect: (address: str
   try {
     return await connect(address);
   } catch (err) {
-    throw new LlmgwError('LLMGW_TEMPORAL_UNREACHABLE', `cannot reach Temporal at ${address} (${(err as Error).message}): temporal.address in server.yaml must name a running Temporal frontend; start it, or fix the address (--config FILE)`, { address });
+    throw new LlmgwError(
+      'LLMGW_TEMPORAL_UNREACHABLE',
+      `cannot reach Temporal at ${address} (${(err as Error).message}): temporal.address in server.yaml must name a running Temporal frontend; start it, or fix the address (--config FILE)`,
+      { address },
+    );
   }
 }

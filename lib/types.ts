@@ -161,7 +161,17 @@ export interface Assignment {
   distPort: number | null;
 }
 
-export const REPLICA_STATES = ['pending', 'placing', 'waiting', 'starting', 'ready', 'rebuilding', 'stopping', 'stopped', 'failed'] as const;
+export const REPLICA_STATES = [
+  'pending',
+  'placing',
+  'waiting',
+  'starting',
+  'ready',
+  'rebuilding',
+  'stopping',
+  'stopped',
+  'failed',
+] as const;
 export type ReplicaState = (typeof REPLICA_STATES)[number];
 
 export interface ReplicaRecord {

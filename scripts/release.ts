@@ -10,7 +10,18 @@
  */
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { chmodSync, copyFileSync, createReadStream, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  createReadStream,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Plugin } from 'esbuild';
@@ -22,7 +33,10 @@ export const PLATFORMS = ['linux-x64', 'linux-arm64'] as const;
 export type Platform = (typeof PLATFORMS)[number];
 
 /** The core bridge's name for each platform's prebuilt addon (node_modules/@temporalio/core-bridge/releases/). */
-const BRIDGE_TARGET: Record<Platform, string> = { 'linux-x64': 'x86_64-unknown-linux-gnu', 'linux-arm64': 'aarch64-unknown-linux-gnu' };
+const BRIDGE_TARGET: Record<Platform, string> = {
+  'linux-x64': 'x86_64-unknown-linux-gnu',
+  'linux-arm64': 'aarch64-unknown-linux-gnu',
+};
 
 const LAUNCHER = `#!/bin/sh
 # llmgw release launcher: the bundled program run by the Node runtime shipped beside it.
@@ -44,7 +58,9 @@ exec "$here/llmgw" ${command} "$@"
 const noWorkflowBundler: Plugin = {
   name: 'llmgw-no-workflow-bundler',
   setup(build) {
-    build.onResolve({ filter: /^\.\/workflow\/bundler$/ }, (args) => (args.importer.includes('@temporalio/worker') ? { path: 'bundler', namespace: 'llmgw-stub' } : undefined));
+    build.onResolve({ filter: /^\.\/workflow\/bundler$/ }, (args) =>
+      args.importer.includes('@temporalio/worker') ? { path: 'bundler', namespace: 'llmgw-stub' } : undefined,
+    );
     build.onLoad({ filter: /.*/, namespace: 'llmgw-stub' }, () => ({
       loader: 'js',
       contents: `const no = () => { throw new Error('llmgw release artefact: workflows come from its lib/workflows.js, they are not bundled at run time'); };
@@ -76,7 +92,9 @@ export interface BuiltArtefact {
 function commitName(): string {
   try {
     const commit = execFileSync('git', ['rev-parse', '--short=12', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
-    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: ROOT, encoding: 'utf8' }).trim() !== '';
+    const dirty =
+      execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: ROOT, encoding: 'utf8' }).trim() !==
+      '';
     return dirty ? `${commit}-dirty` : commit;
   } catch {
     return 'unknown';
@@ -91,7 +109,14 @@ function nodeBinary(platform: Platform, cacheDir: string, log: (s: string) => vo
   if (existsSync(bin)) return bin;
   mkdirSync(cacheDir, { recursive: true });
   log(`downloading ${pkg}@${RELEASE_NODE_VERSION} (npm registry) into ${cacheDir}`);
-  const tgz = execFileSync('npm', ['pack', `${pkg}@${RELEASE_NODE_VERSION}`, '--pack-destination', cacheDir, '--silent'], { cwd: cacheDir, encoding: 'utf8' }).trim().split('\n').pop() ?? '';
+  const tgz =
+    execFileSync('npm', ['pack', `${pkg}@${RELEASE_NODE_VERSION}`, '--pack-destination', cacheDir, '--silent'], {
+      cwd: cacheDir,
+      encoding: 'utf8',
+    })
+      .trim()
+      .split('\n')
+      .pop() ?? '';
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { recursive: true });
@@ -105,7 +130,10 @@ function nodeBinary(platform: Platform, cacheDir: string, log: (s: string) => vo
 function sha256File(file: string): Promise<string> {
   return new Promise((res, rej) => {
     const h = createHash('sha256');
-    createReadStream(file).on('data', (b) => h.update(b)).on('end', () => res(h.digest('hex'))).on('error', rej);
+    createReadStream(file)
+      .on('data', (b) => h.update(b))
+      .on('end', () => res(h.digest('hex')))
+      .on('error', rej);
   });
 }
 
@@ -113,7 +141,11 @@ function sha256File(file: string): Promise<string> {
 async function bundleProgram(dir: string, define: Omit<ReleaseInfoFile, 'name' | 'platform'>): Promise<void> {
   const esbuild = await import('esbuild');
   const common = {
-    bundle: true, platform: 'node' as const, target: 'node20', format: 'cjs' as const, logLevel: 'error' as const,
+    bundle: true,
+    platform: 'node' as const,
+    target: 'node20',
+    format: 'cjs' as const,
+    logLevel: 'error' as const,
     // optional native parts of ssh2 (it falls back to JavaScript without them)
     external: ['cpu-features', '*.node'],
     plugins: [noWorkflowBundler],
@@ -128,9 +160,20 @@ async function bundleProgram(dir: string, define: Omit<ReleaseInfoFile, 'name' |
     define: { LLMGW_RELEASE: JSON.stringify(define), 'require.main': 'undefined' },
   });
   // Temporal runs workflows in worker threads started from this file, which it finds beside its own code.
-  await esbuild.build({ ...common, entryPoints: [require.resolve('@temporalio/worker/lib/workflow/workflow-worker-thread')], outfile: join(dir, 'workflow-worker-thread.js') });
+  await esbuild.build({
+    ...common,
+    entryPoints: [require.resolve('@temporalio/worker/lib/workflow/workflow-worker-thread')],
+    outfile: join(dir, 'workflow-worker-thread.js'),
+  });
   const { bundleWorkflowCode } = await import('@temporalio/worker');
-  const quiet = { info: () => undefined, warn: () => undefined, error: console.error, debug: () => undefined, trace: () => undefined, log: () => undefined };
+  const quiet = {
+    info: () => undefined,
+    warn: () => undefined,
+    error: console.error,
+    debug: () => undefined,
+    trace: () => undefined,
+    log: () => undefined,
+  };
   const { code } = await bundleWorkflowCode({ workflowsPath: join(ROOT, 'workflows'), logger: quiet });
   writeFileSync(join(dir, 'workflows.js'), code);
   // source-map (workflow stack traces in the worker) reads its wasm from beside its code, which is now the bundle.
@@ -138,11 +181,21 @@ async function bundleProgram(dir: string, define: Omit<ReleaseInfoFile, 'name' |
 }
 
 /** Builds one tarball per platform into `outDir`; returns each with its sha256. */
-export async function buildRelease(o: { platforms: readonly Platform[]; outDir: string; cacheDir?: string; log?: (s: string) => void }): Promise<BuiltArtefact[]> {
+export async function buildRelease(o: {
+  platforms: readonly Platform[];
+  outDir: string;
+  cacheDir?: string;
+  log?: (s: string) => void;
+}): Promise<BuiltArtefact[]> {
   const log = o.log ?? ((s: string): void => void process.stderr.write(`[release] ${s}\n`));
   const cacheDir = o.cacheDir ?? join(ROOT, '.tools', 'cache');
   const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string };
-  const base = { version: pkg.version, commit: commitName(), node: `v${RELEASE_NODE_VERSION}`, builtAt: new Date().toISOString() };
+  const base = {
+    version: pkg.version,
+    commit: commitName(),
+    node: `v${RELEASE_NODE_VERSION}`,
+    builtAt: new Date().toISOString(),
+  };
   mkdirSync(o.outDir, { recursive: true });
   const work = join(o.outDir, `.stage-${process.pid}`);
   rmSync(work, { recursive: true, force: true });
@@ -185,12 +238,16 @@ export async function buildRelease(o: { platforms: readonly Platform[]; outDir: 
 async function main(): Promise<void> {
   const { values } = parseArgs({ options: { platform: { type: 'string' }, out: { type: 'string' } } });
   const platforms = (values.platform ?? PLATFORMS.join(',')).split(',').filter(Boolean);
-  for (const p of platforms) if (!(PLATFORMS as readonly string[]).includes(p)) throw new Error(`--platform ${p}: one of ${PLATFORMS.join(', ')}`);
+  for (const p of platforms)
+    if (!(PLATFORMS as readonly string[]).includes(p))
+      throw new Error(`--platform ${p}: one of ${PLATFORMS.join(', ')}`);
   const outDir = resolve(values.out ?? join(ROOT, 'dist'));
   const started = Date.now();
   const built = await buildRelease({ platforms: platforms as Platform[], outDir });
   for (const b of built) process.stdout.write(`${b.file}\n`);
-  process.stderr.write(`[release] ${built.length} artefact${built.length === 1 ? '' : 's'} in ${((Date.now() - started) / 1000).toFixed(1)} s into ${dirname(built[0]?.file ?? outDir)}\n`);
+  process.stderr.write(
+    `[release] ${built.length} artefact${built.length === 1 ? '' : 's'} in ${((Date.now() - started) / 1000).toFixed(1)} s into ${dirname(built[0]?.file ?? outDir)}\n`,
+  );
 }
 
 if (require.main === module) {

@@ -34,7 +34,12 @@ export interface CaWorker {
 export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
   const log = opts.log ?? ((): void => undefined);
   const pool = await openDatabase(opts.config.mysql.url);
-  const deps = { caDir: opts.caDir, store: new Store(pool), crlDays: opts.crlDays, log: (msg: string, f?: Record<string, unknown>): void => log(msg, f ?? {}) };
+  const deps = {
+    caDir: opts.caDir,
+    store: new Store(pool),
+    crlDays: opts.crlDays,
+    log: (msg: string, f?: Record<string, unknown>): void => log(msg, f ?? {}),
+  };
   const ops = createCaOperations(deps);
   let last: CurrentCrl;
   try {
@@ -44,9 +49,16 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
     await pool.end();
     throw err;
   }
-  log('crl published', { number: last.number, revoked: last.revoked, nextUpdate: last.nextUpdate, refreshAt: last.refreshAt });
+  log('crl published', {
+    number: last.number,
+    revoked: last.revoked,
+    nextUpdate: last.nextUpdate,
+    refreshAt: last.refreshAt,
+  });
 
-  const connection = await connectTemporal(opts.config.temporal.address, (address) => NativeConnection.connect({ address }));
+  const connection = await connectTemporal(opts.config.temporal.address, (address) =>
+    NativeConnection.connect({ address }),
+  );
   const worker = await Worker.create({
     connection,
     namespace: opts.config.temporal.namespace,
@@ -57,7 +69,14 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
     maxHeartbeatThrottleInterval: '1s',
     defaultHeartbeatThrottleInterval: '1s',
     activities: {
-      ...createCaActivities(deps), ...createOnboardActivities({ caDir: opts.caDir, store: deps.store, hostKeys: new HostKeyStore(pool), ca: ops, log: deps.log }),
+      ...createCaActivities(deps),
+      ...createOnboardActivities({
+        caDir: opts.caDir,
+        store: deps.store,
+        hostKeys: new HostKeyStore(pool),
+        ca: ops,
+        log: deps.log,
+      }),
       ...createOffboardActivities({ hostKeys: new HostKeyStore(pool) }),
     },
   });
@@ -76,9 +95,18 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
   const refresh = async (): Promise<void> => {
     try {
       last = await ops.currentCrl();
-      log('crl published', { number: last.number, revoked: last.revoked, nextUpdate: last.nextUpdate, refreshAt: last.refreshAt });
+      log('crl published', {
+        number: last.number,
+        revoked: last.revoked,
+        nextUpdate: last.nextUpdate,
+        refreshAt: last.refreshAt,
+      });
     } catch (err) {
-      log('CRL REFRESH FAILED: retrying', { error: (err as Error).message, nextUpdate: last.nextUpdate, retryMs: opts.crlRetryMs ?? 60_000 });
+      log('CRL REFRESH FAILED: retrying', {
+        error: (err as Error).message,
+        nextUpdate: last.nextUpdate,
+        retryMs: opts.crlRetryMs ?? 60_000,
+      });
       schedule(opts.crlRetryMs ?? 60_000);
       return;
     }

@@ -26,7 +26,14 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
   const store = new Store(pool);
   const routing = new RoutingTable(() => store.routeRows(), { refreshMs: gateway.refreshMs, log });
   const gw = await startGateway({
-    host: config.listeners.gateway.host, port: config.listeners.gateway.port, routing, apiKeys: gateway.apiKeys, log, timeouts: gateway.timeouts, accessLog: gateway.accessLog, corsOrigins: gateway.corsOrigins,
+    host: config.listeners.gateway.host,
+    port: config.listeners.gateway.port,
+    routing,
+    apiKeys: gateway.apiKeys,
+    log,
+    timeouts: gateway.timeouts,
+    accessLog: gateway.accessLog,
+    corsOrigins: gateway.corsOrigins,
   }).catch(async (err: unknown) => {
     await pool.end();
     throw err;

@@ -29,7 +29,11 @@ export interface ProxmoxWorker {
 export async function startProxmoxWorker(opts: ProxmoxWorkerOptions): Promise<ProxmoxWorker> {
   const log = opts.log ?? ((): void => undefined);
   const cfg = opts.config.proxmox;
-  if (!cfg) throw new LlmgwError('LLMGW_CONFIG_INVALID', 'server.yaml has no proxmox section: add one (url, node, tokenId, tokenSecretFile, ca, storage, image, bridge; see config/server.example.yaml and docs/provisioning.md)');
+  if (!cfg)
+    throw new LlmgwError(
+      'LLMGW_CONFIG_INVALID',
+      'server.yaml has no proxmox section: add one (url, node, tokenId, tokenSecretFile, ca, storage, image, bridge; see config/server.example.yaml and docs/provisioning.md)',
+    );
   const proxmox = new Proxmox(proxmoxConnection(cfg));
   let version: string;
   try {
@@ -40,7 +44,9 @@ export async function startProxmoxWorker(opts: ProxmoxWorkerOptions): Promise<Pr
     throw err;
   }
   log('proxmox reachable', { url: cfg.url, version, node: cfg.node });
-  const connection = await connectTemporal(opts.config.temporal.address, (address) => NativeConnection.connect({ address }));
+  const connection = await connectTemporal(opts.config.temporal.address, (address) =>
+    NativeConnection.connect({ address }),
+  );
   const worker = await Worker.create({
     connection,
     namespace: opts.config.temporal.namespace,
@@ -48,7 +54,12 @@ export async function startProxmoxWorker(opts: ProxmoxWorkerOptions): Promise<Pr
     // The steps heartbeat what they wait for; the CLI and the UI show it within a second.
     maxHeartbeatThrottleInterval: '1s',
     defaultHeartbeatThrottleInterval: '1s',
-    activities: createProxmoxActivities({ proxmox, pollMs: opts.pollMs, lockBackoffMs: opts.lockBackoffMs, log: (m, f) => log(m, f ?? {}) }),
+    activities: createProxmoxActivities({
+      proxmox,
+      pollMs: opts.pollMs,
+      lockBackoffMs: opts.lockBackoffMs,
+      log: (m, f) => log(m, f ?? {}),
+    }),
   });
   const running = worker.run();
   return {

@@ -9,7 +9,11 @@ import { caSigning, crlPublishing } from './proxies';
 /** Signs a renewing node's CSR on llmgw-ca for the identity the control plane authenticated. */
 export async function renewCertificate(input: RenewInput): Promise<RenewResult> {
   setCurrentDetails(`signing a renewal for **${input.identity}** (presented serial ${input.presentedSerial})`);
-  return caSigning.signNodeCsr({ csrPem: input.csrPem, identity: input.identity, presentedSerial: input.presentedSerial });
+  return caSigning.signNodeCsr({
+    csrPem: input.csrPem,
+    identity: input.identity,
+    presentedSerial: input.presentedSerial,
+  });
 }
 
 /** Has llmgw-ca sign and write a fresh CRL (crl.pem on the CA host), e.g. right after a revocation. */

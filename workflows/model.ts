@@ -1,15 +1,30 @@
 /** The modelDeployment workflow: keeps a catalog model's desired number of replicas running. */
 import {
-  ApplicationFailure, ParentClosePolicy, condition, continueAsNew,
-  getExternalWorkflowHandle, setCurrentDetails, setHandler, startChild, upsertSearchAttributes, workflowInfo,
+  ApplicationFailure,
+  ParentClosePolicy,
+  condition,
+  continueAsNew,
+  getExternalWorkflowHandle,
+  setCurrentDetails,
+  setHandler,
+  startChild,
+  upsertSearchAttributes,
+  workflowInfo,
 } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
 import { specHash } from '../lib/catalog';
 import { QUEUES, replicaIdFor, searchAttributes, workflowIds } from '../lib/names';
 import type { ReplicaId } from '../lib/types';
 import {
-  catalogChangedSignal, deploymentQuery, replaceSignal, replicaReadySignal, retireSignal, scaleUpdate, withdrawReplaceSignal,
-  type ModelDeploymentInput, type ModelDeploymentState,
+  catalogChangedSignal,
+  deploymentQuery,
+  replaceSignal,
+  replicaReadySignal,
+  retireSignal,
+  scaleUpdate,
+  withdrawReplaceSignal,
+  type ModelDeploymentInput,
+  type ModelDeploymentState,
 } from './contracts/model';
 import { stopSignal } from './contracts/replica';
 import { control, retirement } from './proxies';
@@ -66,7 +81,8 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     },
     {
       validator: (n: number) => {
-        if (!Number.isInteger(n) || n < 0 || n > MAX_REPLICAS) throw new Error(`replicas must be a whole number from 0 to ${MAX_REPLICAS}, got ${n}`);
+        if (!Number.isInteger(n) || n < 0 || n > MAX_REPLICAS)
+          throw new Error(`replicas must be a whole number from 0 to ${MAX_REPLICAS}, got ${n}`);
       },
     },
   );
@@ -76,7 +92,11 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     await condition(() => dirty);
     dirty = false;
     const spec = await control.loadModel(input.model);
-    if (!spec) throw ApplicationFailure.nonRetryable(`model ${input.model} is not in the catalog: add it to server.yaml's catalog`, 'UnknownModel');
+    if (!spec)
+      throw ApplicationFailure.nonRetryable(
+        `model ${input.model} is not in the catalog: add it to server.yaml's catalog`,
+        'UnknownModel',
+      );
     const profile = spec.profiles[0];
     if (!profile) throw ApplicationFailure.nonRetryable(`model ${input.model} has no profile`, 'NoProfile');
     state.desired ??= spec.replicas;
@@ -85,7 +105,9 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     const hash = specHash(spec);
     if (state.specHash !== undefined && state.specHash !== hash) state.stale = [...state.replicas];
     state.specHash = hash;
-    state.stale = (state.stale ?? []).filter((id) => state.replicas.includes(id) && !replacing.some((r) => r.old === id));
+    state.stale = (state.stale ?? []).filter(
+      (id) => state.replicas.includes(id) && !replacing.some((r) => r.old === id),
+    );
     const rolling = replacing.some((r) => r.why === ROLL_WHY);
     const nextStale = rolling ? undefined : state.stale.shift();
     if (nextStale) requested.push({ replicaId: nextStale, why: ROLL_WHY });
@@ -95,10 +117,18 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
           workflowId: workflowIds.replica(replicaId),
           taskQueue: QUEUES.control,
           parentClosePolicy: ParentClosePolicy.ABANDON,
-          args: [{
-            replicaId, model: input.model, source: spec.source, ...(spec.sha256 ? { sha256: spec.sha256 } : {}), ...(spec.startTimeoutS ? { startTimeoutS: spec.startTimeoutS } : {}),
-            profile, profiles: spec.profiles, specHash: hash,
-          }],
+          args: [
+            {
+              replicaId,
+              model: input.model,
+              source: spec.source,
+              ...(spec.sha256 ? { sha256: spec.sha256 } : {}),
+              ...(spec.startTimeoutS ? { startTimeoutS: spec.startTimeoutS } : {}),
+              profile,
+              profiles: spec.profiles,
+              specHash: hash,
+            },
+          ],
         });
       } catch (err) {
         // Already running (a replay after continue-as-new, or a replica left from before): adopt it.
@@ -160,15 +190,24 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
       const r = replacing.findIndex((x) => x.new === replicaId);
       if (r >= 0) await stopReplica(replacing.splice(r, 1)[0]?.old as ReplicaId);
     }
-    setCurrentDetails(`**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}${
-      replacing.length ? `\n\nreplacing: ${replacing.map((r) => `${r.old} → ${r.new} (${r.why})`).join(', ')}` : ''}${
-      state.stale?.length ? `\n\nto roll to the new spec: ${state.stale.join(', ')}` : ''}${state.retiring ? '\n\nretiring: removed from the catalog' : ''}`);
+    setCurrentDetails(
+      `**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}${
+        replacing.length ? `\n\nreplacing: ${replacing.map((r) => `${r.old} → ${r.new} (${r.why})`).join(', ')}` : ''
+      }${
+        state.stale?.length ? `\n\nto roll to the new spec: ${state.stale.join(', ')}` : ''
+      }${state.retiring ? '\n\nretiring: removed from the catalog' : ''}`,
+    );
     if (state.retiring && state.replicas.length === 0 && replacing.length === 0) {
       // Every replica was told to stop; the model is forgotten once none is left running (each drains first).
       await retirement.retireModel({ model: input.model });
       return;
     }
-    if (workflowInfo().continueAsNewSuggested && requested.length === 0 && readyNow.length === 0 && withdrawn.length === 0) {
+    if (
+      workflowInfo().continueAsNewSuggested &&
+      requested.length === 0 &&
+      readyNow.length === 0 &&
+      withdrawn.length === 0
+    ) {
       await continueAsNew<typeof modelDeployment>({ model: input.model, state });
     }
   }

@@ -4,7 +4,17 @@
  */
 import { ApplicationFailure, patched, setHandler, upsertSearchAttributes } from '@temporalio/workflow';
 import { searchAttributes } from '../lib/names';
-import { DEFAULT_ENGINES_TIMEOUT_S, ONBOARD_STEPS, onboardProgressQuery, type OnboardInput, type OnboardProgress, type OnboardResult, type StepId, type StepProgress, type StepResult } from './contracts/onboard';
+import {
+  DEFAULT_ENGINES_TIMEOUT_S,
+  ONBOARD_STEPS,
+  onboardProgressQuery,
+  type OnboardInput,
+  type OnboardProgress,
+  type OnboardResult,
+  type StepId,
+  type StepProgress,
+  type StepResult,
+} from './contracts/onboard';
 import { onboardProxies } from './proxies';
 import { stepRunner, type StepFailed } from './steps';
 
@@ -15,7 +25,15 @@ const ENGINES_WAIT_PATCH = 'onboard-waits-for-engines';
 export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
   const progress: OnboardProgress = {
     nodeId: input.nodeId,
-    steps: ONBOARD_STEPS.map((s): StepProgress => ({ id: s.id, title: s.title, state: 'pending', summary: null, ms: null, waitedMs: null, error: null })),
+    steps: ONBOARD_STEPS.map((s): StepProgress => ({
+      id: s.id,
+      title: s.title,
+      state: 'pending',
+      summary: null,
+      ms: null,
+      waitedMs: null,
+      error: null,
+    })),
   };
   setHandler(onboardProgressQuery, () => progress);
   upsertSearchAttributes([{ key: searchAttributes.node, value: [input.nodeId] }]);
@@ -29,7 +47,11 @@ export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
       return await step(id, fn);
     } catch (err) {
       const e = err as StepFailed;
-      throw ApplicationFailure.create({ type: e.type ?? 'LLMGW_ONBOARD_FAILED', message: `onboarding ${input.nodeId} failed at step "${e.step}": ${e.message}`, nonRetryable: true });
+      throw ApplicationFailure.create({
+        type: e.type ?? 'LLMGW_ONBOARD_FAILED',
+        message: `onboarding ${input.nodeId} failed at step "${e.step}": ${e.message}`,
+        nonRetryable: true,
+      });
     }
   };
 
@@ -41,9 +63,16 @@ export async function onboardNode(input: OnboardInput): Promise<OnboardResult> {
   const agent = await run('startAgent', () => steps.startAgent({ ...input, restart: cert.changed || files.changed }));
   await run('waitRegistered', () => registerWait.waitRegistered({ ...input, since: agent.since }));
   // The engines server.yaml names are installed by the agent once it registered: a broken one fails onboarding here.
-  if (patched(ENGINES_WAIT_PATCH)) await run('waitEngines', () => enginesWait.waitEngines({ ...input, since: agent.since, enginesTimeoutS }));
+  if (patched(ENGINES_WAIT_PATCH))
+    await run('waitEngines', () => enginesWait.waitEngines({ ...input, since: agent.since, enginesTimeoutS }));
 
   const totalMs = Date.now() - started;
   const waitedMs = progress.steps.reduce((n, s) => n + (s.waitedMs ?? 0), 0);
-  return { nodeId: input.nodeId, steps: progress.steps, totalMs, waitedMs, changed: key.changed || cert.changed || files.changed || agent.changed };
+  return {
+    nodeId: input.nodeId,
+    steps: progress.steps,
+    totalMs,
+    waitedMs,
+    changed: key.changed || cert.changed || files.changed || agent.changed,
+  };
 }

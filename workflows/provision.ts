@@ -6,8 +6,13 @@ import { ApplicationFailure, setHandler, upsertSearchAttributes, workflowInfo } 
 import { runTag } from '../lib/proxmox/tags';
 import { searchAttributes } from '../lib/names';
 import {
-  PROVISION_STEPS, provisionProgressQuery, type ProvisionInput, type ProvisionProgress, type ProvisionResult,
-  type ProvisionStepId, type StepLine,
+  PROVISION_STEPS,
+  provisionProgressQuery,
+  type ProvisionInput,
+  type ProvisionProgress,
+  type ProvisionResult,
+  type ProvisionStepId,
+  type StepLine,
 } from './contracts/provision';
 import { provisionProxies } from './proxies';
 import { failureCause, stepRunner, StepFailed } from './steps';
@@ -16,7 +21,15 @@ import { failureCause, stepRunner, StepFailed } from './steps';
 export async function provisionNode(input: ProvisionInput): Promise<ProvisionResult> {
   const progress: ProvisionProgress = {
     nodeId: input.nodeId,
-    steps: PROVISION_STEPS.map((s): StepLine => ({ id: s.id, title: s.title, state: 'pending', summary: null, ms: null, waitedMs: null, error: null })),
+    steps: PROVISION_STEPS.map((s): StepLine => ({
+      id: s.id,
+      title: s.title,
+      state: 'pending',
+      summary: null,
+      ms: null,
+      waitedMs: null,
+      error: null,
+    })),
     createdVmid: null,
   };
   setHandler(provisionProgressQuery, () => progress);
@@ -25,7 +38,10 @@ export async function provisionNode(input: ProvisionInput): Promise<ProvisionRes
   const { steps: act, sshWait, removal } = provisionProxies(input);
   const withTag = { ...input, runTag: runTag(workflowInfo().runId) };
 
-  const run = stepRunner<ProvisionStepId>(progress.steps, () => `provisioning **${input.nodeId}** (VM ${input.vmid}, ${input.ip}, on ${input.pveNode})`);
+  const run = stepRunner<ProvisionStepId>(
+    progress.steps,
+    () => `provisioning **${input.nodeId}** (VM ${input.vmid}, ${input.ip}, on ${input.pveNode})`,
+  );
 
   try {
     await run('checkVmid', () => act.checkVmid(input));
@@ -52,5 +68,12 @@ export async function provisionNode(input: ProvisionInput): Promise<ProvisionRes
     });
   }
   const waitedMs = progress.steps.reduce((n, s) => n + (s.waitedMs ?? 0), 0);
-  return { nodeId: input.nodeId, vmid: input.vmid, address: input.ip.split('/')[0] as string, steps: progress.steps, totalMs: Date.now() - started, waitedMs };
+  return {
+    nodeId: input.nodeId,
+    vmid: input.vmid,
+    address: input.ip.split('/')[0] as string,
+    steps: progress.steps,
+    totalMs: Date.now() - started,
+    waitedMs,
+  };
 }

@@ -97,7 +97,10 @@ function onboardStep(startToCloseS: number): OnboardActivities {
 
 /** Onboarding's proxies: 10 minutes a step; the three waits get their own deadlines plus a margin. */
 export function onboardProxies(input: { sshDeadlineS: number; registerTimeoutS: number; enginesTimeoutS: number }): {
-  steps: OnboardActivities; sshWait: OnboardActivities; registerWait: OnboardActivities; enginesWait: OnboardActivities;
+  steps: OnboardActivities;
+  sshWait: OnboardActivities;
+  registerWait: OnboardActivities;
+  enginesWait: OnboardActivities;
 } {
   return {
     steps: onboardStep(600),
@@ -119,8 +122,16 @@ function proxmoxStep(startToCloseS: number): ProxmoxActivities {
 }
 
 /** Provisioning's proxies: 15 minutes a step, the ssh wait its own deadline plus a margin, the removal of its VM after a failure 10 minutes. */
-export function provisionProxies(input: { sshDeadlineS: number }): { steps: ProxmoxActivities; sshWait: ProxmoxActivities; removal: ProxmoxActivities } {
-  return { steps: proxmoxStep(900), sshWait: proxmoxStep(input.sshDeadlineS + WAIT_MARGIN_S), removal: proxmoxStep(600) };
+export function provisionProxies(input: { sshDeadlineS: number }): {
+  steps: ProxmoxActivities;
+  sshWait: ProxmoxActivities;
+  removal: ProxmoxActivities;
+} {
+  return {
+    steps: proxmoxStep(900),
+    sshWait: proxmoxStep(input.sshDeadlineS + WAIT_MARGIN_S),
+    removal: proxmoxStep(600),
+  };
 }
 
 /** ensureEngines on a node's own queue: installs take long, the heartbeat is what says they are alive. */

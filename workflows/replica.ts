@@ -1,7 +1,19 @@
 /** The replica workflow: place, start shards (rank 0 first), wait until it serves, route; rebuild on failure; drain and stop on request. */
 import {
-  ActivityFailure, ApplicationFailure, CancellationScope, TimeoutFailure, condition, continueAsNew,
-  getExternalWorkflowHandle, isCancellation, patched, setCurrentDetails, setHandler, sleep, upsertSearchAttributes, workflowInfo,
+  ActivityFailure,
+  ApplicationFailure,
+  CancellationScope,
+  TimeoutFailure,
+  condition,
+  continueAsNew,
+  getExternalWorkflowHandle,
+  isCancellation,
+  patched,
+  setCurrentDetails,
+  setHandler,
+  sleep,
+  upsertSearchAttributes,
+  workflowInfo,
 } from '@temporalio/workflow';
 import { TimeoutType } from '@temporalio/common';
 import type { PlaceResult, ShardPlan } from '../activities/control';
@@ -11,7 +23,15 @@ import { needsWeights } from '../lib/weights/source';
 import { searchAttributes } from '../lib/names';
 import type { ReplicaId, ReplicaState } from '../lib/types';
 import { replicaReadySignal } from './contracts/model';
-import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal, statusQuery, stopSignal, type ReplicaInput, type ReplicaStatus } from './contracts/replica';
+import {
+  agentRestartedSignal,
+  nodeLostSignal,
+  nodesChangedSignal,
+  statusQuery,
+  stopSignal,
+  type ReplicaInput,
+  type ReplicaStatus,
+} from './contracts/replica';
 import { control, inflightWait, nodeListen, nodeShards, nodeWeights, serving } from './proxies';
 
 /** How long a stopping replica kept its engines after leaving the routing table, before it waited for the gateways' in-flight reports. */
@@ -31,7 +51,13 @@ type Outcome = { kind: 'served' } | { kind: 'failed'; message: string; timedOutN
 
 /** Keeps one replica of a model running until asked to stop. */
 export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
-  const status: ReplicaStatus = { state: 'pending', reason: null, endpoint: null, shards: [], rebuilds: input.rebuilds ?? 0 };
+  const status: ReplicaStatus = {
+    state: 'pending',
+    reason: null,
+    endpoint: null,
+    shards: [],
+    rebuilds: input.rebuilds ?? 0,
+  };
   let stopRequested = false;
   let nodesChanged = false;
   let crashes = 0;
@@ -43,19 +69,40 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
   const lost = new Set<string>();
   setHandler(nodeLostSignal, ({ nodeId, why }) => lostNode?.(nodeId, why));
   const agentRestarts = new Map<string, number>();
-  setHandler(agentRestartedSignal, ({ nodeId }) => void agentRestarts.set(nodeId, (agentRestarts.get(nodeId) ?? 0) + 1));
+  setHandler(
+    agentRestartedSignal,
+    ({ nodeId }) => void agentRestarts.set(nodeId, (agentRestarts.get(nodeId) ?? 0) + 1),
+  );
   const startTimeoutS = input.startTimeoutS ?? DEFAULT_START_TIMEOUT_S;
   setHandler(statusQuery, () => status);
-  upsertSearchAttributes([{ key: searchAttributes.model, value: input.model }, { key: searchAttributes.replica, value: input.replicaId }]);
+  upsertSearchAttributes([
+    { key: searchAttributes.model, value: input.model },
+    { key: searchAttributes.replica, value: input.replicaId },
+  ]);
 
   // The profile placed last (profiles are tried in catalog order at each placement).
   let profile = input.profile;
-  const record = async (state: ReplicaState, reason: string | null, event?: string, endpoint?: string | null): Promise<void> => {
+  const record = async (
+    state: ReplicaState,
+    reason: string | null,
+    event?: string,
+    endpoint?: string | null,
+  ): Promise<void> => {
     status.state = state;
     status.reason = reason;
     if (endpoint !== undefined) status.endpoint = endpoint;
-    setCurrentDetails(`**${state}**${reason ? ` — ${reason}` : ''}${status.endpoint ? `\n\nendpoint: ${status.endpoint}` : ''}`);
-    await control.setReplicaState({ replicaId: input.replicaId, model: input.model, profile: profile.name, state, reason, endpoint, event });
+    setCurrentDetails(
+      `**${state}**${reason ? ` — ${reason}` : ''}${status.endpoint ? `\n\nendpoint: ${status.endpoint}` : ''}`,
+    );
+    await control.setReplicaState({
+      replicaId: input.replicaId,
+      model: input.model,
+      profile: profile.name,
+      state,
+      reason,
+      endpoint,
+      event,
+    });
   };
 
   while (!stopRequested) {
@@ -64,19 +111,34 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     // A waiting replica retries quietly: it stays 'waiting' (one event per new reason), not placing/waiting every 10 s.
     if (status.state !== 'waiting') await record(status.rebuilds ? 'rebuilding' : 'placing', status.reason);
     const placement: PlaceResult = await control.placeReplica({
-      replicaId: input.replicaId, model: input.model, profile: input.profile, ...(input.profiles ? { profiles: input.profiles } : {}), exclude: [...exclude],
+      replicaId: input.replicaId,
+      model: input.model,
+      profile: input.profile,
+      ...(input.profiles ? { profiles: input.profiles } : {}),
+      exclude: [...exclude],
     });
     if (placement.kind === 'unplaceable') {
-      if (status.state !== 'waiting' || status.reason !== placement.reason) await record('waiting', placement.reason, placement.reason);
+      if (status.state !== 'waiting' || status.reason !== placement.reason)
+        await record('waiting', placement.reason, placement.reason);
       nodesChanged = false;
       await condition(() => stopRequested || nodesChanged, WAIT_RETRY);
       exclude.clear();
       continue;
     }
     profile = placement.profile ?? input.profile;
-    status.shards = placement.shards.map(({ rank, nodeId, port, gpus }) => ({ rank, nodeId, port, ...(gpus ? { gpus } : {}) }));
+    status.shards = placement.shards.map(({ rank, nodeId, port, gpus }) => ({
+      rank,
+      nodeId,
+      port,
+      ...(gpus ? { gpus } : {}),
+    }));
     upsertSearchAttributes([{ key: searchAttributes.node, value: placement.shards.map((s) => s.nodeId) }]);
-    await record('starting', null, `placed${input.profiles && input.profiles.length > 1 ? ` as ${profile.name}` : ''} on ${placement.shards.map(shardText).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`, null);
+    await record(
+      'starting',
+      null,
+      `placed${input.profiles && input.profiles.length > 1 ? ` as ${profile.name}` : ''} on ${placement.shards.map(shardText).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`,
+      null,
+    );
 
     // One scope per shard, so a stop can take rank 0 (the one serving) down first and let it finish its requests
     // before the worker ranks leave (a worker leaving first would break rank 0's group mid-request).
@@ -87,15 +149,19 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     const startedAt = Date.now();
     // A shard's timeout is its node's (the node is excluded from the rebuild's placement); the health check's
     // is the engine's own: it did not serve within the model's start timeout, which counts as a crash.
-    const onShardError = (nodeId: string | null) => (err: unknown): void => {
-      if (isCancellation(err) || failure) return;
-      const cause = err instanceof ActivityFailure ? err.cause : undefined;
-      const timedOut = cause instanceof TimeoutFailure;
-      const message = timedOut
-        ? nodeId ? `${nodeId}: ${timeoutText(cause.timeoutType)}` : `the engine did not serve within ${startTimeoutS}s (the model's startTimeoutS in the catalog)`
-        : (cause?.message ?? (err as Error).message ?? String(err));
-      failure = { kind: 'failed', message, timedOutNode: timedOut ? nodeId : null };
-    };
+    const onShardError =
+      (nodeId: string | null) =>
+      (err: unknown): void => {
+        if (isCancellation(err) || failure) return;
+        const cause = err instanceof ActivityFailure ? err.cause : undefined;
+        const timedOut = cause instanceof TimeoutFailure;
+        const message = timedOut
+          ? nodeId
+            ? `${nodeId}: ${timeoutText(cause.timeoutType)}`
+            : `the engine did not serve within ${startTimeoutS}s (the model's startTimeoutS in the catalog)`
+          : (cause?.message ?? (err as Error).message ?? String(err));
+        failure = { kind: 'failed', message, timedOutNode: timedOut ? nodeId : null };
+      };
     // The control plane found a node of this placement gone (no agent, no door call, engines unreachable).
     lostNode = (nodeId, why) => {
       if (failure?.kind === 'failed' || !placement.shards.some((s) => s.nodeId === nodeId)) return;
@@ -107,11 +173,25 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     // The health check starts once every shard has its weights: a large download is not a slow engine start.
     const fetched: Promise<void>[] = [];
     // llama.cpp's rank 0 connects to its workers as it starts: each worker must listen first (the engine's rankStart).
-    const workersFirst = placement.shards.length > 1 && ENGINE_SPECS[profile.engine].rankStart === 'workers-first' && patched(RANK_ORDER_PATCH);
+    const workersFirst =
+      placement.shards.length > 1 &&
+      ENGINE_SPECS[profile.engine].rankStart === 'workers-first' &&
+      patched(RANK_ORDER_PATCH);
     const workersListening = async (): Promise<void> => {
-      await Promise.all(placement.shards.filter((w) => w.rank > 0).map((w) => nodeListen(w.nodeId, startTimeoutS).waitListening({
-        replicaId: input.replicaId, generation: status.rebuilds, rank: w.rank, host: w.host, port: w.port, timeoutS: startTimeoutS,
-      })));
+      await Promise.all(
+        placement.shards
+          .filter((w) => w.rank > 0)
+          .map((w) =>
+            nodeListen(w.nodeId, startTimeoutS).waitListening({
+              replicaId: input.replicaId,
+              generation: status.rebuilds,
+              rank: w.rank,
+              host: w.host,
+              port: w.port,
+              timeoutS: startTimeoutS,
+            }),
+          ),
+      );
     };
     const launch = (s: ShardPlan, weightsFetched: () => void) => async (): Promise<void> => {
       // A URL source is fetched into the node's cache first (resumable, coalesced, from a peer that holds it);
@@ -119,7 +199,10 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       let modelPath: string | undefined;
       if (needsWeights(input.source, profile.engine, s.rank)) {
         const r = await nodeWeights(s.nodeId).fetchWeights({
-          model: input.model, source: input.source, replicaId: input.replicaId, ...(input.sha256 ? { sha256: input.sha256 } : {}),
+          model: input.model,
+          source: input.source,
+          replicaId: input.replicaId,
+          ...(input.sha256 ? { sha256: input.sha256 } : {}),
         });
         modelPath = r.path;
       }
@@ -131,19 +214,36 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
         const restartsBefore = agentRestarts.get(s.nodeId) ?? 0;
         try {
           const run = nodeShards(s.nodeId).runShard({
-            replicaId: input.replicaId, model: input.model, source: input.source, profile, generation: status.rebuilds,
-            rank: s.rank, world: placement.shards.length, host: s.host, port: s.port, distHost: placement.distHost, distPort: placement.distPort,
-            fabric: placement.fabric, peers, ...(modelPath ? { modelPath } : {}), ...(s.gpus ? { gpus: s.gpus } : {}),
+            replicaId: input.replicaId,
+            model: input.model,
+            source: input.source,
+            profile,
+            generation: status.rebuilds,
+            rank: s.rank,
+            world: placement.shards.length,
+            host: s.host,
+            port: s.port,
+            distHost: placement.distHost,
+            distPort: placement.distPort,
+            fabric: placement.fabric,
+            peers,
+            ...(modelPath ? { modelPath } : {}),
+            ...(s.gpus ? { gpus: s.gpus } : {}),
           });
           // The agent running this shard crashed and a new one registered: this run is orphaned (Temporal would
           // time it out only after SHARD_HEARTBEAT_TIMEOUT_S); run the shard again now for the new agent to adopt.
           // Not cancellable: a stop cancels the run, and must wait for its engine to be gone, not win this race.
-          const restarted = CancellationScope.nonCancellable(() => condition(() => (agentRestarts.get(s.nodeId) ?? 0) > restartsBefore)).then(() => 'restarted' as const);
+          const restarted = CancellationScope.nonCancellable(() =>
+            condition(() => (agentRestarts.get(s.nodeId) ?? 0) > restartsBefore),
+          ).then(() => 'restarted' as const);
           if ((await Promise.race([run, restarted])) === 'restarted') {
             run.catch(() => undefined);
             reruns = Date.now() - since > HEALTHY_RUN_MS ? 1 : reruns + 1;
             if (reruns <= MAX_RERUNS) continue;
-            throw ApplicationFailure.nonRetryable(`${s.nodeId}: its agent crashed ${reruns} times in a row`, 'LLMGW_AGENT_STOPPED');
+            throw ApplicationFailure.nonRetryable(
+              `${s.nodeId}: its agent crashed ${reruns} times in a row`,
+              'LLMGW_AGENT_STOPPED',
+            );
           }
           return;
         } catch (err) {
@@ -182,18 +282,19 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     };
 
     await condition(() => stopRequested || failure !== null);
-    let outcome: Outcome = stopRequested ? { kind: 'stop' } : (failure as Outcome | null) ?? { kind: 'stop' };
+    let outcome: Outcome = stopRequested ? { kind: 'stop' } : ((failure as Outcome | null) ?? { kind: 'stop' });
     if (outcome.kind === 'served') {
       await record('ready', null, `serving at ${placement.endpoint}`, placement.endpoint);
       await tellParentReady(input.replicaId);
       failure = null;
       await condition(() => stopRequested || failure !== null);
-      outcome = stopRequested ? { kind: 'stop' } : (failure as Outcome | null) ?? { kind: 'stop' };
+      outcome = stopRequested ? { kind: 'stop' } : ((failure as Outcome | null) ?? { kind: 'stop' });
     }
     if (outcome.kind === 'stop') {
       await record('stopping', null, 'stop requested: left the routing table, draining');
       // Until no gateway routes it or has a request on it (bounded by the drain grace); before, a fixed 2 s.
-      if (patched(INFLIGHT_WAIT_PATCH)) await inflightWait.waitInflight({ replicaId: input.replicaId, model: input.model });
+      if (patched(INFLIGHT_WAIT_PATCH))
+        await inflightWait.waitInflight({ replicaId: input.replicaId, model: input.model });
       else await sleep(DRAIN_MS);
       healthScope.cancel();
       // Rank 0 drains its in-flight requests and exits; then the worker ranks.
@@ -213,7 +314,10 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       if (!outcome.timedOutNode) crashes = Date.now() - startedAt > HEALTHY_RUN_MS ? 1 : crashes + 1;
       if (crashes > 1) {
         const backoff = Math.min(1000 * 2 ** (crashes - 1), CRASH_BACKOFF_MAX_MS);
-        await record('rebuilding', `crash-looping: failed ${crashes} times in a row, next try in ${Math.round(backoff / 1000)}s; last: ${outcome.message}`);
+        await record(
+          'rebuilding',
+          `crash-looping: failed ${crashes} times in a row, next try in ${Math.round(backoff / 1000)}s; last: ${outcome.message}`,
+        );
         await condition(() => stopRequested, backoff);
       }
       if (workflowInfo().continueAsNewSuggested) {
@@ -230,7 +334,9 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
 async function tellParentReady(replicaId: ReplicaId): Promise<void> {
   const parent = workflowInfo().parent;
   if (!parent) return;
-  await getExternalWorkflowHandle(parent.workflowId).signal(replicaReadySignal, replicaId).catch(() => undefined);
+  await getExternalWorkflowHandle(parent.workflowId)
+    .signal(replicaReadySignal, replicaId)
+    .catch(() => undefined);
 }
 
 /**
@@ -257,8 +363,11 @@ function shardText(s: ShardPlan): string {
 
 function timeoutText(t: TimeoutType | null | undefined): string {
   switch (t) {
-    case TimeoutType.HEARTBEAT: return 'the shard stopped heartbeating (agent or node down)';
-    case TimeoutType.SCHEDULE_TO_START: return 'no agent picked the shard up in time (agent down?)';
-    default: return 'the shard timed out';
+    case TimeoutType.HEARTBEAT:
+      return 'the shard stopped heartbeating (agent or node down)';
+    case TimeoutType.SCHEDULE_TO_START:
+      return 'no agent picked the shard up in time (agent down?)';
+    default:
+      return 'the shard timed out';
   }
 }

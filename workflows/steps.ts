@@ -15,7 +15,11 @@ export function failureCause(err: unknown): { message: string; type: string | nu
 
 /** A step that failed: its title, and the activity's own message and type. */
 export class StepFailed extends Error {
-  constructor(readonly step: string, message: string, readonly type: string | null) {
+  constructor(
+    readonly step: string,
+    message: string,
+    readonly type: string | null,
+  ) {
     super(message);
   }
 }
@@ -24,9 +28,19 @@ export class StepFailed extends Error {
  * A runner over `steps`: `run(id, fn)` marks the step running, then done with the activity's summary and
  * waiting, or failed with its error (then throws StepFailed). `heading` is the UI's first line.
  */
-export function stepRunner<Id extends string>(steps: StepLine[], heading: () => string): <R extends StepResult>(id: Id, fn: () => Promise<R>) => Promise<R> {
-  const show = (): void => setCurrentDetails(`${heading()}\n\n${steps.map((s) =>
-    `- ${s.state === 'done' ? '✓' : s.state === 'failed' ? '✗' : s.state === 'running' ? '…' : ' '} ${s.title}${s.summary ? `: ${s.summary}` : ''}${s.error ? `: ${s.error}` : ''}`).join('\n')}`);
+export function stepRunner<Id extends string>(
+  steps: StepLine[],
+  heading: () => string,
+): <R extends StepResult>(id: Id, fn: () => Promise<R>) => Promise<R> {
+  const show = (): void =>
+    setCurrentDetails(
+      `${heading()}\n\n${steps
+        .map(
+          (s) =>
+            `- ${s.state === 'done' ? '✓' : s.state === 'failed' ? '✗' : s.state === 'running' ? '…' : ' '} ${s.title}${s.summary ? `: ${s.summary}` : ''}${s.error ? `: ${s.error}` : ''}`,
+        )
+        .join('\n')}`,
+    );
   return async (id, fn) => {
     const step = steps.find((s) => s.id === id)!;
     step.state = 'running';

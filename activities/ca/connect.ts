@@ -20,7 +20,8 @@ export interface SshTarget {
   sshKeyPath: string;
 }
 
-const fail = (type: ErrorCode, message: string): ApplicationFailure => ApplicationFailure.create({ type, message, nonRetryable: true });
+const fail = (type: ErrorCode, message: string): ApplicationFailure =>
+  ApplicationFailure.create({ type, message, nonRetryable: true });
 
 /** The private key, the changed-key refusal and a connection to a known node, over `hostKeys`. */
 export function knownHostSsh(hostKeys: HostKeyStore) {
@@ -28,28 +29,47 @@ export function knownHostSsh(hostKeys: HostKeyStore) {
     try {
       return readFileSync(input.sshKeyPath);
     } catch (err) {
-      throw fail('LLMGW_SSH_REFUSED', `cannot read the ssh key ${input.sshKeyPath} on the CA host (${(err as NodeJS.ErrnoException).code ?? String(err)}): pass --ssh-key PATH, the key whose public half is in the node's authorized_keys`);
+      throw fail(
+        'LLMGW_SSH_REFUSED',
+        `cannot read the ssh key ${input.sshKeyPath} on the CA host (${(err as NodeJS.ErrnoException).code ?? String(err)}): pass --ssh-key PATH, the key whose public half is in the node's authorized_keys`,
+      );
     }
   };
 
-  const changedKey = (input: SshTarget, presented: HostKey, known: { type: string; fingerprint: string; address: string; learnedAt: Date }[]): ApplicationFailure => fail('LLMGW_HOST_KEY_CHANGED',
-    `${input.nodeId} at ${input.addr} presented the ssh host key ${presented.type} ${presented.fingerprint}, but it is known by ` +
-    `${known.map((k) => `${k.type} ${k.fingerprint} (learned at ${k.address} on ${k.learnedAt.toISOString()})`).join(', ')}. ` +
-    'Either another machine answers at this address — do not go on until you know which — or this one was rebuilt on purpose: ' +
-    `then forget its old key with \`llmgw ctl forget-host-key ${input.nodeId}\` and onboard it again`);
+  const changedKey = (
+    input: SshTarget,
+    presented: HostKey,
+    known: { type: string; fingerprint: string; address: string; learnedAt: Date }[],
+  ): ApplicationFailure =>
+    fail(
+      'LLMGW_HOST_KEY_CHANGED',
+      `${input.nodeId} at ${input.addr} presented the ssh host key ${presented.type} ${presented.fingerprint}, but it is known by ` +
+        `${known.map((k) => `${k.type} ${k.fingerprint} (learned at ${k.address} on ${k.learnedAt.toISOString()})`).join(', ')}. ` +
+        'Either another machine answers at this address — do not go on until you know which — or this one was rebuilt on purpose: ' +
+        `then forget its old key with \`llmgw ctl forget-host-key ${input.nodeId}\` and onboard it again`,
+    );
 
   /** A connection to a node whose host key is known: any other key is refused. */
   const connect = async (input: SshTarget): Promise<Remote> => {
     const known = await hostKeys.list(input.nodeId);
-    if (known.length === 0) throw fail('LLMGW_ONBOARD_FAILED', `no ssh host key is recorded for ${input.nodeId} (forgotten meanwhile?): onboard it again, which learns it first`);
+    if (known.length === 0)
+      throw fail(
+        'LLMGW_ONBOARD_FAILED',
+        `no ssh host key is recorded for ${input.nodeId} (forgotten meanwhile?): onboard it again, which learns it first`,
+      );
     try {
       const s = await openSsh({
-        host: input.addr, port: input.sshPort, username: input.sshUser, privateKey: privateKey(input),
-        verify: (k) => decideHostKey(known, k).kind === 'known', hostKeyAlgorithms: preferredHostKeyAlgorithms(known),
+        host: input.addr,
+        port: input.sshPort,
+        username: input.sshUser,
+        privateKey: privateKey(input),
+        verify: (k) => decideHostKey(known, k).kind === 'known',
+        hostKeyAlgorithms: preferredHostKeyAlgorithms(known),
       });
       return remote(s, input.sshUser);
     } catch (err) {
-      if (err instanceof SshConnectError && err.kind === 'host-key' && err.presented) throw changedKey(input, err.presented, known);
+      if (err instanceof SshConnectError && err.kind === 'host-key' && err.presented)
+        throw changedKey(input, err.presented, known);
       throw err; // a dropped connection: worth the activity's retry
     }
   };

@@ -31,22 +31,43 @@ export function createEnginesWait(deps: { hostKeys: HostKeyStore; heartbeat?: (d
           const failed = probe.statuses.filter((s) => s.state === 'failed');
           if (failed.length) {
             throw ApplicationFailure.create({
-              type: 'LLMGW_ENGINE_PROBE_FAILED' satisfies ErrorCode, nonRetryable: true,
-              message: failed.map((s) => `engine ${s.engine}${s.version ? ` ${s.version}` : ''} cannot run on ${input.nodeId}: ${s.reason ?? 'no reason recorded'}`).join('\n') +
+              type: 'LLMGW_ENGINE_PROBE_FAILED' satisfies ErrorCode,
+              nonRetryable: true,
+              message:
+                failed
+                  .map(
+                    (s) =>
+                      `engine ${s.engine}${s.version ? ` ${s.version}` : ''} cannot run on ${input.nodeId}: ${s.reason ?? 'no reason recorded'}`,
+                  )
+                  .join('\n') +
                 `\nfix it on the node (or in server.yaml's engines), then onboard again; llmgw ctl nodes shows the same`,
             });
           }
-          const text = (state: string): string[] => probe.statuses.filter((s) => s.state === state).map((s) => `${s.engine}${s.version ? ` ${s.version}` : ''}${state === 'skipped' && s.reason ? ` (${s.reason})` : ''}`);
+          const text = (state: string): string[] =>
+            probe.statuses
+              .filter((s) => s.state === state)
+              .map(
+                (s) =>
+                  `${s.engine}${s.version ? ` ${s.version}` : ''}${state === 'skipped' && s.reason ? ` (${s.reason})` : ''}`,
+              );
           const skipped = text('skipped');
-          return { summary: `engines offered: ${text('offered').join(', ') || 'none'}${skipped.length ? `; not installed here: ${skipped.join('; ')}` : ''}`, waitedMs: Date.now() - started, changed: false };
+          return {
+            summary: `engines offered: ${text('offered').join(', ') || 'none'}${skipped.length ? `; not installed here: ${skipped.join('; ')}` : ''}`,
+            waitedMs: Date.now() - started,
+            changed: false,
+          };
         }
         if (Date.now() - started > input.enginesTimeoutS * 1000) {
           throw ApplicationFailure.create({
-            type: 'LLMGW_ENGINE_PROBE_FAILED' satisfies ErrorCode, nonRetryable: true,
+            type: 'LLMGW_ENGINE_PROBE_FAILED' satisfies ErrorCode,
+            nonRetryable: true,
             message: `no engine install and probe of ${input.nodeId} was recorded within ${input.enginesTimeoutS} s of its registration: see ${workflowIds.engines(input.nodeId)} in the Temporal UI (still installing? is the control plane up?)`,
           });
         }
-        beat({ step: 'waitEngines', waitingFor: `${input.nodeId} to install and probe its engines (${workflowIds.engines(input.nodeId)}, ${Math.round((Date.now() - started) / 1000)} s so far)` });
+        beat({
+          step: 'waitEngines',
+          waitingFor: `${input.nodeId} to install and probe its engines (${workflowIds.engines(input.nodeId)}, ${Math.round((Date.now() - started) / 1000)} s so far)`,
+        });
         await sleep(500);
       }
     },

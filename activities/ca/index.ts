@@ -2,7 +2,21 @@
 import { renameSync, writeFileSync } from 'node:fs';
 import { ApplicationFailure } from '@temporalio/common';
 import { hasCode, type ErrorCode, LlmgwError } from '../../lib/errors';
-import { buildCrl, caPaths, checkNodeId, crlRefreshAt, DEFAULT_VALIDITY_DAYS, issueNodeCertificate, issueOperatorCertificate, issueServerCertificate, loadCa, renewAt, signNodeCsr, type Ca, type Issued } from '../../lib/pki';
+import {
+  buildCrl,
+  caPaths,
+  checkNodeId,
+  crlRefreshAt,
+  DEFAULT_VALIDITY_DAYS,
+  issueNodeCertificate,
+  issueOperatorCertificate,
+  issueServerCertificate,
+  loadCa,
+  renewAt,
+  signNodeCsr,
+  type Ca,
+  type Issued,
+} from '../../lib/pki';
 import type { Store } from '../../lib/store/store';
 
 export interface CaDeps {
@@ -49,11 +63,20 @@ export interface CaOperations {
    * connection, or the node onboarding is adding), never the CSR's subject. For a renewal, pass the
    * serial of the certificate the connection presented: it must be this CA's, of this CN, unrevoked.
    */
-  signNodeCsr(input: { csrPem: string; identity: string; presentedSerial?: string; days?: number }): Promise<IssuedCertificate>;
+  signNodeCsr(input: {
+    csrPem: string;
+    identity: string;
+    presentedSerial?: string;
+    days?: number;
+  }): Promise<IssuedCertificate>;
   /** An operator's client certificate (role operator: what llmgw ctl presents) and a new key. */
   issueOperatorCertificate(input: { name: string; days?: number }): Promise<IssuedCertificate & { keyPem: string }>;
   /** A server certificate (serverAuth) with DNS/IP SANs for `hosts`, and a new key. */
-  issueServerCertificate(input: { name: string; hosts: string[]; days?: number }): Promise<IssuedCertificate & { keyPem: string }>;
+  issueServerCertificate(input: {
+    name: string;
+    hosts: string[];
+    days?: number;
+  }): Promise<IssuedCertificate & { keyPem: string }>;
   /** Revokes every certificate of the node and republishes the CRL; returns how many were revoked (0 when already). */
   revokeNode(input: { nodeId: string; reason: string }): Promise<number>;
   /** A freshly signed CRL of the revoked certificates, also written to crl.pem in the CA directory. */
@@ -61,7 +84,15 @@ export interface CaOperations {
 }
 
 /** Errors no retry can fix: the activity fails at once with the catalogue code as its type. */
-const PERMANENT: ErrorCode[] = ['LLMGW_CA_MISSING', 'LLMGW_CA_INVALID', 'LLMGW_BAD_PEM', 'LLMGW_BAD_CSR', 'LLMGW_BAD_NODE_ID', 'LLMGW_CERT_REFUSED', 'LLMGW_BAD_REQUEST'];
+const PERMANENT: ErrorCode[] = [
+  'LLMGW_CA_MISSING',
+  'LLMGW_CA_INVALID',
+  'LLMGW_BAD_PEM',
+  'LLMGW_BAD_CSR',
+  'LLMGW_BAD_NODE_ID',
+  'LLMGW_CERT_REFUSED',
+  'LLMGW_BAD_REQUEST',
+];
 
 /** The CA operations as plain functions throwing catalogue errors (the CLI calls these; activities wrap them). */
 export function createCaOperations(deps: CaDeps): CaOperations {
@@ -69,14 +100,34 @@ export function createCaOperations(deps: CaDeps): CaOperations {
   const log = deps.log ?? ((): void => undefined);
   let ca: Ca | undefined;
   const theCa = (): Ca => (ca ??= loadCa(deps.caDir, now()));
-  const opts = (days?: number): { days: number; now: Date } => ({ days: days ?? deps.validityDays ?? DEFAULT_VALIDITY_DAYS, now: now() });
+  const opts = (days?: number): { days: number; now: Date } => ({
+    days: days ?? deps.validityDays ?? DEFAULT_VALIDITY_DAYS,
+    now: now(),
+  });
 
   const record = async (issued: Issued): Promise<IssuedCertificate> => {
-    await deps.store.recordCertificate({ serial: issued.serial, cn: issued.cn, role: issued.role, notBefore: issued.notBefore, notAfter: issued.notAfter, pem: issued.certPem });
-    log('certificate issued', { cn: issued.cn, role: issued.role, serial: issued.serial, notAfter: issued.notAfter.toISOString() });
+    await deps.store.recordCertificate({
+      serial: issued.serial,
+      cn: issued.cn,
+      role: issued.role,
+      notBefore: issued.notBefore,
+      notAfter: issued.notAfter,
+      pem: issued.certPem,
+    });
+    log('certificate issued', {
+      cn: issued.cn,
+      role: issued.role,
+      serial: issued.serial,
+      notAfter: issued.notAfter.toISOString(),
+    });
     return {
-      cn: issued.cn, serial: issued.serial, certPem: issued.certPem, caPem: theCa().certPem,
-      notBefore: issued.notBefore.toISOString(), notAfter: issued.notAfter.toISOString(), renewAt: renewAt(issued.notBefore, issued.notAfter).toISOString(),
+      cn: issued.cn,
+      serial: issued.serial,
+      certPem: issued.certPem,
+      caPem: theCa().certPem,
+      notBefore: issued.notBefore.toISOString(),
+      notAfter: issued.notAfter.toISOString(),
+      renewAt: renewAt(issued.notBefore, issued.notAfter).toISOString(),
     };
   };
 
@@ -88,34 +139,61 @@ export function createCaOperations(deps: CaDeps): CaOperations {
     const file = caPaths(deps.caDir).crl;
     writeFileSync(`${file}.tmp`, crl.pem, { mode: 0o644 });
     renameSync(`${file}.tmp`, file); // readers never see half a CRL
-    return { pem: crl.pem, number: crl.number, thisUpdate: crl.thisUpdate.toISOString(), nextUpdate: crl.nextUpdate.toISOString(), refreshAt: crlRefreshAt(crl).toISOString(), revoked: revoked.length };
+    return {
+      pem: crl.pem,
+      number: crl.number,
+      thisUpdate: crl.thisUpdate.toISOString(),
+      nextUpdate: crl.nextUpdate.toISOString(),
+      refreshAt: crlRefreshAt(crl).toISOString(),
+      revoked: revoked.length,
+    };
   };
 
   return {
-    async issueNodeCertificate(input: { nodeId: string; days?: number }): Promise<IssuedCertificate & { keyPem: string }> {
+    async issueNodeCertificate(input: {
+      nodeId: string;
+      days?: number;
+    }): Promise<IssuedCertificate & { keyPem: string }> {
       const issued = issueNodeCertificate(theCa(), input.nodeId, opts(input.days));
       return { ...(await record(issued)), keyPem: issued.keyPem };
     },
 
-    async signNodeCsr(input: { csrPem: string; identity: string; presentedSerial?: string; days?: number }): Promise<IssuedCertificate> {
+    async signNodeCsr(input: {
+      csrPem: string;
+      identity: string;
+      presentedSerial?: string;
+      days?: number;
+    }): Promise<IssuedCertificate> {
       const id = checkNodeId(input.identity);
       if (input.presentedSerial !== undefined) {
         const serial = input.presentedSerial.toLowerCase();
         const cert = await deps.store.certificateBySerial(serial);
-        const refuse = (why: string): LlmgwError => new LlmgwError('LLMGW_CERT_REFUSED', `certificate ${serial} presented by ${id} ${why}: no renewal`, { serial, identity: id });
+        const refuse = (why: string): LlmgwError =>
+          new LlmgwError('LLMGW_CERT_REFUSED', `certificate ${serial} presented by ${id} ${why}: no renewal`, {
+            serial,
+            identity: id,
+          });
         if (!cert) throw refuse('was never issued by this CA');
         if (cert.cn !== id) throw refuse(`belongs to ${cert.cn}`);
-        if (cert.revokedAt) throw refuse(`was revoked at ${cert.revokedAt.toISOString()} (${cert.revokedReason ?? 'no reason given'})`);
+        if (cert.revokedAt)
+          throw refuse(`was revoked at ${cert.revokedAt.toISOString()} (${cert.revokedReason ?? 'no reason given'})`);
       }
       return record(signNodeCsr(theCa(), input.csrPem, id, opts(input.days)));
     },
 
-    async issueOperatorCertificate(input: { name: string; days?: number }): Promise<IssuedCertificate & { keyPem: string }> {
+    async issueOperatorCertificate(input: {
+      name: string;
+      days?: number;
+    }): Promise<IssuedCertificate & { keyPem: string }> {
       const issued = issueOperatorCertificate(theCa(), input.name, opts(input.days));
       return { ...(await record(issued)), keyPem: issued.keyPem };
     },
 
-    async issueServerCertificate(input: { name: string; hosts: string[]; days?: number }): Promise<IssuedCertificate & { keyPem: string }> {
+    async issueServerCertificate(input: {
+      name: string;
+      hosts: string[];
+      days?: number;
+    }): Promise<IssuedCertificate & { keyPem: string }> {
       const issued = issueServerCertificate(theCa(), input.name, input.hosts, opts(input.days));
       return { ...(await record(issued)), keyPem: issued.keyPem };
     },

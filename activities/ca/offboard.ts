@@ -31,24 +31,42 @@ export function createOffboardActivities(deps: { hostKeys: HostKeyStore }) {
     async stopAgent(input: SshTarget & { optional: boolean }): Promise<StepResult> {
       // Not onboarded over ssh by llmgw (no host key learned): its agent was started by someone else, who stops it.
       if ((await deps.hostKeys.list(input.nodeId)).length === 0) {
-        return { summary: 'not stopped: llmgw never onboarded it over ssh (no host key recorded), so its agent is not llmgw\'s to stop; its certificate is revoked next', waitedMs: 0, changed: false };
+        return {
+          summary:
+            "not stopped: llmgw never onboarded it over ssh (no host key recorded), so its agent is not llmgw's to stop; its certificate is revoked next",
+          waitedMs: 0,
+          changed: false,
+        };
       }
-      Context.current().heartbeat({ step: 'stopAgent', waitingFor: `ssh ${input.sshUser}@${input.addr}:${input.sshPort}` });
+      Context.current().heartbeat({
+        step: 'stopAgent',
+        waitingFor: `ssh ${input.sshUser}@${input.addr}:${input.sshPort}`,
+      });
       let r;
       try {
         r = await connect(input);
       } catch (err) {
         if (!(err instanceof SshConnectError)) throw err;
-        if (input.optional) return { summary: `not stopped: ${input.addr} cannot be reached (${err.message})`, waitedMs: 0, changed: false };
+        if (input.optional)
+          return {
+            summary: `not stopped: ${input.addr} cannot be reached (${err.message})`,
+            waitedMs: 0,
+            changed: false,
+          };
         throw ApplicationFailure.create({
-          type: 'LLMGW_SSH_UNREACHABLE' satisfies ErrorCode, nonRetryable: true,
+          type: 'LLMGW_SSH_UNREACHABLE' satisfies ErrorCode,
+          nonRetryable: true,
           message: `cannot reach ${input.nodeId} at ${input.addr}:${input.sshPort} to stop its agent (${err.message}): pass --addr if it moved, or --force to remove it without stopping the agent (its certificate is revoked next, so it cannot connect again)`,
         });
       }
       try {
         const res = await r.sh(STOP_AGENT, { timeoutMs: 60_000 });
         const said = `${res.stdout}\n${res.stderr}`.trim().split('\n').filter(Boolean).pop() ?? '';
-        if (res.code !== 0) throw ApplicationFailure.nonRetryable(`stopping the agent on ${input.nodeId} failed (exit ${res.code}): ${said}`, 'LLMGW_ONBOARD_FAILED' satisfies ErrorCode);
+        if (res.code !== 0)
+          throw ApplicationFailure.nonRetryable(
+            `stopping the agent on ${input.nodeId} failed (exit ${res.code}): ${said}`,
+            'LLMGW_ONBOARD_FAILED' satisfies ErrorCode,
+          );
         return { summary: said, waitedMs: r.waitedMs(), changed: !said.startsWith('no llmgw agent') };
       } finally {
         r.close();

@@ -36,7 +36,9 @@ export function remote(s: SshSession, user: string): Remote {
   const stage = (): string => `/tmp/llmgw-stage-${randomBytes(6).toString('hex')}`;
   const install = async (staged: string, path: string, mode: number): Promise<void> => {
     const tmp = `${path}.llmgw-tmp`;
-    const r = await sh(`install -o root -g root -m ${mode.toString(8)} ${shQuote(staged)} ${shQuote(tmp)} && mv -f ${shQuote(tmp)} ${shQuote(path)}; rc=$?; rm -f ${shQuote(staged)}; exit $rc`);
+    const r = await sh(
+      `install -o root -g root -m ${mode.toString(8)} ${shQuote(staged)} ${shQuote(tmp)} && mv -f ${shQuote(tmp)} ${shQuote(path)}; rc=$?; rm -f ${shQuote(staged)}; exit $rc`,
+    );
     if (r.code !== 0) throw new Error(`installing ${path} failed (exit ${r.code}): ${r.stderr.trim()}`);
   };
   const mkdirs = async (path: string): Promise<void> => {

@@ -31,7 +31,11 @@ export interface InflightWaitResult {
 }
 
 /** The drain of `replicaId` as it stands, or null when it is not stopping. */
-export async function inflightView(deps: DrainWaitDeps, replicaId: string, model: string): Promise<InflightView | null> {
+export async function inflightView(
+  deps: DrainWaitDeps,
+  replicaId: string,
+  model: string,
+): Promise<InflightView | null> {
   const drains = new DrainStore(deps.store.pool);
   const since = await drains.stoppingForMs(replicaId);
   if (since === null) return null;
@@ -60,10 +64,19 @@ export function createDrainWaitActivities(deps: DrainWaitDeps) {
         if (done || v.graceLeftMs <= 0) {
           const secs = (v.stoppingForMs / 1000).toFixed(1);
           if (!done) {
-            await deps.store.event({ kind: 'replica.grace-over', model: input.model, replicaId: input.replicaId,
-              message: `drain grace over after ${secs}s with ${v.inFlight} request(s) in flight (gateways ${v.gateways.join(', ')}): stopping the engine anyway` });
+            await deps.store.event({
+              kind: 'replica.grace-over',
+              model: input.model,
+              replicaId: input.replicaId,
+              message: `drain grace over after ${secs}s with ${v.inFlight} request(s) in flight (gateways ${v.gateways.join(', ')}): stopping the engine anyway`,
+            });
           } else if (most > 0) {
-            await deps.store.event({ kind: 'replica.drained', model: input.model, replicaId: input.replicaId, message: `its requests in flight finished ${secs}s after it left routing` });
+            await deps.store.event({
+              kind: 'replica.drained',
+              model: input.model,
+              replicaId: input.replicaId,
+              message: `its requests in flight finished ${secs}s after it left routing`,
+            });
           }
           return { waitedMs: v.stoppingForMs, inFlight: done ? 0 : v.inFlight, graceExpired: !done };
         }

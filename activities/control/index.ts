@@ -5,7 +5,15 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { Store } from '../../lib/store/store';
 import { workflowIds } from '../../lib/names';
 import { placeFirstFit } from '../../lib/placement';
-import { parseNodeId, type EngineStatus, type ModelSpec, type NodeId, type Profile, type ReplicaId, type ReplicaState } from '../../lib/types';
+import {
+  parseNodeId,
+  type EngineStatus,
+  type ModelSpec,
+  type NodeId,
+  type Profile,
+  type ReplicaId,
+  type ReplicaState,
+} from '../../lib/types';
 import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal } from '../../workflows/contracts/replica';
 import { createDrainWaitActivities } from './drain-wait';
 import { createMoveActivities } from './moves';
@@ -36,7 +44,15 @@ export interface ShardPlan {
 
 export type PlaceResult =
   /** `profile`: the one placed (absent in results recorded before profiles were tried in turn: the input's) */
-  | { kind: 'placed'; fabric: string | null; shards: ShardPlan[]; endpoint: string; distHost: string; distPort: number; profile?: Profile }
+  | {
+      kind: 'placed';
+      fabric: string | null;
+      shards: ShardPlan[];
+      endpoint: string;
+      distHost: string;
+      distPort: number;
+      profile?: Profile;
+    }
   | { kind: 'unplaceable'; reason: string };
 
 export interface PlaceInput {
@@ -63,7 +79,10 @@ export interface ReplicaStateInput {
 export async function wakeWaitingReplicas(store: Store, client: Client): Promise<void> {
   for (const r of await store.listReplicas()) {
     if (r.state !== 'waiting') continue;
-    await client.workflow.getHandle(workflowIds.replica(r.id)).signal(nodesChangedSignal).catch(() => undefined);
+    await client.workflow
+      .getHandle(workflowIds.replica(r.id))
+      .signal(nodesChangedSignal)
+      .catch(() => undefined);
   }
 }
 
@@ -75,14 +94,22 @@ async function replicasOn(store: Store, nodeId: string): Promise<string[]> {
 /** Tells every replica with a shard on `nodeId` that the node is gone, so it rebuilds elsewhere now. */
 export async function signalNodeLost(store: Store, client: Client, nodeId: string, why: string): Promise<string[]> {
   const replicas = await replicasOn(store, nodeId);
-  for (const id of replicas) await client.workflow.getHandle(workflowIds.replica(id)).signal(nodeLostSignal, { nodeId, why }).catch(() => undefined);
+  for (const id of replicas)
+    await client.workflow
+      .getHandle(workflowIds.replica(id))
+      .signal(nodeLostSignal, { nodeId, why })
+      .catch(() => undefined);
   return replicas;
 }
 
 /** Tells every replica with a shard on `nodeId` that its agent crashed and a new one runs: the shards run again, to be adopted. */
 export async function signalAgentRestarted(store: Store, client: Client, nodeId: string): Promise<string[]> {
   const replicas = await replicasOn(store, nodeId);
-  for (const id of replicas) await client.workflow.getHandle(workflowIds.replica(id)).signal(agentRestartedSignal, { nodeId }).catch(() => undefined);
+  for (const id of replicas)
+    await client.workflow
+      .getHandle(workflowIds.replica(id))
+      .signal(agentRestartedSignal, { nodeId })
+      .catch(() => undefined);
   return replicas;
 }
 
@@ -100,7 +127,11 @@ export function createControlActivities(deps: ControlDeps) {
     /** Sets a model's desired replica count (scale). */
     async setDesiredReplicas(input: { model: string; replicas: number }): Promise<void> {
       await store.setDesiredReplicas(input.model, input.replicas);
-      await store.event({ kind: 'model.scaled', model: input.model, message: `desired replicas set to ${input.replicas}` });
+      await store.event({
+        kind: 'model.scaled',
+        model: input.model,
+        message: `desired replicas set to ${input.replicas}`,
+      });
     },
 
     /**
@@ -113,7 +144,13 @@ export function createControlActivities(deps: ControlDeps) {
         await store.releaseReplica(input.replicaId);
         const nodes = await store.listNodes();
         const heldGpus = await store.heldGpus([input.replicaId]);
-        const placement = placeFirstFit({ nodes, model: input.model, profiles: input.profiles ?? [input.profile], heldGpus, exclude: input.exclude });
+        const placement = placeFirstFit({
+          nodes,
+          model: input.model,
+          profiles: input.profiles ?? [input.profile],
+          heldGpus,
+          exclude: input.exclude,
+        });
         if (placement.kind === 'unplaceable') return placement;
         const byId = new Map(nodes.map((n) => [n.id, n]));
         const shards: ShardPlan[] = [];
@@ -125,18 +162,54 @@ export function createControlActivities(deps: ControlDeps) {
           if (want === 2) distPort = ports[1] ?? 0;
           shards.push({ rank, nodeId, host, port: ports[0] ?? 0, gpus: placement.gpus[rank] ?? [] });
         }
-        await store.setShards(input.replicaId, shards.map((s) => ({ replicaId: input.replicaId, rank: s.rank, nodeId: s.nodeId, port: s.port, gpus: s.gpus ?? [] })));
+        await store.setShards(
+          input.replicaId,
+          shards.map((s) => ({
+            replicaId: input.replicaId,
+            rank: s.rank,
+            nodeId: s.nodeId,
+            port: s.port,
+            gpus: s.gpus ?? [],
+          })),
+        );
         const head = shards[0];
         if (!head) throw ApplicationFailure.nonRetryable('placement returned no nodes', 'PlacementEmpty');
-        log('replica placed', { replica: input.replicaId, profile: placement.profile.name, nodes: placement.nodes, gpus: placement.gpus, fabric: placement.fabric });
-        return { kind: 'placed', fabric: placement.fabric, shards, endpoint: `http://${head.host}:${head.port}`, distHost: head.host, distPort, profile: placement.profile };
+        log('replica placed', {
+          replica: input.replicaId,
+          profile: placement.profile.name,
+          nodes: placement.nodes,
+          gpus: placement.gpus,
+          fabric: placement.fabric,
+        });
+        return {
+          kind: 'placed',
+          fabric: placement.fabric,
+          shards,
+          endpoint: `http://${head.host}:${head.port}`,
+          distHost: head.host,
+          distPort,
+          profile: placement.profile,
+        };
       });
     },
 
     /** Records a replica's state (and routability: only `ready` with an endpoint is routed). */
     async setReplicaState(input: ReplicaStateInput): Promise<void> {
-      await store.setReplica({ id: input.replicaId, model: input.model, profile: input.profile, state: input.state, reason: input.reason ?? null, endpoint: input.endpoint });
-      if (input.event) await store.event({ kind: `replica.${input.state}`, model: input.model, replicaId: input.replicaId, message: input.event });
+      await store.setReplica({
+        id: input.replicaId,
+        model: input.model,
+        profile: input.profile,
+        state: input.state,
+        reason: input.reason ?? null,
+        endpoint: input.endpoint,
+      });
+      if (input.event)
+        await store.event({
+          kind: `replica.${input.state}`,
+          model: input.model,
+          replicaId: input.replicaId,
+          message: input.event,
+        });
     },
 
     /** Polls rank 0's /health until it answers 200; heartbeats what it last saw. */
@@ -165,7 +238,10 @@ export function createControlActivities(deps: ControlDeps) {
     async cordonNode(input: { nodeId: NodeId; why: string }): Promise<void> {
       const state = await store.nodeState(input.nodeId);
       if (state === null) {
-        throw ApplicationFailure.nonRetryable(`node ${input.nodeId} is not registered: check the id with llmgw ctl nodes`, 'LLMGW_UNKNOWN_NODE');
+        throw ApplicationFailure.nonRetryable(
+          `node ${input.nodeId} is not registered: check the id with llmgw ctl nodes`,
+          'LLMGW_UNKNOWN_NODE',
+        );
       }
       if (!(await store.isCordoned(input.nodeId))) {
         await store.setNodeState(input.nodeId, 'cordoned');
@@ -198,9 +274,20 @@ export function createControlActivities(deps: ControlDeps) {
       const before = (await store.listNodes()).find((n) => n.id === input.nodeId);
       if (!(await store.recordEngines(parseNodeId(input.nodeId), input.statuses, input.configHash))) return;
       const text = (s: EngineStatus): string => `${s.engine} ${s.version || '?'} ${s.state}`;
-      await store.event({ kind: 'node.engines', nodeId: input.nodeId, message: input.statuses.map((s) => `${text(s)}${s.reason ? `: ${s.reason.split('\n')[0]}` : ''}`).join('; ') || 'no engines named' });
-      const offered = input.statuses.filter((s) => s.state === 'offered').map((s) => s.engine).sort().join(',');
-      if (deps.client && offered !== [...(before?.inventory.engines ?? [])].sort().join(',')) await wakeWaitingReplicas(store, deps.client);
+      await store.event({
+        kind: 'node.engines',
+        nodeId: input.nodeId,
+        message:
+          input.statuses.map((s) => `${text(s)}${s.reason ? `: ${s.reason.split('\n')[0]}` : ''}`).join('; ') ||
+          'no engines named',
+      });
+      const offered = input.statuses
+        .filter((s) => s.state === 'offered')
+        .map((s) => s.engine)
+        .sort()
+        .join(',');
+      if (deps.client && offered !== [...(before?.inventory.engines ?? [])].sort().join(','))
+        await wakeWaitingReplicas(store, deps.client);
     },
 
     /** Forgets a replica's shards and ports. */

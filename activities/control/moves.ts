@@ -34,7 +34,10 @@ export function createMoveActivities(deps: MoveDeps) {
   const drains = new DrainStore(store.pool);
   const replacementOf = async (model: string, replicaId: string): Promise<ReplicaId | null> => {
     if (!deps.client) return null;
-    const dep = await deps.client.workflow.getHandle(workflowIds.model(model)).query(deploymentQuery).catch(() => null);
+    const dep = await deps.client.workflow
+      .getHandle(workflowIds.model(model))
+      .query(deploymentQuery)
+      .catch(() => null);
     return dep?.replacing?.find((r) => r.old === replicaId)?.new ?? null;
   };
 
@@ -45,14 +48,23 @@ export function createMoveActivities(deps: MoveDeps) {
     if (!old || old.state === 'stopped') {
       const rep = input.replacement ? replicas.find((r) => r.id === input.replacement) : undefined;
       if (!rep || rep.state === 'ready' || rep.state === 'stopped') return { kind: 'moved' };
-      return { kind: 'moving', replacement: rep.id as ReplicaId, state: rep.state, reason: rep.reason, draining: null, originalGone: true };
+      return {
+        kind: 'moving',
+        replacement: rep.id as ReplicaId,
+        state: rep.state,
+        reason: rep.reason,
+        draining: null,
+        originalGone: true,
+      };
     }
     const replacement = input.replacement ?? (await replacementOf(input.model, input.replicaId)) ?? input.known ?? null;
     // Still running, but not here: a failure rebuilt it elsewhere before its replacement served.
     if (!old.shards.some((s) => s.nodeId === input.nodeId)) return { kind: 'moved', leftByItself: true, replacement };
     const row = replacement ? replicas.find((r) => r.id === replacement) : undefined;
     const v = old.state === 'stopping' ? await inflightView(deps, old.id, input.model) : null;
-    const draining = v ? { inFlight: v.inFlight, gateways: v.gateways.length, graceLeftS: Math.round(v.graceLeftMs / 1000) } : null;
+    const draining = v
+      ? { inFlight: v.inFlight, gateways: v.gateways.length, graceLeftS: Math.round(v.graceLeftMs / 1000) }
+      : null;
     return { kind: 'moving', replacement, state: row?.state ?? null, reason: row?.reason ?? null, draining };
   };
 

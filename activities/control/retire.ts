@@ -21,13 +21,20 @@ export function createRetireActivities(deps: { store: Store; client?: Client }) 
         if (left.length === 0) break;
         for (const r of left.filter((x) => !waitedFor.has(x.id))) {
           waitedFor.add(r.id);
-          await deps.client?.workflow.getHandle(workflowIds.replica(r.id)).signal(stopSignal).catch(() => undefined);
+          await deps.client?.workflow
+            .getHandle(workflowIds.replica(r.id))
+            .signal(stopSignal)
+            .catch(() => undefined);
         }
         heartbeat(`waiting for ${left.map((r) => `${r.id} (${r.state})`).join(', ')} to stop`);
         await sleep(1000);
       }
       await store.deleteModel(input.model);
-      await store.event({ kind: 'model.removed', model: input.model, message: `removed from the catalog: ${waitedFor.size ? `${[...waitedFor].join(', ')} stopped, ` : ''}model forgotten` });
+      await store.event({
+        kind: 'model.removed',
+        model: input.model,
+        message: `removed from the catalog: ${waitedFor.size ? `${[...waitedFor].join(', ')} stopped, ` : ''}model forgotten`,
+      });
       return { waitedFor: [...waitedFor] };
     },
   };

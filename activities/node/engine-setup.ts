@@ -7,7 +7,14 @@
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { checkFlags, widestFlags } from '../../lib/engines/check';
-import { binPrograms, programHelp, programVersion, runArgv, tailLines, type EnginePrograms } from '../../lib/engines/help';
+import {
+  binPrograms,
+  programHelp,
+  programVersion,
+  runArgv,
+  tailLines,
+  type EnginePrograms,
+} from '../../lib/engines/help';
 import { planEngines, venvPrograms, type EnginePlan } from '../../lib/engines/install';
 import { ENGINE_SPECS, type EngineProgram, type OperatorBins } from '../../lib/engines/registry';
 import type { EngineName, EngineStatus, ModelSpec } from '../../lib/types';
@@ -66,17 +73,24 @@ export function createEngineSetup(deps: EngineSetupDeps) {
   };
 
   /** pip-installs a plan's package into its own venv, once: a finished install leaves a marker naming what it holds. */
-  async function install(p: Extract<EnginePlan, { kind: 'pip' }>, progress: (detail: string) => void): Promise<string | null> {
+  async function install(
+    p: Extract<EnginePlan, { kind: 'pip' }>,
+    progress: (detail: string) => void,
+  ): Promise<string | null> {
     const marker = join(p.dir, MARKER);
     if (existsSync(marker) && readFileSync(marker, 'utf8').trim() === p.spec) return null;
     rmSync(p.dir, { recursive: true, force: true });
     mkdirSync(p.dir, { recursive: true });
     progress(`python -m venv ${p.dir}`);
     const venv = await runArgv([deps.python ?? 'python3', '-m', 'venv', p.dir], { timeoutMs: 300_000 });
-    if (venv.code !== 0) return `could not make a venv with ${deps.python ?? 'python3'} (${venv.error ?? `exit ${venv.code}`}):\n${tailLines(venv.output, 8)}\nfix: install python3-venv, or pass --python PATH`;
+    if (venv.code !== 0)
+      return `could not make a venv with ${deps.python ?? 'python3'} (${venv.error ?? `exit ${venv.code}`}):\n${tailLines(venv.output, 8)}\nfix: install python3-venv, or pass --python PATH`;
     const find = deps.wheelhouse ? ['--find-links', deps.wheelhouse, '--prefer-binary'] : [];
     progress(`pip install ${p.spec}${deps.wheelhouse ? ` (wheels first from ${deps.wheelhouse})` : ''}`);
-    const pip = await runArgv([join(p.dir, 'bin', 'pip'), 'install', '--disable-pip-version-check', '--no-input', ...find, p.spec], { timeoutMs: 3_600_000 });
+    const pip = await runArgv(
+      [join(p.dir, 'bin', 'pip'), 'install', '--disable-pip-version-check', '--no-input', ...find, p.spec],
+      { timeoutMs: 3_600_000 },
+    );
     if (pip.code !== 0) {
       rmSync(p.dir, { recursive: true, force: true });
       return `pip install ${p.spec} failed (${pip.error ?? `exit ${pip.code}`}):\n${tailLines(pip.output, 12)}`;
@@ -96,8 +110,11 @@ export function createEngineSetup(deps: EngineSetupDeps) {
       helps.set(program, r.text);
     }
     const checks = checkFlags(widestFlags(engine, catalog), (p) => helps.get(p) ?? null);
-    const missing = checks.flatMap((c) => c.missing.map((m) => `${c.program} ${m.flag} (used by ${m.usedBy.join(', ')})`));
-    if (missing.length) return `engine-check failed: not in its help: ${missing.join('; ')}; fix the catalog's args or pin the version llmgw supports (llmgw ctl engine-check ${engine})`;
+    const missing = checks.flatMap((c) =>
+      c.missing.map((m) => `${c.program} ${m.flag} (used by ${m.usedBy.join(', ')})`),
+    );
+    if (missing.length)
+      return `engine-check failed: not in its help: ${missing.join('; ')}; fix the catalog's args or pin the version llmgw supports (llmgw ctl engine-check ${engine})`;
     return null;
   }
 
@@ -118,13 +135,29 @@ export function createEngineSetup(deps: EngineSetupDeps) {
      * Installs, probes and records every engine `input` names; returns each one's status. An engine that
      * fails is reported with its own output and not offered; the others are offered regardless.
      */
-    async ensure(input: EnsureEnginesInput, beat: (p: EngineSetupProgress) => void = () => undefined): Promise<EngineStatus[]> {
-      const plans = planEngines(input.engines, { gpus: deps.gpus(), computeCaps: deps.computeCaps?.() ?? [], enginesDir: deps.enginesDir, bins: deps.bins });
+    async ensure(
+      input: EnsureEnginesInput,
+      beat: (p: EngineSetupProgress) => void = () => undefined,
+    ): Promise<EngineStatus[]> {
+      const plans = planEngines(input.engines, {
+        gpus: deps.gpus(),
+        computeCaps: deps.computeCaps?.() ?? [],
+        enginesDir: deps.enginesDir,
+        bins: deps.bins,
+      });
       const statuses: EngineStatus[] = [];
       const programs: Recorded['programs'] = {};
       for (const p of plans) {
-        const progress = (step: EngineSetupProgress['step']) => (detail: string): void => beat({ engine: p.engine, step, detail });
-        const done = (state: EngineStatus['state'], reason: string | null, from: EngineStatus['from'], version = p.version): void => {
+        const progress =
+          (step: EngineSetupProgress['step']) =>
+          (detail: string): void =>
+            beat({ engine: p.engine, step, detail });
+        const done = (
+          state: EngineStatus['state'],
+          reason: string | null,
+          from: EngineStatus['from'],
+          version = p.version,
+        ): void => {
           statuses.push({ engine: p.engine, version, state, reason, from });
           log(`engine ${p.engine} ${state}`, { version, reason });
         };
@@ -144,7 +177,12 @@ export function createEngineSetup(deps: EngineSetupDeps) {
             continue;
           }
         }
-        const progs: EnginePrograms = p.kind === 'builtin' ? { sim: deps.sim } : p.kind === 'operator' ? binPrograms(p.engine, p.bin) : venvPrograms(p.engine, p.dir, sitePackages(p.dir));
+        const progs: EnginePrograms =
+          p.kind === 'builtin'
+            ? { sim: deps.sim }
+            : p.kind === 'operator'
+              ? binPrograms(p.engine, p.bin)
+              : venvPrograms(p.engine, p.dir, sitePackages(p.dir));
         progress('probing')(ENGINE_SPECS[p.engine].programs.join(', '));
         const why = await probe(p.engine, progs, input.catalog);
         const main = progs[ENGINE_SPECS[p.engine].programs[0]];
@@ -157,7 +195,11 @@ export function createEngineSetup(deps: EngineSetupDeps) {
         done('offered', null, from, version);
       }
       save({ statuses, programs });
-      beat({ engine: plans.at(-1)?.engine ?? 'sim', step: 'done', detail: statuses.map((s) => `${s.engine} ${s.state}`).join(', ') });
+      beat({
+        engine: plans.at(-1)?.engine ?? 'sim',
+        step: 'done',
+        detail: statuses.map((s) => `${s.engine} ${s.state}`).join(', '),
+      });
       return statuses;
     },
   };
@@ -177,6 +219,8 @@ function load(file: string): Recorded {
   try {
     const r = JSON.parse(readFileSync(file, 'utf8')) as Recorded;
     if (Array.isArray(r.statuses) && typeof r.programs === 'object') return r;
-  } catch { /* none yet */ }
+  } catch {
+    /* none yet */
+  }
   return { statuses: [], programs: {} };
 }

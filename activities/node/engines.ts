@@ -5,7 +5,12 @@
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import {
-  readEngineExit, readEngineState, removeEngineFiles, sameProcess, type EngineExit, type EngineState,
+  readEngineExit,
+  readEngineState,
+  removeEngineFiles,
+  sameProcess,
+  type EngineExit,
+  type EngineState,
 } from '../../lib/engine-state';
 
 /** What the state directory says about one key. */
@@ -52,17 +57,55 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
  * Starts the shim in a session of its own (it and its engine survive the agent: no shared process group, no
  * pipes to break) and waits for it to record the running engine — or the exit of one that never started.
  */
-export async function launchEngine(l: LaunchInput, timeoutMs = 30_000): Promise<{ kind: 'running'; state: EngineState } | { kind: 'exited'; exit: EngineExit }> {
+export async function launchEngine(
+  l: LaunchInput,
+  timeoutMs = 30_000,
+): Promise<{ kind: 'running'; state: EngineState } | { kind: 'exited'; exit: EngineExit }> {
   mkdirSync(l.stateDir, { recursive: true });
   removeEngineFiles(l.stateDir, l.key);
   const [bin, ...pre] = l.shimArgv;
   if (!bin) throw new Error('no engine shim command');
-  const flags = ['--state-dir', l.stateDir, '--key', l.key, '--replica', l.replicaId, '--rank', String(l.rank), '--generation', String(l.generation), '--port', String(l.port)];
-  const shim = spawn(bin, [...pre, ...flags, '--', ...l.command], { detached: true, stdio: 'ignore', env: { ...process.env, ...l.env } });
+  const flags = [
+    '--state-dir',
+    l.stateDir,
+    '--key',
+    l.key,
+    '--replica',
+    l.replicaId,
+    '--rank',
+    String(l.rank),
+    '--generation',
+    String(l.generation),
+    '--port',
+    String(l.port),
+  ];
+  const shim = spawn(bin, [...pre, ...flags, '--', ...l.command], {
+    detached: true,
+    stdio: 'ignore',
+    env: { ...process.env, ...l.env },
+  });
   shim.unref();
   const early: { exit?: EngineExit } = {};
-  shim.once('error', (err) => void (early.exit = { code: null, signal: null, error: `engine shim: ${err.message}`, at: new Date().toISOString() }));
-  shim.once('exit', (code, signal) => void (early.exit = { code, signal, error: `engine shim exited before the engine ran (code ${code}, signal ${signal})`, at: new Date().toISOString() }));
+  shim.once(
+    'error',
+    (err) =>
+      void (early.exit = {
+        code: null,
+        signal: null,
+        error: `engine shim: ${err.message}`,
+        at: new Date().toISOString(),
+      }),
+  );
+  shim.once(
+    'exit',
+    (code, signal) =>
+      void (early.exit = {
+        code,
+        signal,
+        error: `engine shim exited before the engine ran (code ${code}, signal ${signal})`,
+        at: new Date().toISOString(),
+      }),
+  );
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const exit = readEngineExit(l.stateDir, l.key);
@@ -85,7 +128,12 @@ const SHIM_LINGER_MS = 5000;
  * Resolves with the engine's exit once it is gone (its exit record; or, when its shim died too, an exit with
  * code and signal null), or with null when `signal` aborts first. Polls: an adopted engine is not our child.
  */
-export async function watchEngine(dir: string, st: EngineState, signal: AbortSignal, pollMs = 200): Promise<EngineExit | null> {
+export async function watchEngine(
+  dir: string,
+  st: EngineState,
+  signal: AbortSignal,
+  pollMs = 200,
+): Promise<EngineExit | null> {
   let engineGoneAt = 0;
   while (!signal.aborted) {
     const exit = readEngineExit(dir, st.key);
@@ -94,7 +142,14 @@ export async function watchEngine(dir: string, st: EngineState, signal: AbortSig
     if (!live.engine) {
       engineGoneAt ||= Date.now();
       if (!live.shim || Date.now() - engineGoneAt > SHIM_LINGER_MS) {
-        return readEngineExit(dir, st.key) ?? { code: null, signal: null, error: 'gone without an exit record (its shim was gone too)', at: new Date().toISOString() };
+        return (
+          readEngineExit(dir, st.key) ?? {
+            code: null,
+            signal: null,
+            error: 'gone without an exit record (its shim was gone too)',
+            at: new Date().toISOString(),
+          }
+        );
       }
     }
     await new Promise<void>((r) => {
@@ -115,7 +170,9 @@ function signalIfSame(pid: number, startTime: string, sig: NodeJS.Signals): void
   if (!sameProcess(pid, startTime)) return;
   try {
     process.kill(pid, sig);
-  } catch { /* exited meanwhile */ }
+  } catch {
+    /* exited meanwhile */
+  }
 }
 
 /**

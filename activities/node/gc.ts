@@ -2,7 +2,13 @@
  * Orphan collection when an agent starts: engines a previous agent left running that no shard wants any more
  * are stopped; wanted ones get a while for their runShard to come back and adopt them; old records are removed.
  */
-import { listEngineKeys, newestFileMs, readEngineState, removeEngineFiles, type EngineState } from '../../lib/engine-state';
+import {
+  listEngineKeys,
+  newestFileMs,
+  readEngineState,
+  removeEngineFiles,
+  type EngineState,
+} from '../../lib/engine-state';
 import { findEngine, stopEngine } from './engines';
 
 /** A shard the control plane has placed on this node. */
@@ -55,13 +61,20 @@ export async function collectOrphans(o: CollectOptions): Promise<Collection> {
   try {
     assigned = await o.assigned();
   } catch (err) {
-    o.log('could not ask the control plane which shards this node holds; leaving every engine for adoption', { error: (err as Error).message });
+    o.log('could not ask the control plane which shards this node holds; leaving every engine for adoption', {
+      error: (err as Error).message,
+    });
     assigned = null;
   }
-  const wanted = (st: EngineState): boolean | null =>
-    assigned === null ? null : isAssigned(assigned, st);
+  const wanted = (st: EngineState): boolean | null => (assigned === null ? null : isAssigned(assigned, st));
 
-  const out: Collection = { stopped: [], pending: [], removed: [], settled: Promise.resolve(), cancel: () => undefined };
+  const out: Collection = {
+    stopped: [],
+    pending: [],
+    removed: [],
+    settled: Promise.resolve(),
+    cancel: () => undefined,
+  };
   const waits: Promise<void>[] = [];
   const timers: { t: NodeJS.Timeout; resolve: () => void }[] = [];
   for (const key of listEngineKeys(o.stateDir)) {
@@ -77,28 +90,55 @@ export async function collectOrphans(o: CollectOptions): Promise<Collection> {
     const st = found.state;
     const want = wanted(st);
     if (want === false) {
-      o.log('stopping an engine no shard wants', { key, pid: st.enginePid, why: `no shard ${st.replicaId} rank ${st.rank} on port ${st.port} is placed on this node` });
+      o.log('stopping an engine no shard wants', {
+        key,
+        pid: st.enginePid,
+        why: `no shard ${st.replicaId} rank ${st.rank} on port ${st.port} is placed on this node`,
+      });
       await stopEngine(st, grace);
       removeEngineFiles(o.stateDir, key, { keepLog: true });
       out.stopped.push(key);
       continue;
     }
     out.pending.push(key);
-    o.log('engine left for adoption', { key, pid: st.enginePid, withinMs: adoptWithinMs, assigned: want === null ? 'unknown' : true });
-    waits.push(new Promise<void>((resolve) => {
-      timers.push({ resolve, t: setTimeout(() => {
-        // Adopted meanwhile (or adopted, and already finished with): the runShard owns it.
-        const now = readEngineState(o.stateDir, key);
-        if (o.supervised.has(key) || !now || now.enginePid !== st.enginePid || findEngine(o.stateDir, key).kind !== 'live') return resolve();
-        o.log('stopping an engine no runShard adopted', { key, pid: st.enginePid, why: `not adopted within ${adoptWithinMs / 1000}s of the agent's start` });
-        void stopEngine(st, grace).then(() => removeEngineFiles(o.stateDir, key, { keepLog: true })).finally(resolve);
-      }, adoptWithinMs) });
-    }));
+    o.log('engine left for adoption', {
+      key,
+      pid: st.enginePid,
+      withinMs: adoptWithinMs,
+      assigned: want === null ? 'unknown' : true,
+    });
+    waits.push(
+      new Promise<void>((resolve) => {
+        timers.push({
+          resolve,
+          t: setTimeout(() => {
+            // Adopted meanwhile (or adopted, and already finished with): the runShard owns it.
+            const now = readEngineState(o.stateDir, key);
+            if (
+              o.supervised.has(key) ||
+              !now ||
+              now.enginePid !== st.enginePid ||
+              findEngine(o.stateDir, key).kind !== 'live'
+            )
+              return resolve();
+            o.log('stopping an engine no runShard adopted', {
+              key,
+              pid: st.enginePid,
+              why: `not adopted within ${adoptWithinMs / 1000}s of the agent's start`,
+            });
+            void stopEngine(st, grace)
+              .then(() => removeEngineFiles(o.stateDir, key, { keepLog: true }))
+              .finally(resolve);
+          }, adoptWithinMs),
+        });
+      }),
+    );
   }
   out.settled = Promise.all(waits).then(() => undefined);
-  out.cancel = (): void => timers.forEach(({ t, resolve }) => {
-    clearTimeout(t);
-    resolve();
-  });
+  out.cancel = (): void =>
+    timers.forEach(({ t, resolve }) => {
+      clearTimeout(t);
+      resolve();
+    });
   return out;
 }

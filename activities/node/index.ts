@@ -6,7 +6,14 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
 import type { EngineProgram } from '../../lib/engines/registry';
-import { engineShimArgv, logTail, removeEngineFiles, shardKey, type EngineExit, type EngineState } from '../../lib/engine-state';
+import {
+  engineShimArgv,
+  logTail,
+  removeEngineFiles,
+  shardKey,
+  type EngineExit,
+  type EngineState,
+} from '../../lib/engine-state';
 import type { EngineName, EngineStatus, NodeInventory } from '../../lib/types';
 import { hasCode, type ErrorCode, type LlmgwError } from '../../lib/errors';
 import { createEngineSetup, type EngineSetup, type EnsureEnginesInput } from './engine-setup';
@@ -80,7 +87,10 @@ const TAIL_LINES = 15;
 
 /** True when a cancellation comes from this worker shutting down, not from the workflow. */
 function isWorkerShutdown(err: unknown): boolean {
-  return Context.current().cancellationDetails?.workerShutdown === true || (err instanceof Error && err.message === 'WORKER_SHUTDOWN');
+  return (
+    Context.current().cancellationDetails?.workerShutdown === true ||
+    (err instanceof Error && err.message === 'WORKER_SHUTDOWN')
+  );
 }
 
 function describeExit(e: EngineExit): string {
@@ -102,44 +112,62 @@ export function createNodeActivities(deps: NodeDeps) {
   // that is still winding down, and the earlier one must then leave the engine (and the key) alone.
   const claims = new Map<string, object>();
   // Ends early when the agent stops; the abort listener goes with each sleep (a long wait sleeps every second).
-  const sleep = (ms: number): Promise<void> => new Promise((r) => {
-    const wake = (): void => {
-      clearTimeout(t);
-      r();
-    };
-    const t = setTimeout(() => {
-      deps.stopping?.removeEventListener('abort', wake);
-      r();
-    }, ms);
-    deps.stopping?.addEventListener('abort', wake, { once: true });
-  });
+  const sleep = (ms: number): Promise<void> =>
+    new Promise((r) => {
+      const wake = (): void => {
+        clearTimeout(t);
+        r();
+      };
+      const t = setTimeout(() => {
+        deps.stopping?.removeEventListener('abort', wake);
+        r();
+      }, ms);
+      deps.stopping?.addEventListener('abort', wake, { once: true });
+    });
 
   /** The shard's command; a rank placed on a fabric this node does not declare fails for good (no retry fixes it). */
   const buildCommand = (input: RunShardInput): ReturnType<typeof buildEngineCommand> => {
     try {
-      return buildEngineCommand({ ...input, gpuLockDir }, deps.inventory ? { nodeId: deps.nodeId, inventory: deps.inventory } : undefined);
+      return buildEngineCommand(
+        { ...input, gpuLockDir },
+        deps.inventory ? { nodeId: deps.nodeId, inventory: deps.inventory } : undefined,
+      );
     } catch (err) {
-      if (hasCode(err, 'LLMGW_BAD_REQUEST')) throw ApplicationFailure.nonRetryable((err as LlmgwError).message, 'LLMGW_BAD_REQUEST' satisfies ErrorCode);
+      if (hasCode(err, 'LLMGW_BAD_REQUEST'))
+        throw ApplicationFailure.nonRetryable((err as LlmgwError).message, 'LLMGW_BAD_REQUEST' satisfies ErrorCode);
       throw err;
     }
   };
 
   /** After a server-side timeout: waits until the engine is adopted, let go, gone, or the agent stops. */
-  async function outliveTimeout(key: string, token: object, st: EngineState): Promise<'adopted' | 'released' | 'exited' | 'stopping'> {
+  async function outliveTimeout(
+    key: string,
+    token: object,
+    st: EngineState,
+  ): Promise<'adopted' | 'released' | 'exited' | 'stopping'> {
     for (;;) {
       if (claims.get(key) !== token) return 'adopted';
       if (!liveness(st).engine) return 'exited';
       if (deps.stopping?.aborted) return 'stopping';
       try {
         if (!isAssigned(await (deps.assigned as () => Promise<AssignedShard[]>)(), st)) return 'released';
-      } catch { /* the control plane is unreachable too: keep serving, ask again */ }
+      } catch {
+        /* the control plane is unreachable too: keep serving, ask again */
+      }
       await sleep(1000);
     }
   }
 
-  const engines = deps.engines ?? createEngineSetup({
-    enginesDir: join(stateDir, 'installs'), stateDir: join(stateDir, 'engine-setup'), bins: {}, sim: deps.engineArgv('sim', 'sim'), gpus: () => 0, log,
-  });
+  const engines =
+    deps.engines ??
+    createEngineSetup({
+      enginesDir: join(stateDir, 'installs'),
+      stateDir: join(stateDir, 'engine-setup'),
+      bins: {},
+      sim: deps.engineArgv('sim', 'sim'),
+      gpus: () => 0,
+      log,
+    });
 
   return {
     ...createListenActivities({ nodeId: deps.nodeId, stateDir }),
@@ -174,13 +202,23 @@ export function createNodeActivities(deps: NodeDeps) {
       const ctx = Context.current();
       const cmd = buildCommand(input);
       const [bin, ...prefix] = deps.engineArgv(cmd.engine, cmd.program);
-      if (!bin) throw ApplicationFailure.nonRetryable(`engine ${cmd.engine} (${cmd.program}) is not offered on node ${deps.nodeId}: it is not named in server.yaml engines, or its install or probe failed (llmgw ctl nodes says why)`, 'LLMGW_ENGINE_MISSING' satisfies ErrorCode);
+      if (!bin)
+        throw ApplicationFailure.nonRetryable(
+          `engine ${cmd.engine} (${cmd.program}) is not offered on node ${deps.nodeId}: it is not named in server.yaml engines, or its install or probe failed (llmgw ctl nodes says why)`,
+          'LLMGW_ENGINE_MISSING' satisfies ErrorCode,
+        );
       const generation = input.generation ?? 0;
       const key = shardKey(input.replicaId, generation, input.rank);
       const where = `engine ${cmd.engine} for ${input.replicaId} rank ${input.rank} on ${deps.nodeId}`;
       const fields = { replica: input.replicaId, rank: input.rank, key, port: input.port };
       const beat: ShardHeartbeat = {
-        pid: undefined, shimPid: undefined, key, state: 'starting', adopted: false, since: new Date().toISOString(), command: `${cmd.engine} ${cmd.args.join(' ')}`,
+        pid: undefined,
+        shimPid: undefined,
+        key,
+        state: 'starting',
+        adopted: false,
+        since: new Date().toISOString(),
+        command: `${cmd.engine} ${cmd.args.join(' ')}`,
         ...(input.gpus ? { gpus: input.gpus } : {}),
       };
       const token = {};
@@ -194,7 +232,9 @@ export function createNodeActivities(deps: NodeDeps) {
         log('shard exited', { ...fields, pid, code: e.code, signal: e.signal, unwatched });
         return ApplicationFailure.create({
           message: `${where} ${describeExit(e)}${unwatched ? ` while no agent watched it (at ${e.at})` : ''}; last output:\n${tail}`,
-          type: 'LLMGW_ENGINE_EXITED' satisfies ErrorCode, nonRetryable: true, details: [{ code: e.code, signal: e.signal, stderrTail: tail, key, pid }],
+          type: 'LLMGW_ENGINE_EXITED' satisfies ErrorCode,
+          nonRetryable: true,
+          details: [{ code: e.code, signal: e.signal, stderrTail: tail, key, pid }],
         });
       };
       let st: EngineState | undefined;
@@ -202,22 +242,57 @@ export function createNodeActivities(deps: NodeDeps) {
         const found = findEngine(stateDir, key);
         if (found.kind === 'exited') throw exitedFailure(found.exit, found.state?.enginePid, true);
         // The same engine only: its port, its arguments and its GPUs (a record from before GPU pinning has none to compare).
-        const sameGpus = found.kind === 'live' && (found.state.devices === undefined || found.state.devices === (cmd.env.CUDA_VISIBLE_DEVICES ?? null));
-        if (found.kind === 'live' && sameGpus && found.state.port === input.port && found.state.command.endsWith(cmd.args.join(' '))) {
+        const sameGpus =
+          found.kind === 'live' &&
+          (found.state.devices === undefined || found.state.devices === (cmd.env.CUDA_VISIBLE_DEVICES ?? null));
+        if (
+          found.kind === 'live' &&
+          sameGpus &&
+          found.state.port === input.port &&
+          found.state.command.endsWith(cmd.args.join(' '))
+        ) {
           st = found.state;
           beat.adopted = true;
-          log('shard adopted', { ...fields, pid: st.enginePid, shimPid: st.shimPid, since: st.startedAt, gpus: st.devices });
+          log('shard adopted', {
+            ...fields,
+            pid: st.enginePid,
+            shimPid: st.shimPid,
+            since: st.startedAt,
+            gpus: st.devices,
+          });
         } else {
           if (found.kind === 'live') {
-            log('stopping a recorded engine that is not this shard\'s', { ...fields, pid: found.state.enginePid, recordedPort: found.state.port });
+            log("stopping a recorded engine that is not this shard's", {
+              ...fields,
+              pid: found.state.enginePid,
+              recordedPort: found.state.port,
+            });
             await stopEngine(found.state, stopGraceMs);
           } else if (found.kind === 'vanished') {
-            log('recorded engine is gone without an exit record; starting a new one', { ...fields, pid: found.state.enginePid });
+            log('recorded engine is gone without an exit record; starting a new one', {
+              ...fields,
+              pid: found.state.enginePid,
+            });
           }
-          const launched = await launchEngine({ stateDir, key, replicaId: input.replicaId, rank: input.rank, generation, port: input.port, shimArgv, command: [bin, ...prefix, ...cmd.args], env: cmd.env });
+          const launched = await launchEngine({
+            stateDir,
+            key,
+            replicaId: input.replicaId,
+            rank: input.rank,
+            generation,
+            port: input.port,
+            shimArgv,
+            command: [bin, ...prefix, ...cmd.args],
+            env: cmd.env,
+          });
           if (launched.kind === 'exited') throw exitedFailure(launched.exit, undefined, false);
           st = launched.state;
-          log('shard started', { ...fields, pid: st.enginePid, shimPid: st.shimPid, gpus: cmd.env.CUDA_VISIBLE_DEVICES });
+          log('shard started', {
+            ...fields,
+            pid: st.enginePid,
+            shimPid: st.shimPid,
+            gpus: cmd.env.CUDA_VISIBLE_DEVICES,
+          });
         }
         Object.assign(beat, { pid: st.enginePid, shimPid: st.shimPid, state: 'running', since: st.startedAt });
         ctx.heartbeat(beat);
@@ -236,7 +311,8 @@ export function createNodeActivities(deps: NodeDeps) {
         if (isWorkerShutdown(err) && !stopOnExit) {
           log('shard left running for the next agent', { ...fields, pid: st.enginePid, shimPid: st.shimPid });
           throw ApplicationFailure.create({
-            type: 'LLMGW_AGENT_STOPPED' satisfies ErrorCode, nonRetryable: true,
+            type: 'LLMGW_AGENT_STOPPED' satisfies ErrorCode,
+            nonRetryable: true,
             message: `agent on ${deps.nodeId} stopped; engine pid ${st.enginePid} left running for the next agent to adopt`,
             details: [{ key, pid: st.enginePid, shimPid: st.shimPid }],
           });
@@ -246,7 +322,10 @@ export function createNodeActivities(deps: NodeDeps) {
           // Temporal gave up on this activity (its heartbeats did not arrive: Temporal restarting or unreachable),
           // but the engine is healthy and may still be routed. Stopping it now would fail requests the replica
           // still sends it; it serves on until the shard runs again here (and adopts it) or is placed elsewhere.
-          log('shard timed out on the Temporal server; engine keeps serving until the replica adopts it again or lets it go', { ...fields, pid: st.enginePid, reason: why.timedOut ? 'timed out' : 'not found' });
+          log(
+            'shard timed out on the Temporal server; engine keeps serving until the replica adopts it again or lets it go',
+            { ...fields, pid: st.enginePid, reason: why.timedOut ? 'timed out' : 'not found' },
+          );
           const end = await outliveTimeout(key, token, st);
           if (end === 'released' || (end === 'stopping' && stopOnExit)) {
             await stopEngine(st, stopGraceMs);

@@ -53,13 +53,15 @@ export function createListenActivities(deps: { nodeId: string; stateDir: string 
         const exit = readEngineExit(deps.stateDir, key);
         if (exit) {
           throw ApplicationFailure.create({
-            type: 'LLMGW_ENGINE_EXITED' satisfies ErrorCode, nonRetryable: true,
+            type: 'LLMGW_ENGINE_EXITED' satisfies ErrorCode,
+            nonRetryable: true,
             message: `${where} exited (code ${exit.code}${exit.signal ? `, ${exit.signal}` : ''}) before it listened; last output:\n${logTail(deps.stateDir, key, TAIL_LINES)}`,
           });
         }
         if (Date.now() - started > input.timeoutS * 1000) {
           throw ApplicationFailure.create({
-            type: 'LLMGW_RANK_NOT_LISTENING' satisfies ErrorCode, nonRetryable: true,
+            type: 'LLMGW_RANK_NOT_LISTENING' satisfies ErrorCode,
+            nonRetryable: true,
             message: `${where} did not listen within ${input.timeoutS}s, so rank 0 was not started; last output:\n${logTail(deps.stateDir, key, TAIL_LINES) || '(none: the engine did not start)'}`,
           });
         }

@@ -47,7 +47,12 @@ export interface WeightsHeartbeat extends WeightsProgress {
   replicaId: string | null;
 }
 
-const WEIGHTS_CODES: readonly ErrorCode[] = ['LLMGW_WEIGHTS_FETCH_FAILED', 'LLMGW_WEIGHTS_SHA_MISMATCH', 'LLMGW_WEIGHTS_DISK_FULL', 'LLMGW_WEIGHTS_NOT_FOUND'];
+const WEIGHTS_CODES: readonly ErrorCode[] = [
+  'LLMGW_WEIGHTS_FETCH_FAILED',
+  'LLMGW_WEIGHTS_SHA_MISMATCH',
+  'LLMGW_WEIGHTS_DISK_FULL',
+  'LLMGW_WEIGHTS_NOT_FOUND',
+];
 
 export interface WeightsActivityDeps {
   nodeId: string;
@@ -66,39 +71,100 @@ export function createWeightsActivities(deps: WeightsActivityDeps) {
       const ctx = Context.current();
       const started = Date.now();
       let beat: WeightsHeartbeat = {
-        phase: 'checking', key: '', url: input.source, from: '-', bytesDone: 0, total: null, rateBps: 0, resumedFrom: 0, waiters: 1,
-        node: deps.nodeId, model: input.model, replicaId: input.replicaId ?? null,
+        phase: 'checking',
+        key: '',
+        url: input.source,
+        from: '-',
+        bytesDone: 0,
+        total: null,
+        rateBps: 0,
+        resumedFrom: 0,
+        waiters: 1,
+        node: deps.nodeId,
+        model: input.model,
+        replicaId: input.replicaId ?? null,
       };
       ctx.heartbeat(beat);
       const timer = setInterval(() => ctx.heartbeat(beat), deps.heartbeatMs ?? 1000);
       try {
-        const r = await deps.cache.ensure({ source: input.source, sha256: input.sha256 }, {
-          signal: ctx.cancellationSignal,
-          onProgress: (p) => void (beat = { ...beat, ...p }),
-        });
+        const r = await deps.cache.ensure(
+          { source: input.source, sha256: input.sha256 },
+          {
+            signal: ctx.cancellationSignal,
+            onProgress: (p) => void (beat = { ...beat, ...p }),
+          },
+        );
         ctx.heartbeat(beat);
         const ms = Date.now() - started;
         switch (r.kind) {
           case 'none':
           case 'local':
-            return { path: r.path, how: r.kind, from: null, size: null, sha256: null, verified: false, transferred: 0, resumedFrom: 0, ms, shared: false };
+            return {
+              path: r.path,
+              how: r.kind,
+              from: null,
+              size: null,
+              sha256: null,
+              verified: false,
+              transferred: 0,
+              resumedFrom: 0,
+              ms,
+              shared: false,
+            };
           case 'cached':
-            return { path: r.path, how: 'cached', from: r.file.from, size: r.file.size, sha256: r.file.sha256, verified: r.file.verified, transferred: 0, resumedFrom: 0, ms, shared: false };
+            return {
+              path: r.path,
+              how: 'cached',
+              from: r.file.from,
+              size: r.file.size,
+              sha256: r.file.sha256,
+              verified: r.file.verified,
+              transferred: 0,
+              resumedFrom: 0,
+              ms,
+              shared: false,
+            };
           case 'fetched':
-            log('weights fetched', { model: input.model, replica: input.replicaId, from: r.file.from, size: r.file.size, transferred: r.transferred, resumedFrom: r.resumedFrom, ms, shared: r.shared });
-            return { path: r.path, how: 'fetched', from: r.file.from, size: r.file.size, sha256: r.file.sha256, verified: r.file.verified, transferred: r.transferred, resumedFrom: r.resumedFrom, ms, shared: r.shared };
+            log('weights fetched', {
+              model: input.model,
+              replica: input.replicaId,
+              from: r.file.from,
+              size: r.file.size,
+              transferred: r.transferred,
+              resumedFrom: r.resumedFrom,
+              ms,
+              shared: r.shared,
+            });
+            return {
+              path: r.path,
+              how: 'fetched',
+              from: r.file.from,
+              size: r.file.size,
+              sha256: r.file.sha256,
+              verified: r.file.verified,
+              transferred: r.transferred,
+              resumedFrom: r.resumedFrom,
+              ms,
+              shared: r.shared,
+            };
           default: {
             const never: never = r;
             throw new Error(`unknown result ${String(never)}`);
           }
         }
       } catch (err) {
-        if (ctx.cancellationSignal.aborted) throw new CancelledFailure(`weights fetch of ${input.source} on ${deps.nodeId} cancelled (the download stops when no one else waits for it; its partial file is kept)`);
+        if (ctx.cancellationSignal.aborted)
+          throw new CancelledFailure(
+            `weights fetch of ${input.source} on ${deps.nodeId} cancelled (the download stops when no one else waits for it; its partial file is kept)`,
+          );
         const e = err as LlmgwError;
         if (!WEIGHTS_CODES.includes(e.code)) throw err;
         log('weights fetch failed', { model: input.model, replica: input.replicaId, code: e.code, error: e.message });
         throw ApplicationFailure.create({
-          type: e.code, message: `${deps.nodeId}: ${e.message}`, nonRetryable: e.context.retryable === false, details: [{ ...e.context, node: deps.nodeId, progress: beat }],
+          type: e.code,
+          message: `${deps.nodeId}: ${e.message}`,
+          nonRetryable: e.context.retryable === false,
+          details: [{ ...e.context, node: deps.nodeId, progress: beat }],
         });
       } finally {
         clearInterval(timer);

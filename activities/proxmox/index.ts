@@ -8,8 +8,21 @@ import { Socket } from 'node:net';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { ErrorCode } from '../../lib/errors';
 import { ProxmoxError, type Proxmox } from '../../lib/proxmox/client';
-import { createParams, describeVm, diskSizeGiB, isOwnVm, LLMGW_TAG, parseCidr, type VmResource } from '../../lib/proxmox/plan';
-import type { ProvisionInput, ProvisionStepId, ProvisionStepResult, RemoveVmResult } from '../../workflows/contracts/provision';
+import {
+  createParams,
+  describeVm,
+  diskSizeGiB,
+  isOwnVm,
+  LLMGW_TAG,
+  parseCidr,
+  type VmResource,
+} from '../../lib/proxmox/plan';
+import type {
+  ProvisionInput,
+  ProvisionStepId,
+  ProvisionStepResult,
+  RemoveVmResult,
+} from '../../workflows/contracts/provision';
 
 export interface ProxmoxDeps {
   proxmox: Proxmox;
@@ -51,7 +64,8 @@ function asFailure(err: unknown, context: string): never {
   if (err instanceof ApplicationFailure) throw err;
   if (err instanceof ProxmoxError) {
     const message = `${context}: ${err.message}`;
-    if (err.call.status === null && err.call.method !== 'TASK') throw ApplicationFailure.retryable(message, 'LLMGW_PROXMOX_FAILED' satisfies ErrorCode);
+    if (err.call.status === null && err.call.method !== 'TASK')
+      throw ApplicationFailure.retryable(message, 'LLMGW_PROXMOX_FAILED' satisfies ErrorCode);
     throw ApplicationFailure.nonRetryable(message, 'LLMGW_PROXMOX_FAILED' satisfies ErrorCode);
   }
   throw err;
@@ -63,7 +77,8 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
   const pollMs = deps.pollMs ?? 1000;
   const lockRetries = deps.lockRetries ?? 5;
   const lockBackoffMs = deps.lockBackoffMs ?? 2000;
-  const beat = (step: ProvisionHeartbeat['step'], waitingFor: string): void => Context.current().heartbeat({ step, waitingFor } satisfies ProvisionHeartbeat);
+  const beat = (step: ProvisionHeartbeat['step'], waitingFor: string): void =>
+    Context.current().heartbeat({ step, waitingFor } satisfies ProvisionHeartbeat);
 
   /** Runs `fn`, retrying Proxmox lock timeouts (a VM or storage lock another task holds) with backoff. */
   async function withLockRetry<T>(step: ProvisionHeartbeat['step'], what: string, fn: () => Promise<T>): Promise<T> {
@@ -74,8 +89,16 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
         const lock = err instanceof ProxmoxError && (err.kind === 'lock-timeout' || err.kind === 'locked');
         if (!lock || attempt >= lockRetries) throw err;
         const wait = Math.min(lockBackoffMs * 2 ** attempt, 15_000);
-        log('proxmox lock busy; retrying', { what, attempt: attempt + 1, waitMs: wait, reason: (err as ProxmoxError).call.reason });
-        beat(step, `${what}: ${(err as ProxmoxError).call.reason}; retrying in ${(wait / 1000).toFixed(0)} s (lock retry ${attempt + 1} of ${lockRetries})`);
+        log('proxmox lock busy; retrying', {
+          what,
+          attempt: attempt + 1,
+          waitMs: wait,
+          reason: (err as ProxmoxError).call.reason,
+        });
+        beat(
+          step,
+          `${what}: ${(err as ProxmoxError).call.reason}; retrying in ${(wait / 1000).toFixed(0)} s (lock retry ${attempt + 1} of ${lockRetries})`,
+        );
         await sleep(wait);
       }
     }
@@ -83,10 +106,15 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
 
   const waitTask = (step: ProvisionHeartbeat['step'], upid: string, what: string): Promise<unknown> => {
     const t0 = Date.now();
-    return pve.waitTask(upid, { pollMs, onPoll: (s) => beat(step, `${what} (Proxmox task ${s.type}, ${s.status}, ${((Date.now() - t0) / 1000).toFixed(0)} s)`) });
+    return pve.waitTask(upid, {
+      pollMs,
+      onPoll: (s) =>
+        beat(step, `${what} (Proxmox task ${s.type}, ${s.status}, ${((Date.now() - t0) / 1000).toFixed(0)} s)`),
+    });
   };
 
-  const findVm = async (vmid: number): Promise<VmResource | undefined> => (await pve.vms()).find((v) => Number(v.vmid) === vmid);
+  const findVm = async (vmid: number): Promise<VmResource | undefined> =>
+    (await pve.vms()).find((v) => Number(v.vmid) === vmid);
 
   /** Stops the VM if it runs, then destroys it, following both tasks. */
   async function stopAndDestroy(pveNode: string, vmid: number): Promise<void> {
@@ -108,7 +136,10 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
     for (;;) {
       const vm = await findVm(vmid);
       if (!vm || vm.lock !== 'create') return vm;
-      beat(step, `VM ${vmid} is being created (locked: create); its name and tags show whose it is only when that ends`);
+      beat(
+        step,
+        `VM ${vmid} is being created (locked: create); its name and tags show whose it is only when that ends`,
+      );
       await sleep(pollMs);
     }
   }
@@ -123,14 +154,21 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
         if (!free || holder) {
           const own = holder && isOwnVm(holder, input.nodeId);
           throw ApplicationFailure.nonRetryable(
-            `VMID ${input.vmid} is taken: ${holder ? describeVm(holder) : `VM ${input.vmid} exists`}. ` + (own
-              ? `It is llmgw's ${input.nodeId} from an earlier provisioning: onboard it with llmgw add-node --onboard-only, or remove it on the Proxmox host (qm destroy ${input.vmid}) and run this again`
-              : 'llmgw never adopts or replaces a VM it did not create: pass another --vmid N, or remove that VM yourself if it is a leftover'),
-            'LLMGW_VMID_TAKEN' satisfies ErrorCode, { vmid: input.vmid, holder: holder ?? null });
+            `VMID ${input.vmid} is taken: ${holder ? describeVm(holder) : `VM ${input.vmid} exists`}. ` +
+              (own
+                ? `It is llmgw's ${input.nodeId} from an earlier provisioning: onboard it with llmgw add-node --onboard-only, or remove it on the Proxmox host (qm destroy ${input.vmid}) and run this again`
+                : 'llmgw never adopts or replaces a VM it did not create: pass another --vmid N, or remove that VM yourself if it is a leftover'),
+            'LLMGW_VMID_TAKEN' satisfies ErrorCode,
+            { vmid: input.vmid, holder: holder ?? null },
+          );
         }
         const named = vms.find((v) => v.name === input.nodeId);
         if (named) {
-          throw ApplicationFailure.nonRetryable(`a VM named ${input.nodeId} already exists: ${describeVm(named)}. A node id names one machine: pick another --name, or use that VM (llmgw add-node --onboard-only)`, 'LLMGW_VMID_TAKEN' satisfies ErrorCode, { vmid: Number(named.vmid) });
+          throw ApplicationFailure.nonRetryable(
+            `a VM named ${input.nodeId} already exists: ${describeVm(named)}. A node id names one machine: pick another --name, or use that VM (llmgw add-node --onboard-only)`,
+            'LLMGW_VMID_TAKEN' satisfies ErrorCode,
+            { vmid: Number(named.vmid) },
+          );
         }
         return { summary: `VM ${input.vmid} is free on ${pve.url}`, waitedMs: 0, changed: false, vmid: input.vmid };
       } catch (err) {
@@ -153,7 +191,13 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
         const existing = await settledVm('createVm', input.vmid);
         if (existing && isOwnVm(existing, input.nodeId, input.runTag)) {
           // A retry of this activity after its create went through: that create has ended, so no second one.
-          return { summary: `VM ${input.vmid} "${input.nodeId}" was already created by this run (a retry found it)`, waitedMs: Date.now() - started, changed: true, vmid: input.vmid, created: true };
+          return {
+            summary: `VM ${input.vmid} "${input.nodeId}" was already created by this run (a retry found it)`,
+            waitedMs: Date.now() - started,
+            changed: true,
+            vmid: input.vmid,
+            created: true,
+          };
         }
         const params = createParams({ ...input, name: input.nodeId, vmid: input.vmid });
         return withLockRetry('createVm', `creating VM ${input.vmid}`, async () => {
@@ -167,20 +211,47 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
             // VM it is shows once that create has ended.
             const holder = await settledVm('createVm', input.vmid);
             if (!holder || !isOwnVm(holder, input.nodeId, input.runTag)) {
-              throw ApplicationFailure.nonRetryable(`VMID ${input.vmid} was taken between the check and the create: ${holder ? describeVm(holder) : `${err.call.reason}, and then it was gone`}. Pass another --vmid N`, 'LLMGW_VMID_TAKEN' satisfies ErrorCode);
+              throw ApplicationFailure.nonRetryable(
+                `VMID ${input.vmid} was taken between the check and the create: ${holder ? describeVm(holder) : `${err.call.reason}, and then it was gone`}. Pass another --vmid N`,
+                'LLMGW_VMID_TAKEN' satisfies ErrorCode,
+              );
             }
-            log('create answered "already exists" for our own VM (a re-sent request); its first create ended', { vmid: input.vmid });
-            return { summary: `VM ${input.vmid} "${input.nodeId}" created (the create was re-sent and Proxmox's "already exists" was our own first one)`, waitedMs: Date.now() - started, changed: true, vmid: input.vmid, created: true };
+            log('create answered "already exists" for our own VM (a re-sent request); its first create ended', {
+              vmid: input.vmid,
+            });
+            return {
+              summary: `VM ${input.vmid} "${input.nodeId}" created (the create was re-sent and Proxmox's "already exists" was our own first one)`,
+              waitedMs: Date.now() - started,
+              changed: true,
+              vmid: input.vmid,
+              created: true,
+            };
           }
           await waitTask('createVm', upid, `importing ${input.image} into ${input.storage} for VM ${input.vmid}`);
-          return { summary: `VM ${input.vmid} "${input.nodeId}" created from ${input.image} (cpu ${input.cpu}, ${input.cores} cores, ${input.memoryMiB} MiB)`, waitedMs: Date.now() - started, changed: true, vmid: input.vmid, created: true };
+          return {
+            summary: `VM ${input.vmid} "${input.nodeId}" created from ${input.image} (cpu ${input.cpu}, ${input.cores} cores, ${input.memoryMiB} MiB)`,
+            waitedMs: Date.now() - started,
+            changed: true,
+            vmid: input.vmid,
+            created: true,
+          };
         });
       });
-      if (q.waiting) beat('createVm', `another create on Proxmox node ${input.pveNode} to finish (creates there run one at a time: parallel imports time out on storage locks)`);
+      if (q.waiting)
+        beat(
+          'createVm',
+          `another create on Proxmox node ${input.pveNode} to finish (creates there run one at a time: parallel imports time out on storage locks)`,
+        );
       const timer = setInterval(() => Context.current().heartbeat(), 5000);
       try {
         const r = await q.run;
-        return q.waiting ? { ...r, summary: `${r.summary}; queued ${(queuedMs / 1000).toFixed(1)} s behind another create on ${input.pveNode}`, waitedMs: r.waitedMs + queuedMs } : r;
+        return q.waiting
+          ? {
+              ...r,
+              summary: `${r.summary}; queued ${(queuedMs / 1000).toFixed(1)} s behind another create on ${input.pveNode}`,
+              waitedMs: r.waitedMs + queuedMs,
+            }
+          : r;
       } catch (err) {
         return asFailure(err, `creating VM ${input.vmid}`);
       } finally {
@@ -192,14 +263,26 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
     async resizeDisk(input: ProvisionStepInput): Promise<ProvisionStepResult> {
       const t0 = Date.now();
       try {
-        const cfg = await withLockRetry('resizeDisk', `reading VM ${input.vmid}'s config`, () => pve.vmConfig(input.pveNode, input.vmid));
+        const cfg = await withLockRetry('resizeDisk', `reading VM ${input.vmid}'s config`, () =>
+          pve.vmConfig(input.pveNode, input.vmid),
+        );
         const now = diskSizeGiB(String(cfg.scsi0 ?? ''));
         if (now !== null && now >= input.diskGiB) {
-          return { summary: `scsi0 is ${now} GiB already (at least --disk ${input.diskGiB}G): left as is (Proxmox grows disks only)`, waitedMs: 0, changed: false };
+          return {
+            summary: `scsi0 is ${now} GiB already (at least --disk ${input.diskGiB}G): left as is (Proxmox grows disks only)`,
+            waitedMs: 0,
+            changed: false,
+          };
         }
-        const upid = await withLockRetry('resizeDisk', `growing scsi0 of VM ${input.vmid}`, () => pve.resize(input.pveNode, input.vmid, 'scsi0', `${input.diskGiB}G`));
+        const upid = await withLockRetry('resizeDisk', `growing scsi0 of VM ${input.vmid}`, () =>
+          pve.resize(input.pveNode, input.vmid, 'scsi0', `${input.diskGiB}G`),
+        );
         if (upid) await waitTask('resizeDisk', upid, `growing scsi0 to ${input.diskGiB} GiB`);
-        return { summary: `scsi0 grown from ${now ?? '?'} to ${input.diskGiB} GiB`, waitedMs: Date.now() - t0, changed: true };
+        return {
+          summary: `scsi0 grown from ${now ?? '?'} to ${input.diskGiB} GiB`,
+          waitedMs: Date.now() - t0,
+          changed: true,
+        };
       } catch (err) {
         return asFailure(err, `growing VM ${input.vmid}'s disk`);
       }
@@ -210,8 +293,11 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
       const t0 = Date.now();
       try {
         const st = await pve.status(input.pveNode, input.vmid);
-        if (st.status === 'running' && !st.lock) return { summary: `VM ${input.vmid} already runs`, waitedMs: 0, changed: false };
-        const upid = await withLockRetry('startVm', `starting VM ${input.vmid}`, () => pve.start(input.pveNode, input.vmid));
+        if (st.status === 'running' && !st.lock)
+          return { summary: `VM ${input.vmid} already runs`, waitedMs: 0, changed: false };
+        const upid = await withLockRetry('startVm', `starting VM ${input.vmid}`, () =>
+          pve.start(input.pveNode, input.vmid),
+        );
         await waitTask('startVm', upid, `VM ${input.vmid} to start`);
         for (;;) {
           const s = await pve.status(input.pveNode, input.vmid);
@@ -233,10 +319,18 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
       let last = 'not tried yet';
       for (let n = 1; ; n++) {
         const r = await sshBanner(address, input.sshPort, 5000);
-        if (r.ok) return { summary: `${address}:${input.sshPort} answers (${r.banner}) after ${((Date.now() - t0) / 1000).toFixed(1)} s`, waitedMs: Date.now() - t0, changed: false };
+        if (r.ok)
+          return {
+            summary: `${address}:${input.sshPort} answers (${r.banner}) after ${((Date.now() - t0) / 1000).toFixed(1)} s`,
+            waitedMs: Date.now() - t0,
+            changed: false,
+          };
         last = r.error;
         if (Date.now() > deadline) {
-          throw ApplicationFailure.nonRetryable(`${address}:${input.sshPort} did not answer within ${input.sshDeadlineS} s (last: ${last}). Check the VM's console in Proxmox: the address (--ip, --gw), the bridge, and that the image runs sshd`, 'LLMGW_SSH_UNREACHABLE' satisfies ErrorCode);
+          throw ApplicationFailure.nonRetryable(
+            `${address}:${input.sshPort} did not answer within ${input.sshDeadlineS} s (last: ${last}). Check the VM's console in Proxmox: the address (--ip, --gw), the bridge, and that the image runs sshd`,
+            'LLMGW_SSH_UNREACHABLE' satisfies ErrorCode,
+          );
         }
         beat('waitForSshPort', `${address}:${input.sshPort} to answer (try ${n}: ${last})`);
         await sleep(Math.min(1000 * n, 5000));
@@ -248,7 +342,8 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
       try {
         const vm = await findVm(input.vmid);
         if (!vm) return { removed: false, summary: `VM ${input.vmid} is not there (nothing to remove)` };
-        if (!isOwnVm(vm, input.nodeId, input.runTag)) return { removed: false, summary: `${describeVm(vm)} is not the VM this run created: left alone` };
+        if (!isOwnVm(vm, input.nodeId, input.runTag))
+          return { removed: false, summary: `${describeVm(vm)} is not the VM this run created: left alone` };
         await stopAndDestroy(input.pveNode, input.vmid);
         return { removed: true, summary: `VM ${input.vmid} "${input.nodeId}", created by this run, removed` };
       } catch (err) {
@@ -266,7 +361,12 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
         const named = (await pve.vms()).filter((v) => v.name === input.nodeId);
         const own = named.find((v) => isOwnVm(v, input.nodeId));
         if (!own) {
-          return { removed: false, summary: named.length ? `${named.map(describeVm).join('; ')}: not created by llmgw (no ${LLMGW_TAG} tag): left alone` : `no VM named ${input.nodeId} on ${pve.url}: nothing to remove` };
+          return {
+            removed: false,
+            summary: named.length
+              ? `${named.map(describeVm).join('; ')}: not created by llmgw (no ${LLMGW_TAG} tag): left alone`
+              : `no VM named ${input.nodeId} on ${pve.url}: nothing to remove`,
+          };
         }
         await stopAndDestroy(own.node, Number(own.vmid));
         return { removed: true, summary: `VM ${own.vmid} "${input.nodeId}" (tag ${LLMGW_TAG}) on ${own.node} removed` };
@@ -280,7 +380,11 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
 export type ProxmoxActivities = ReturnType<typeof createProxmoxActivities>;
 
 /** Connects and reads the first line: an `SSH-2.0-…` banner means sshd answers. */
-function sshBanner(host: string, port: number, timeoutMs: number): Promise<{ ok: true; banner: string } | { ok: false; error: string }> {
+function sshBanner(
+  host: string,
+  port: number,
+  timeoutMs: number,
+): Promise<{ ok: true; banner: string } | { ok: false; error: string }> {
   return new Promise((resolve) => {
     const s = new Socket();
     let buf = '';
@@ -295,7 +399,11 @@ function sshBanner(host: string, port: number, timeoutMs: number): Promise<{ ok:
       const nl = buf.indexOf('\n');
       if (nl >= 0) {
         const line = buf.slice(0, nl).trim();
-        done(line.startsWith('SSH-') ? { ok: true, banner: line } : { ok: false, error: `not an ssh banner: ${JSON.stringify(line.slice(0, 60))}` });
+        done(
+          line.startsWith('SSH-')
+            ? { ok: true, banner: line }
+            : { ok: false, error: `not an ssh banner: ${JSON.stringify(line.slice(0, 60))}` },
+        );
       }
     });
     s.once('end', () => done({ ok: false, error: 'closed before a banner' }));

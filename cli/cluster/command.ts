@@ -29,7 +29,12 @@ before it starts anything, and refuses (naming the process) when one is held.
 export async function clusterCommand(argv: string[]): Promise<void> {
   const { values } = parse(argv, {
     usage: USAGE,
-    options: { 'state-dir': { type: 'string' }, 'base-port': { type: 'string' }, 'mysql-url': { type: 'string' }, reset: { type: 'boolean' } },
+    options: {
+      'state-dir': { type: 'string' },
+      'base-port': { type: 'string' },
+      'mysql-url': { type: 'string' },
+      reset: { type: 'boolean' },
+    },
   });
   const started = Date.now();
   const say = (l: string): void => void process.stdout.write(`${l}\n`);

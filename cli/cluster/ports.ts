@@ -84,16 +84,30 @@ export function portHolder(port: number): { pid: number; command: string } | nul
  * Refuses (LLMGW_PORT_TAKEN) when a port of the cluster is held, naming each one, its role and the process holding
  * it; `ours` is a pid that may hold ports (this state dir's Temporal left by a killed run, which is stopped next).
  */
-export async function checkClusterPorts(ports: ClusterPorts, basePortGiven: boolean, ours: number | null): Promise<void> {
-  const roles: [string, number][] = [['Temporal', ports.temporal], ['Temporal UI', ports.ui], ['control plane', ports.control], ['gateway', ports.gateway], ['Temporal door', ports.door]];
+export async function checkClusterPorts(
+  ports: ClusterPorts,
+  basePortGiven: boolean,
+  ours: number | null,
+): Promise<void> {
+  const roles: [string, number][] = [
+    ['Temporal', ports.temporal],
+    ['Temporal UI', ports.ui],
+    ['control plane', ports.control],
+    ['gateway', ports.gateway],
+    ['Temporal door', ports.door],
+  ];
   const taken: string[] = [];
   for (const [role, port] of roles) {
     if (await free(port)) continue;
     const holder = portHolder(port);
     if (holder && holder.pid === ours) continue;
-    taken.push(`port ${port} (${role}) is held by ${holder ? `pid ${holder.pid} (${holder.command.slice(0, 160)})` : 'a process this user cannot see (ss -ltnp shows it as root)'}`);
+    taken.push(
+      `port ${port} (${role}) is held by ${holder ? `pid ${holder.pid} (${holder.command.slice(0, 160)})` : 'a process this user cannot see (ss -ltnp shows it as root)'}`,
+    );
   }
   if (taken.length === 0) return;
-  const fix = basePortGiven ? 'stop it, or choose another --base-port' : 'stop it (another llmgw cluster?), or move this one with --base-port N';
+  const fix = basePortGiven
+    ? 'stop it, or choose another --base-port'
+    : 'stop it (another llmgw cluster?), or move this one with --base-port N';
   throw new LlmgwError('LLMGW_PORT_TAKEN', `nothing started: ${taken.join('; ')}. ${fix}`, { taken });
 }

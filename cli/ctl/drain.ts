@@ -5,7 +5,12 @@ import { QUEUES, searchAttributes, workflowIds } from '../../lib/names';
 import { checkNodeId } from '../../lib/pki/node-id';
 import type { NodeId } from '../../lib/types';
 import {
-  allowDowntimeSignal, downtimeText, drainProgressQuery, formatDrainProgress, type DrainInput, type DrainResult,
+  allowDowntimeSignal,
+  downtimeText,
+  drainProgressQuery,
+  formatDrainProgress,
+  type DrainInput,
+  type DrainResult,
 } from '../../workflows/contracts/drain';
 import { intOption } from '../args';
 import { postControl, type ControlApi } from '../control-api';
@@ -18,12 +23,29 @@ import { END_DRAIN_TIMEOUT_MS, endedDrainText, stillCordoned } from './views/dra
  * the drain goes on in Temporal, and running the command again follows it again. `allowDowntime` also reaches a
  * drain that was already running.
  */
-export async function drain(client: Client, o: { nodeId: NodeId; timeoutS: number | null; allowDowntime: boolean; wait: boolean; uiLink: string; out: (s: string) => void }): Promise<void> {
+export async function drain(
+  client: Client,
+  o: {
+    nodeId: NodeId;
+    timeoutS: number | null;
+    allowDowntime: boolean;
+    wait: boolean;
+    uiLink: string;
+    out: (s: string) => void;
+  },
+): Promise<void> {
   const workflowId = workflowIds.drain(o.nodeId);
-  const input: DrainInput = { nodeId: o.nodeId, timeoutS: o.timeoutS, ...(o.allowDowntime ? { allowDowntime: true } : {}) };
+  const input: DrainInput = {
+    nodeId: o.nodeId,
+    timeoutS: o.timeoutS,
+    ...(o.allowDowntime ? { allowDowntime: true } : {}),
+  };
   const handle = await client.workflow.start('drainNode', {
-    taskQueue: QUEUES.control, workflowId, args: [input],
-    workflowIdConflictPolicy: 'USE_EXISTING', typedSearchAttributes: [{ key: searchAttributes.node, value: [o.nodeId] }],
+    taskQueue: QUEUES.control,
+    workflowId,
+    args: [input],
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    typedSearchAttributes: [{ key: searchAttributes.node, value: [o.nodeId] }],
   });
   if (o.allowDowntime) await handle.signal(allowDowntimeSignal);
   o.out(`workflow ${workflowId}\n  ${o.uiLink}\n`);
@@ -41,7 +63,9 @@ export async function drain(client: Client, o: { nodeId: NodeId; timeoutS: numbe
   }
   try {
     const r = await result;
-    o.out(`${o.nodeId}: drained, ${r.moved.length} replica${r.moved.length === 1 ? '' : 's'} moved (${r.moved.join(', ') || 'none there'})${downtimeText(r.downtime)}; it stays cordoned until llmgw ctl uncordon ${o.nodeId}\n`);
+    o.out(
+      `${o.nodeId}: drained, ${r.moved.length} replica${r.moved.length === 1 ? '' : 's'} moved (${r.moved.join(', ') || 'none there'})${downtimeText(r.downtime)}; it stays cordoned until llmgw ctl uncordon ${o.nodeId}\n`,
+    );
   } catch (err) {
     const cause = err instanceof WorkflowFailedError ? err.cause : undefined;
     throw new Error(cause?.message ?? (err as Error).message);
@@ -50,8 +74,17 @@ export async function drain(client: Client, o: { nodeId: NodeId; timeoutS: numbe
 
 /** Ends a running drain of the node through the control plane (its move in progress is given back). */
 export async function cancelDrain(api: ControlApi, nodeId: string, out: (s: string) => void): Promise<void> {
-  const body = await postControl<DrainCancelAnswer>(api, `/v1/nodes/${encodeURIComponent(nodeId)}/drain/cancel`, undefined, END_DRAIN_TIMEOUT_MS);
-  out(body.drain ? `${endedDrainText(nodeId, body.drain)}\n${stillCordoned(nodeId)}\n` : `no drain of ${nodeId} is running\n`);
+  const body = await postControl<DrainCancelAnswer>(
+    api,
+    `/v1/nodes/${encodeURIComponent(nodeId)}/drain/cancel`,
+    undefined,
+    END_DRAIN_TIMEOUT_MS,
+  );
+  out(
+    body.drain
+      ? `${endedDrainText(nodeId, body.drain)}\n${stillCordoned(nodeId)}\n`
+      : `no drain of ${nodeId} is running\n`,
+  );
 }
 
 /** `ctl drain` */
@@ -70,7 +103,14 @@ export const drainVerb: CtlVerb = {
     const timeoutS = values.timeout === undefined ? null : intOption(values.timeout, '--timeout', 1);
     const { client, close } = await temporalClient(config);
     try {
-      await drain(client, { nodeId, timeoutS, allowDowntime: values['allow-downtime'] ?? false, wait: !values['no-wait'], uiLink: workflowLink(config, workflowIds.drain(nodeId)), out });
+      await drain(client, {
+        nodeId,
+        timeoutS,
+        allowDowntime: values['allow-downtime'] ?? false,
+        wait: !values['no-wait'],
+        uiLink: workflowLink(config, workflowIds.drain(nodeId)),
+        out,
+      });
     } finally {
       await close();
     }

@@ -48,7 +48,12 @@ export async function runHelp(engine: CheckedEngine, program: EngineProgram, bin
 }
 
 /** Checks `engine` against its help; returns the report and whether a flag was missing. */
-export function engineCheck(o: { engine: CheckedEngine; version: string; catalog: readonly ModelSpec[]; helpOf: (p: EngineProgram) => string | null }): { report: string; failed: boolean } {
+export function engineCheck(o: {
+  engine: CheckedEngine;
+  version: string;
+  catalog: readonly ModelSpec[];
+  helpOf: (p: EngineProgram) => string | null;
+}): { report: string; failed: boolean } {
   const checks = checkFlags(widestFlags(o.engine, o.catalog), o.helpOf);
   const uses = o.catalog.some((m) => m.profiles.some((p) => p.engine === o.engine));
   let note = uses ? '' : `no catalog profile uses ${o.engine}: checked llmgw's own flags\n`;
@@ -59,25 +64,40 @@ export function engineCheck(o: { engine: CheckedEngine; version: string; catalog
 }
 
 /** Entry for `llmgw ctl engine-check`. */
-export async function engineCheckCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
+export async function engineCheckCommand(
+  argv: string[],
+  out: (s: string) => void = (s) => process.stdout.write(s),
+): Promise<void> {
   const { values, positionals } = parse(argv, {
     usage: ENGINE_CHECK_USAGE,
     allowPositionals: true,
-    options: { 'help-output': { type: 'string' }, 'rpc-help-output': { type: 'string' }, bin: { type: 'string' }, config: { type: 'string' } },
+    options: {
+      'help-output': { type: 'string' },
+      'rpc-help-output': { type: 'string' },
+      bin: { type: 'string' },
+      config: { type: 'string' },
+    },
   });
   const engine = positionals[0];
   if (!engine || !(CHECKED as readonly string[]).includes(engine)) {
-    throw new UsageError(`ctl engine-check needs an ENGINE: one of ${CHECKED.join(', ')}${engine ? ` (got "${engine}")` : ''}, e.g. llmgw ctl engine-check vllm --bin vllm`);
+    throw new UsageError(
+      `ctl engine-check needs an ENGINE: one of ${CHECKED.join(', ')}${engine ? ` (got "${engine}")` : ''}, e.g. llmgw ctl engine-check vllm --bin vllm`,
+    );
   }
   const e = engine as CheckedEngine;
-  if (values['help-output'] !== undefined && values.bin !== undefined) throw new UsageError('give --help-output or --bin, not both');
-  if (values['help-output'] === undefined && values.bin === undefined) throw new UsageError(`ctl engine-check ${e} needs --help-output FILE or --bin PATH`);
+  if (values['help-output'] !== undefined && values.bin !== undefined)
+    throw new UsageError('give --help-output or --bin, not both');
+  if (values['help-output'] === undefined && values.bin === undefined)
+    throw new UsageError(`ctl engine-check ${e} needs --help-output FILE or --bin PATH`);
   const config = loadServerConfig(values.config);
   const given = values['help-output'] === undefined ? null : helpText(values['help-output'], '--help-output');
-  const rpcGiven = values['rpc-help-output'] === undefined ? null : helpText(values['rpc-help-output'], '--rpc-help-output');
+  const rpcGiven =
+    values['rpc-help-output'] === undefined ? null : helpText(values['rpc-help-output'], '--rpc-help-output');
   const bin = values.bin;
   const ran = new Map<EngineProgram, string>();
-  if (bin !== undefined) for (const p of ENGINE_SPECS[e].programs) if (!(p === 'ggml-rpc-server' && rpcGiven !== null)) ran.set(p, await runHelp(e, p, bin));
+  if (bin !== undefined)
+    for (const p of ENGINE_SPECS[e].programs)
+      if (!(p === 'ggml-rpc-server' && rpcGiven !== null)) ran.set(p, await runHelp(e, p, bin));
   const helpOf = (p: EngineProgram): string | null => {
     if (p === 'ggml-rpc-server' && rpcGiven !== null) return rpcGiven;
     if (bin !== undefined) return ran.get(p) ?? null;

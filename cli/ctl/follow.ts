@@ -11,6 +11,8 @@ export const follow: CtlVerb = {
   async run({ config, positionals, out }) {
     const workflowId = positionals[0];
     if (!workflowId) throw new UsageError('ctl follow needs a WORKFLOW-ID, e.g. llmgw ctl follow onboard/gpu-01');
-    await withTemporalClient(config, (client, signal) => followWorkflow(client, workflowId, { out, signal, uiLink: workflowLink(config, workflowId) }));
+    await withTemporalClient(config, (client, signal) =>
+      followWorkflow(client, workflowId, { out, signal, uiLink: workflowLink(config, workflowId) }),
+    );
   },
 };

@@ -9,16 +9,22 @@ import { nodeArg, type CtlVerb } from './verb';
  * Deletes NODE's host keys from MySQL (server.yaml's mysql: the CA host's records), so the next onboarding learns
  * the key the machine presents then. Prints the fingerprints it forgot.
  */
-export async function forgetHostKey(config: Pick<ServerConfig, 'mysql'>, node: string, out: (s: string) => void): Promise<number> {
+export async function forgetHostKey(
+  config: Pick<ServerConfig, 'mysql'>,
+  node: string,
+  out: (s: string) => void,
+): Promise<number> {
   const nodeId = checkNodeId(node);
   const pool = await openDatabase(config.mysql.url);
   try {
     const keys = new HostKeyStore(pool);
     const known = await keys.list(nodeId);
     const n = await keys.forget(nodeId);
-    out(n === 0
-      ? `${nodeId}: no ssh host key recorded (never onboarded, or already forgotten)\n`
-      : `${nodeId}: forgot ${known.map((k) => `${k.type} ${k.fingerprint}`).join(', ')}; the next llmgw onboard-node learns the key it presents then\n`);
+    out(
+      n === 0
+        ? `${nodeId}: no ssh host key recorded (never onboarded, or already forgotten)\n`
+        : `${nodeId}: forgot ${known.map((k) => `${k.type} ${k.fingerprint}`).join(', ')}; the next llmgw onboard-node learns the key it presents then\n`,
+    );
     return n;
   } finally {
     await pool.end();

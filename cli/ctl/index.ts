@@ -21,8 +21,22 @@ import { weights } from './weights';
 
 /** Every verb, in the order `llmgw ctl --help` lists them. */
 const VERBS: Record<string, CtlVerb> = {
-  nodes, fabrics, replicas, models, apply: applyVerb, deploy, scale, drain: drainVerb, weights, cordon, uncordon, revoke, follow,
-  'remove-node': removeNodeVerb, 'forget-host-key': forgetHostKeyVerb, 'engine-check': engineCheckVerb,
+  nodes,
+  fabrics,
+  replicas,
+  models,
+  apply: applyVerb,
+  deploy,
+  scale,
+  drain: drainVerb,
+  weights,
+  cordon,
+  uncordon,
+  revoke,
+  follow,
+  'remove-node': removeNodeVerb,
+  'forget-host-key': forgetHostKeyVerb,
+  'engine-check': engineCheckVerb,
 };
 
 const COMMON = `Common options go before or after COMMAND:
@@ -34,7 +48,9 @@ const COMMON = `Common options go before or after COMMAND:
 const USAGE = `
 llmgw ctl COMMAND [options]
 
-${Object.values(VERBS).map((v) => v.help).join('\n')}
+${Object.values(VERBS)
+  .map((v) => v.help)
+  .join('\n')}
 
 ${COMMON}
 `;
@@ -54,7 +70,10 @@ export function verbIndex(argv: string[]): number {
 }
 
 /** Entry for `llmgw ctl`. */
-export async function ctlCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
+export async function ctlCommand(
+  argv: string[],
+  out: (s: string) => void = (s) => process.stdout.write(s),
+): Promise<void> {
   const at = verbIndex(argv);
   const verb = at < 0 ? undefined : argv[at];
   const rest = at < 0 ? argv : [...argv.slice(0, at), ...argv.slice(at + 1)];
@@ -63,6 +82,17 @@ export async function ctlCommand(argv: string[], out: (s: string) => void = (s) 
   // `llmgw ctl --help` (no verb) teaches like `llmgw ctl nodes --help` does.
   const { values, positionals } = parse(rest, { usage: USAGE, allowPositionals: true, options: CTL_OPTIONS });
   const config = loadServerConfig(values.config);
-  if (!chosen) throw new UsageError(verb ? `unknown command "ctl ${verb}"\n${USAGE}` : `ctl needs a COMMAND, e.g. llmgw ctl nodes\n${USAGE}`);
-  await chosen.run({ verb: verb as string, config, api: controlApi(config, values.server), values, positionals, out, usage: USAGE });
+  if (!chosen)
+    throw new UsageError(
+      verb ? `unknown command "ctl ${verb}"\n${USAGE}` : `ctl needs a COMMAND, e.g. llmgw ctl nodes\n${USAGE}`,
+    );
+  await chosen.run({
+    verb: verb as string,
+    config,
+    api: controlApi(config, values.server),
+    values,
+    positionals,
+    out,
+    usage: USAGE,
+  });
 }

@@ -8,7 +8,10 @@ import { getJson, type CtlVerb } from './verb';
 export type ModelRow = Omit<ModelListEntry, 'actual'> & { actual?: ModelListEntry['actual'] };
 
 const summary = (counts: Record<string, number>, order: readonly string[] = []): string =>
-  Object.entries(counts).sort(([a], [b]) => (order.indexOf(a) + 1 || 99) - (order.indexOf(b) + 1 || 99) || a.localeCompare(b)).map(([k, n]) => `${n} ${k}`).join(', ');
+  Object.entries(counts)
+    .sort(([a], [b]) => (order.indexOf(a) + 1 || 99) - (order.indexOf(b) + 1 || 99) || a.localeCompare(b))
+    .map(([k, n]) => `${n} ${k}`)
+    .join(', ');
 
 /**
  * The models table: CATALOG is the count in the server.yaml given (`-`: not in it), DESIRED what the cluster keeps,
@@ -22,15 +25,29 @@ export function formatModels(models: ModelRow[], catalog: readonly ModelSpec[]):
     const states = { ...(m?.actual?.states ?? {}) };
     const ready = states.ready ?? 0;
     delete states.ready;
-    const profiles = (m ?? c)?.profiles.map((p) => `${p.name} (${p.engine}, ${p.nodes}×${p.gpusPerNode} GPU)${m?.actual?.profiles[p.name] ? `×${m.actual.profiles[p.name]}` : ''}`).join(' ');
-    return [name, c ? String(c.replicas) : '-', m ? String(m.replicas) : 'not applied', m?.actual ? String(ready) : '?', summary(states, ['starting', 'waiting', 'rebuilding', 'stopping']) || '-', profiles ?? ''];
+    const profiles = (m ?? c)?.profiles
+      .map(
+        (p) =>
+          `${p.name} (${p.engine}, ${p.nodes}×${p.gpusPerNode} GPU)${m?.actual?.profiles[p.name] ? `×${m.actual.profiles[p.name]}` : ''}`,
+      )
+      .join(' ');
+    return [
+      name,
+      c ? String(c.replicas) : '-',
+      m ? String(m.replicas) : 'not applied',
+      m?.actual ? String(ready) : '?',
+      summary(states, ['starting', 'waiting', 'rebuilding', 'stopping']) || '-',
+      profiles ?? '',
+    ];
   });
   const differs = names.filter((n) => {
     const m = models.find((x) => x.name === n);
     const c = catalog.find((x) => x.name === n);
     return !m || !c || JSON.stringify(m.profiles) !== JSON.stringify(c.profiles);
   });
-  const note = differs.length ? `server.yaml and the cluster differ on ${differs.join(', ')}: llmgw ctl apply --dry-run says what applying would do\n` : '';
+  const note = differs.length
+    ? `server.yaml and the cluster differ on ${differs.join(', ')}: llmgw ctl apply --dry-run says what applying would do\n`
+    : '';
   return `${table(['MODEL', 'CATALOG', 'DESIRED', 'READY', 'OTHERS', 'PROFILES (engine, nodes×GPUs)×replicas'], rows)}${note}`;
 }
 

@@ -31,18 +31,31 @@ that fits on no other node, naming the model (a model's last replica above all) 
 `;
 
 /** Entry for `llmgw ctl remove-node`. */
-export async function removeNodeCommand(argv: string[], out: (s: string) => void = (s) => process.stdout.write(s)): Promise<void> {
+export async function removeNodeCommand(
+  argv: string[],
+  out: (s: string) => void = (s) => process.stdout.write(s),
+): Promise<void> {
   const { values, positionals } = parse(argv, {
-    usage: USAGE, allowPositionals: true,
+    usage: USAGE,
+    allowPositionals: true,
     options: {
-      config: { type: 'string' }, server: { type: 'string' }, 'destroy-vm': { type: 'boolean' }, force: { type: 'boolean' }, addr: { type: 'string' },
-      'ssh-user': { type: 'string' }, 'ssh-key': { type: 'string' }, 'ssh-port': { type: 'string' }, 'no-wait': { type: 'boolean' },
+      config: { type: 'string' },
+      server: { type: 'string' },
+      'destroy-vm': { type: 'boolean' },
+      force: { type: 'boolean' },
+      addr: { type: 'string' },
+      'ssh-user': { type: 'string' },
+      'ssh-key': { type: 'string' },
+      'ssh-port': { type: 'string' },
+      'no-wait': { type: 'boolean' },
     },
   });
-  if (!positionals[0]) throw new UsageError(`ctl remove-node needs a NODE, e.g. llmgw ctl remove-node gpu-04\n${USAGE}`);
+  if (!positionals[0])
+    throw new UsageError(`ctl remove-node needs a NODE, e.g. llmgw ctl remove-node gpu-04\n${USAGE}`);
   const nodeId = checkNodeId(positionals[0]);
   const port = Number(values['ssh-port'] ?? 22);
-  if (!Number.isInteger(port) || port < 1 || port > 65535) throw new UsageError(`--ssh-port must be a port number, got "${values['ssh-port']}"`);
+  if (!Number.isInteger(port) || port < 1 || port > 65535)
+    throw new UsageError(`--ssh-port must be a port number, got "${values['ssh-port']}"`);
   const config = loadServerConfig(values.config);
   const api = controlApi(config, values.server);
   const { nodes } = await getJson<{ nodes: NodeListEntry[] }>(api, `${api.server}/v1/nodes`);
@@ -50,14 +63,20 @@ export async function removeNodeCommand(argv: string[], out: (s: string) => void
   const workflowId = workflowIds.removeNode(nodeId);
   await withTemporalClient(config, async (client, signal) => {
     const input: RemoveNodeInput = {
-      nodeId, destroyVm: values['destroy-vm'] ?? false, force: values.force ?? false,
+      nodeId,
+      destroyVm: values['destroy-vm'] ?? false,
+      force: values.force ?? false,
       ssh: { addr, port, user: values['ssh-user'] ?? 'root', keyPath: addr ? sshKeyPath(values['ssh-key']) : '' },
     };
     const handle = await startRemoveNode(client, input);
     out(`removing ${nodeId}: workflow ${workflowId}\n  ${workflowLink(config, workflowId)}\n`);
     if (values['no-wait']) return;
     const r = await followRemoval(handle, { out, signal });
-    out(r === 'detached' ? detachedLine(workflowId) : `${nodeId} removed in ${(r.totalMs / 1000).toFixed(1)} s: llmgw ctl nodes no longer lists it, and its certificates are refused\n`);
+    out(
+      r === 'detached'
+        ? detachedLine(workflowId)
+        : `${nodeId} removed in ${(r.totalMs / 1000).toFixed(1)} s: llmgw ctl nodes no longer lists it, and its certificates are refused\n`,
+    );
   });
 }
 
@@ -66,6 +85,7 @@ export const removeNodeVerb: CtlVerb = {
   help: `  remove-node NODE [--destroy-vm] [--force]
                               drain NODE, stop its agent, revoke its certificates, forget its host keys and records
                               (workflow remove-node/NODE); --destroy-vm removes the VM llmgw made for it`,
-  run: (ctx) => removeNodeCommand([...ctx.positionals, ...(ctx.values.config ? ['--config', ctx.values.config] : [])], ctx.out),
+  run: (ctx) =>
+    removeNodeCommand([...ctx.positionals, ...(ctx.values.config ? ['--config', ctx.values.config] : [])], ctx.out),
   raw: removeNodeCommand,
 };

@@ -10,9 +10,18 @@ export function shardCell(s: Pick<ShardAssignment, 'nodeId' | 'rank' | 'gpus'>):
 
 /** Renders the replica list as a table. */
 export function formatReplicas(replicas: ReplicaRecord[]): string {
-  return table(['REPLICA', 'MODEL', 'PROFILE', 'STATE', 'NODES[GPUS]', 'ENDPOINT', 'REASON'], replicas.map((r) => [
-    r.id, r.model, r.profile, r.state, r.shards.map(shardCell).join(',') || '-', r.endpoint ?? '-', r.reason ?? '',
-  ]));
+  return table(
+    ['REPLICA', 'MODEL', 'PROFILE', 'STATE', 'NODES[GPUS]', 'ENDPOINT', 'REASON'],
+    replicas.map((r) => [
+      r.id,
+      r.model,
+      r.profile,
+      r.state,
+      r.shards.map(shardCell).join(',') || '-',
+      r.endpoint ?? '-',
+      r.reason ?? '',
+    ]),
+  );
 }
 
 /** `ctl replicas` */

@@ -6,9 +6,16 @@ import { callControl, type ControlApi } from '../control-api';
 
 /** The options `llmgw ctl` parses for every verb (parseArgs' shape). */
 export const CTL_OPTIONS = {
-  config: { type: 'string' }, server: { type: 'string' }, json: { type: 'boolean' }, model: { type: 'string' },
-  replicas: { type: 'string' }, 'no-wait': { type: 'boolean' }, timeout: { type: 'string' }, reason: { type: 'string' },
-  cancel: { type: 'boolean' }, 'allow-downtime': { type: 'boolean' },
+  config: { type: 'string' },
+  server: { type: 'string' },
+  json: { type: 'boolean' },
+  model: { type: 'string' },
+  replicas: { type: 'string' },
+  'no-wait': { type: 'boolean' },
+  timeout: { type: 'string' },
+  reason: { type: 'string' },
+  cancel: { type: 'boolean' },
+  'allow-downtime': { type: 'boolean' },
 } as const;
 
 /** The parsed values of CTL_OPTIONS. */
@@ -55,7 +62,9 @@ export function getJson<T>(api: ControlApi, url: string): Promise<T> {
 export async function catalogModel(api: ControlApi, model: string): Promise<void> {
   const { models } = await getJson<{ models: { name: string }[] }>(api, `${api.server}/v1/models`);
   if (!models.some((m) => m.name === model)) {
-    throw new UsageError(`model ${quoteInput(model)} is not in the catalog (known: ${models.map((m) => m.name).join(', ') || 'none'}): add it to server.yaml's catalog and restart the control plane`);
+    throw new UsageError(
+      `model ${quoteInput(model)} is not in the catalog (known: ${models.map((m) => m.name).join(', ') || 'none'}): add it to server.yaml's catalog and restart the control plane`,
+    );
   }
 }
 

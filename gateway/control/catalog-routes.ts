@@ -12,7 +12,9 @@ import { errorSchema } from './identity';
 import type { ControlAppOptions } from './routes';
 
 const bodySchema = {
-  type: 'object', required: ['catalog'], additionalProperties: false,
+  type: 'object',
+  required: ['catalog'],
+  additionalProperties: false,
   properties: {
     catalog: { type: 'array', items: { type: 'object' } },
     engines: { type: 'object', additionalProperties: { type: 'string' } },
@@ -26,15 +28,22 @@ export async function catalogRoutes(app: FastifyInstance, opts: ControlAppOption
   const { applyCatalog } = opts;
   if (!applyCatalog) return;
   answerErrors(app, opts.log ?? ((): void => undefined));
-  app.post<{ Body: CatalogApplyRequest }>('/v1/catalog/apply', { schema: { body: bodySchema, response: { 400: errorSchema } } }, async (req, reply): Promise<CatalogApplyAnswer | undefined> => {
-    let catalog;
-    try {
-      // Checked as server.yaml's own catalog is (names, sources, profiles against the engines named).
-      catalog = parseServerConfig(JSON.stringify({ ...(req.body.engines ? { engines: req.body.engines } : {}), catalog: req.body.catalog }), 'the catalog ctl apply sent').catalog;
-    } catch (err) {
-      if (!hasCode(err, 'LLMGW_CONFIG_INVALID')) throw err;
-      return reply.code(400).send(openAiError('LLMGW_BAD_REQUEST', (err as Error).message));
-    }
-    return applyCatalog({ catalog, prune: req.body.prune ?? false, dryRun: req.body.dryRun ?? false });
-  });
+  app.post<{ Body: CatalogApplyRequest }>(
+    '/v1/catalog/apply',
+    { schema: { body: bodySchema, response: { 400: errorSchema } } },
+    async (req, reply): Promise<CatalogApplyAnswer | undefined> => {
+      let catalog;
+      try {
+        // Checked as server.yaml's own catalog is (names, sources, profiles against the engines named).
+        catalog = parseServerConfig(
+          JSON.stringify({ ...(req.body.engines ? { engines: req.body.engines } : {}), catalog: req.body.catalog }),
+          'the catalog ctl apply sent',
+        ).catalog;
+      } catch (err) {
+        if (!hasCode(err, 'LLMGW_CONFIG_INVALID')) throw err;
+        return reply.code(400).send(openAiError('LLMGW_BAD_REQUEST', (err as Error).message));
+      }
+      return applyCatalog({ catalog, prune: req.body.prune ?? false, dryRun: req.body.dryRun ?? false });
+    },
+  );
 }

@@ -76,7 +76,12 @@ export interface GpuShard {
 }
 
 /** One node of GET /v1/nodes; `gpuShards`: which GPU indices each shard placed there holds. */
-export type NodeListEntry = NodeRecord & { cert: NodeCertificate | null; replicas: string[]; gpusUsed: number; gpuShards?: GpuShard[] };
+export type NodeListEntry = NodeRecord & {
+  cert: NodeCertificate | null;
+  replicas: string[];
+  gpusUsed: number;
+  gpuShards?: GpuShard[];
+};
 
 /** A peer for GET /v1/agent/weights/peers. */
 export interface WeightsPeer {

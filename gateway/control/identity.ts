@@ -10,7 +10,10 @@ import { parseNodeId, type NodeId } from '../../lib/types';
 export type ControlLog = (msg: string, fields: Record<string, unknown>) => void;
 
 /** The JSON schema of a refusal (OpenAI's error shape). */
-export const errorSchema = { type: 'object', properties: { error: { type: 'object', additionalProperties: true } } } as const;
+export const errorSchema = {
+  type: 'object',
+  properties: { error: { type: 'object', additionalProperties: true } },
+} as const;
 
 /**
  * The node a request comes from: the CN of its connection's verified client certificate (`req.peer`, set by
@@ -19,11 +22,19 @@ export const errorSchema = { type: 'object', properties: { error: { type: 'objec
 export function nodeIdentity(req: FastifyRequest, claimed: string): NodeId {
   const peer = req.peer;
   if (!peer || peer.role !== 'node') {
-    throw new LlmgwError('LLMGW_CERT_REFUSED', 'agent routes need a node client certificate (mutual TLS)', { cn: peer?.cn ?? null, claimed, reason: 'no node certificate on the connection' });
+    throw new LlmgwError('LLMGW_CERT_REFUSED', 'agent routes need a node client certificate (mutual TLS)', {
+      cn: peer?.cn ?? null,
+      claimed,
+      reason: 'no node certificate on the connection',
+    });
   }
   if (claimed !== peer.cn) {
     const reason = `the certificate is ${peer.cn}'s; a node speaks only for itself`;
-    throw new LlmgwError('LLMGW_CERT_REFUSED', `node id "${claimed}" refused: ${reason}`, { cn: peer.cn, claimed, reason });
+    throw new LlmgwError('LLMGW_CERT_REFUSED', `node id "${claimed}" refused: ${reason}`, {
+      cn: peer.cn,
+      claimed,
+      reason,
+    });
   }
   return parseNodeId(peer.cn);
 }

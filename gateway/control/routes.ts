@@ -35,7 +35,11 @@ export interface ControlAppOptions {
   /** Called when a known node's agent registers after its previous agent crashed: its replicas run their shards again. */
   onAgentCrashed?: (nodeId: NodeId) => void;
   /** Plans a checked catalog against the cluster and (unless a dry run) applies it (`POST /v1/catalog/apply`). */
-  applyCatalog?: (req: { catalog: readonly ModelSpec[]; prune: boolean; dryRun: boolean }) => Promise<CatalogApplyAnswer>;
+  applyCatalog?: (req: {
+    catalog: readonly ModelSpec[];
+    prune: boolean;
+    dryRun: boolean;
+  }) => Promise<CatalogApplyAnswer>;
 }
 
 /** A node's newest unrevoked certificate as the node list shows it (null: none recorded, or all revoked). */

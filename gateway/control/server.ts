@@ -32,7 +32,9 @@ export function roleForUrl(route: string): CertRole {
 }
 
 /** Builds (does not listen) the HTTPS control plane app and starts its certificate gate. */
-export async function buildControlServer(o: ControlServerOptions): Promise<{ app: FastifyInstance; gate: CertificateGate }> {
+export async function buildControlServer(
+  o: ControlServerOptions,
+): Promise<{ app: FastifyInstance; gate: CertificateGate }> {
   const { store, log } = o;
   const gate = new CertificateGate({
     caPem: o.tls.caPem,
@@ -65,7 +67,10 @@ export async function buildControlServer(o: ControlServerOptions): Promise<{ app
   app.addHook('onClose', async () => gate.stop());
   answerErrors(app, log);
   installGate(app, gate, roleForUrl, log);
-  answerUnknownRoutes(app, 'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights (operator certificates), /health');
+  answerUnknownRoutes(
+    app,
+    'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights (operator certificates), /health',
+  );
   const revokeInTable = (nodeId: string, reason: string): Promise<number> => store.revokeCertificates(nodeId, reason);
   await app.register(controlRoutes, {
     ...o,

@@ -6,12 +6,26 @@
  * as they are, grpc-timeout, headers, trailers and status codes, long polls; a refusal is PERMISSION_DENIED with
  * a grpc-message naming the reason, and one log line naming the CN, the call and the reason.
  */
-import http2, { type ClientHttp2Session, type ClientHttp2Stream, type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerHttp2Session, type ServerHttp2Stream } from 'node:http2';
+import http2, {
+  type ClientHttp2Session,
+  type ClientHttp2Stream,
+  type IncomingHttpHeaders,
+  type OutgoingHttpHeaders,
+  type ServerHttp2Session,
+  type ServerHttp2Stream,
+} from 'node:http2';
 import { connect, type AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { trackConnections } from '../../lib/connections';
 import { mtlsServerOptions, type CertificateGate, type PeerVerdict } from '../mtls';
-import { answerToken, grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCallVerdict } from './policy';
+import {
+  answerToken,
+  grpcMethod,
+  judgeNodeCall,
+  pollResponseToken,
+  WORKFLOW_SERVICE,
+  type NodeCallVerdict,
+} from './policy';
 import { encodeGrpcMessage, GRPC, messageBytes, parseFrames } from './grpc-frames';
 import { TaskTokenMemory } from './task-tokens';
 
@@ -46,20 +60,40 @@ export interface TemporalDoor {
 
 const VERDICT = Symbol('llmgw.door.verdict');
 type Judged = TLSSocket & { [VERDICT]?: Promise<PeerVerdict> };
-const { NGHTTP2_CANCEL, HTTP2_FLAG_END_STREAM } = { NGHTTP2_CANCEL: http2.constants.NGHTTP2_CANCEL, HTTP2_FLAG_END_STREAM: 0x1 };
+const { NGHTTP2_CANCEL, HTTP2_FLAG_END_STREAM } = {
+  NGHTTP2_CANCEL: http2.constants.NGHTTP2_CANCEL,
+  HTTP2_FLAG_END_STREAM: 0x1,
+};
 // Hop-by-hop headers HTTP/2 forbids or Node sets itself.
-const DROP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'host', 'http2-settings']);
+const DROP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+  'http2-settings',
+]);
 
 function passHeaders(h: IncomingHttpHeaders, keep: readonly string[] = []): OutgoingHttpHeaders {
   const out: OutgoingHttpHeaders = {};
-  for (const [k, v] of Object.entries(h)) if (v !== undefined && (keep.includes(k) || (!k.startsWith(':') && !DROP.has(k)))) out[k] = v;
+  for (const [k, v] of Object.entries(h))
+    if (v !== undefined && (keep.includes(k) || (!k.startsWith(':') && !DROP.has(k)))) out[k] = v;
   return out;
 }
 
 /** Answers a call with a status and no message (a trailers-only response), unless the stream is already gone. */
 function answer(stream: ServerHttp2Stream, code: number, message: string): void {
   if (stream.destroyed || stream.headersSent) return;
-  stream.respond({ ':status': 200, 'content-type': 'application/grpc', 'grpc-status': String(code), 'grpc-message': encodeGrpcMessage(message) }, { endStream: true });
+  stream.respond(
+    {
+      ':status': 200,
+      'content-type': 'application/grpc',
+      'grpc-status': String(code),
+      'grpc-message': encodeGrpcMessage(message),
+    },
+    { endStream: true },
+  );
 }
 
 /** Reads a whole request body, or null when the caller went away or it is larger than `max`. */
@@ -84,7 +118,10 @@ function readBody(stream: ServerHttp2Stream, max: number): Promise<Buffer | 'too
  * The door's address as a node should dial it: the host the node reached the control plane at (so the name its
  * server certificate was checked against) when the door listens there too or on every address; else the door's own host.
  */
-export function doorAddressFor(listeners: { controlPlane: { host: string }; temporalDoor: { host: string; port: number } }, requestHost: string): string {
+export function doorAddressFor(
+  listeners: { controlPlane: { host: string }; temporalDoor: { host: string; port: number } },
+  requestHost: string,
+): string {
   const { host, port } = listeners.temporalDoor;
   const via = host === listeners.controlPlane.host || host === '0.0.0.0' || host === '::' ? requestHost : host;
   return `${via.includes(':') && !via.startsWith('[') ? `[${via}]` : via}:${port}`;
@@ -108,12 +145,15 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
   /** One shared HTTP/2 connection to Temporal, made again after Temporal closes it (a restart, a GOAWAY). */
   const upstream = (): ClientHttp2Session => {
     if (upstreamSession && !upstreamSession.closed && !upstreamSession.destroyed) return upstreamSession;
-    const s = http2.connect(`http://${o.upstream}`, { createConnection: () => connect({ host: upHost, port: upPort, noDelay: true }) });
+    const s = http2.connect(`http://${o.upstream}`, {
+      createConnection: () => connect({ host: upHost, port: upPort, noDelay: true }),
+    });
     const drop = (): void => void (upstreamSession === s && (upstreamSession = null));
     s.on('error', (err: Error) => {
       drop();
       // Once per 5 s: a Temporal restart fails every open poll at once.
-      if (Date.now() - lastUpstreamLog > 5000) o.log('temporal upstream failed', { upstream: o.upstream, error: err.message });
+      if (Date.now() - lastUpstreamLog > 5000)
+        o.log('temporal upstream failed', { upstream: o.upstream, error: err.message });
       lastUpstreamLog = Date.now();
     });
     s.on('goaway', drop);
@@ -122,7 +162,12 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     return s;
   };
 
-  const refuse = (stream: ServerHttp2Stream, code: number, fields: Record<string, unknown> & { reason: string }, message: string): void => {
+  const refuse = (
+    stream: ServerHttp2Stream,
+    code: number,
+    fields: Record<string, unknown> & { reason: string },
+    message: string,
+  ): void => {
     counts.refused++;
     o.log('temporal call refused', fields);
     answer(stream, code, message);
@@ -133,10 +178,22 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
    * For an activity poll, the answer is read whole first and its task token remembered for `cn`, before the node
    * can use it; after a successful completion the token is forgotten.
    */
-  const forward = (stream: ServerHttp2Stream, headers: IncomingHttpHeaders, body: Buffer | null, cn: string, after: Extract<NodeCallVerdict, { kind: 'allow' }>['after']): void => {
+  const forward = (
+    stream: ServerHttp2Stream,
+    headers: IncomingHttpHeaders,
+    body: Buffer | null,
+    cn: string,
+    after: Extract<NodeCallVerdict, { kind: 'allow' }>['after'],
+  ): void => {
     counts.passed++;
     let up: ClientHttp2Stream;
-    const reqHeaders = { ...passHeaders(headers), ':method': 'POST', ':path': headers[':path'], ':scheme': 'http', ':authority': o.upstream };
+    const reqHeaders = {
+      ...passHeaders(headers),
+      ':method': 'POST',
+      ':path': headers[':path'],
+      ':scheme': 'http',
+      ':authority': o.upstream,
+    };
     try {
       up = upstream().request(reqHeaders);
     } catch {
@@ -145,7 +202,11 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
       try {
         up = upstream().request(reqHeaders);
       } catch (err) {
-        return answer(stream, GRPC.UNAVAILABLE, `Temporal at ${o.upstream} is not reachable from the door: ${(err as Error).message}`);
+        return answer(
+          stream,
+          GRPC.UNAVAILABLE,
+          `Temporal at ${o.upstream} is not reachable from the door: ${(err as Error).message}`,
+        );
       }
     }
     counts.open++;
@@ -158,7 +219,10 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
       if (done) return;
       done = true;
       if (!stream.headersSent) return answer(stream, GRPC.UNAVAILABLE, `Temporal at ${o.upstream}: ${why}`);
-      trailers = { 'grpc-status': String(GRPC.UNAVAILABLE), 'grpc-message': encodeGrpcMessage(`Temporal at ${o.upstream}: ${why}`) };
+      trailers = {
+        'grpc-status': String(GRPC.UNAVAILABLE),
+        'grpc-message': encodeGrpcMessage(`Temporal at ${o.upstream}: ${why}`),
+      };
       if (!stream.writableEnded) stream.end();
     };
     up.on('error', (err: Error) => fail(err.message));
@@ -171,7 +235,11 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     stream.once('close', () => {
       if (!up.closed) up.close(NGHTTP2_CANCEL);
     });
-    stream.once('wantTrailers', () => stream.sendTrailers(trailers ?? { 'grpc-status': String(GRPC.INTERNAL), 'grpc-message': 'the Temporal answer carried no status' }));
+    stream.once('wantTrailers', () =>
+      stream.sendTrailers(
+        trailers ?? { 'grpc-status': String(GRPC.INTERNAL), 'grpc-message': 'the Temporal answer carried no status' },
+      ),
+    );
     up.on('trailers', (t: IncomingHttpHeaders) => {
       trailers = passHeaders(t);
       settled(t['grpc-status']);
@@ -221,17 +289,35 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     const socket = stream.session?.socket as Judged | undefined;
     const verdict = await socket?.[VERDICT];
     if (!verdict) return answer(stream, GRPC.INTERNAL, 'the door lost this connection');
-    const method = call ? `${call.service === WORKFLOW_SERVICE ? '' : `${call.service}/`}${call.method}` : String(headers[':path']);
+    const method = call
+      ? `${call.service === WORKFLOW_SERVICE ? '' : `${call.service}/`}${call.method}`
+      : String(headers[':path']);
     if (verdict.kind === 'refused') {
-      const code = verdict.why === 'revoked' || verdict.why === 'unrecorded' ? GRPC.PERMISSION_DENIED : GRPC.UNAUTHENTICATED;
-      return refuse(stream, code, { cn: verdict.cn, serial: verdict.serial, method, reason: verdict.why, detail: verdict.detail },
-        `LLMGW_CERT_REFUSED: client certificate refused (${verdict.why}): ${verdict.detail}`);
+      const code =
+        verdict.why === 'revoked' || verdict.why === 'unrecorded' ? GRPC.PERMISSION_DENIED : GRPC.UNAUTHENTICATED;
+      return refuse(
+        stream,
+        code,
+        { cn: verdict.cn, serial: verdict.serial, method, reason: verdict.why, detail: verdict.detail },
+        `LLMGW_CERT_REFUSED: client certificate refused (${verdict.why}): ${verdict.detail}`,
+      );
     }
-    if (!call) return refuse(stream, GRPC.UNIMPLEMENTED, { cn: verdict.cn, method, reason: 'not a gRPC path' }, `LLMGW_TEMPORAL_CALL_REFUSED: ${method} is not a gRPC call`);
+    if (!call)
+      return refuse(
+        stream,
+        GRPC.UNIMPLEMENTED,
+        { cn: verdict.cn, method, reason: 'not a gRPC path' },
+        `LLMGW_TEMPORAL_CALL_REFUSED: ${method} is not a gRPC call`,
+      );
     if (verdict.role === 'operator') return forward(stream, headers, null, verdict.cn, 'nothing');
     if (verdict.role !== 'node') {
       const reason = `a ${verdict.role} certificate (CN ${verdict.cn}) is neither a node's nor an operator's`;
-      return refuse(stream, GRPC.PERMISSION_DENIED, { cn: verdict.cn, role: verdict.role, method, reason }, `LLMGW_TEMPORAL_CALL_REFUSED: ${method}: ${reason}`);
+      return refuse(
+        stream,
+        GRPC.PERMISSION_DENIED,
+        { cn: verdict.cn, role: verdict.role, method, reason },
+        `LLMGW_TEMPORAL_CALL_REFUSED: ${method}: ${reason}`,
+      );
     }
     const body = await readBody(stream, maxRequest);
     if (body === null) return;
@@ -239,21 +325,46 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     lastCalls.set(cn, Date.now());
     if (body === 'too-large') {
       const reason = `request larger than ${maxRequest} bytes`;
-      return refuse(stream, GRPC.RESOURCE_EXHAUSTED, { cn, method, reason }, `LLMGW_TEMPORAL_CALL_REFUSED: ${method}: ${reason}`);
+      return refuse(
+        stream,
+        GRPC.RESOURCE_EXHAUSTED,
+        { cn, method, reason },
+        `LLMGW_TEMPORAL_CALL_REFUSED: ${method}: ${reason}`,
+      );
     }
     let judged: NodeCallVerdict;
     try {
       const frames = parseFrames(body);
       if (frames.length !== 1) throw new Error(`${frames.length} messages where a unary call has one`);
-      const request = await messageBytes(frames[0] as (typeof frames)[0], headers['grpc-encoding'] as string | undefined);
+      const request = await messageBytes(
+        frames[0] as (typeof frames)[0],
+        headers['grpc-encoding'] as string | undefined,
+      );
       // A token this process does not hold may have been handed out before a restart, or by another control plane.
       const token = call.service === WORKFLOW_SERVICE ? answerToken(call.method, request) : null;
       if (token) await tokens.recall(cn, token);
-      judged = judgeNodeCall({ cn, namespace: o.namespace, service: call.service, method: call.method, request, tokens });
+      judged = judgeNodeCall({
+        cn,
+        namespace: o.namespace,
+        service: call.service,
+        method: call.method,
+        request,
+        tokens,
+      });
     } catch (err) {
-      judged = { kind: 'refuse', code: GRPC.INVALID_ARGUMENT, reason: `the request does not read as ${call.method}: ${(err as Error).message}` };
+      judged = {
+        kind: 'refuse',
+        code: GRPC.INVALID_ARGUMENT,
+        reason: `the request does not read as ${call.method}: ${(err as Error).message}`,
+      };
     }
-    if (judged.kind === 'refuse') return refuse(stream, judged.code, { cn, method, reason: judged.reason }, `LLMGW_TEMPORAL_CALL_REFUSED: ${method} refused for node ${cn}: ${judged.reason}`);
+    if (judged.kind === 'refuse')
+      return refuse(
+        stream,
+        judged.code,
+        { cn, method, reason: judged.reason },
+        `LLMGW_TEMPORAL_CALL_REFUSED: ${method} refused for node ${cn}: ${judged.reason}`,
+      );
     forward(stream, headers, body, cn, judged.after);
   };
 
@@ -270,10 +381,14 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     s.on('error', () => undefined);
     s.once('close', () => sessions.delete(s));
   });
-  server.on('stream', (stream, headers) => void handle(stream, headers).catch((err: Error) => {
-    o.log('temporal door error', { error: err.message, path: headers[':path'] });
-    answer(stream, GRPC.INTERNAL, `the door failed: ${err.message}`);
-  }));
+  server.on(
+    'stream',
+    (stream, headers) =>
+      void handle(stream, headers).catch((err: Error) => {
+        o.log('temporal door error', { error: err.message, path: headers[':path'] });
+        answer(stream, GRPC.INTERNAL, `the door failed: ${err.message}`);
+      }),
+  );
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(o.port, o.host, () => {

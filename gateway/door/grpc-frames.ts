@@ -37,7 +37,8 @@ export function parseFrames(body: Buffer): GrpcFrame[] {
     const flag = body[at] ?? 0;
     const len = body.readUInt32BE(at + 1);
     if (flag > 1) throw new Error(`gRPC compressed flag ${flag} is neither 0 nor 1`);
-    if (body.length - at - 5 < len) throw new Error(`a gRPC message is cut short (${body.length - at - 5} of ${len} bytes)`);
+    if (body.length - at - 5 < len)
+      throw new Error(`a gRPC message is cut short (${body.length - at - 5} of ${len} bytes)`);
     frames.push({ compressed: flag === 1, payload: body.subarray(at + 5, at + 5 + len) });
     at += 5 + len;
   }
@@ -47,7 +48,10 @@ export function parseFrames(body: Buffer): GrpcFrame[] {
 /** The protobuf bytes of a message, gunzipped when its flag says so (`encoding` is the stream's grpc-encoding). */
 export async function messageBytes(frame: GrpcFrame, encoding: string | undefined): Promise<Buffer> {
   if (!frame.compressed) return frame.payload;
-  if (encoding !== 'gzip') throw new Error(`a compressed gRPC message in encoding ${JSON.stringify(encoding ?? 'none')}; the door reads gzip only`);
+  if (encoding !== 'gzip')
+    throw new Error(
+      `a compressed gRPC message in encoding ${JSON.stringify(encoding ?? 'none')}; the door reads gzip only`,
+    );
   return gunzipAsync(frame.payload);
 }
 
@@ -62,7 +66,10 @@ export function frameMessage(payload: Uint8Array): Buffer {
 export function encodeGrpcMessage(message: string): string {
   let out = '';
   for (const byte of Buffer.from(message, 'utf8')) {
-    out += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
+    out +=
+      byte >= 0x20 && byte <= 0x7e && byte !== 0x25
+        ? String.fromCharCode(byte)
+        : `%${byte.toString(16).toUpperCase().padStart(2, '0')}`;
   }
   return out;
 }

@@ -38,7 +38,10 @@ export interface NodeCall {
 }
 
 const refuse = (reason: string): NodeCallVerdict => ({ kind: 'refuse', code: 7, reason });
-const allow = (after: Extract<NodeCallVerdict, { kind: 'allow' }>['after'] = 'nothing'): NodeCallVerdict => ({ kind: 'allow', after });
+const allow = (after: Extract<NodeCallVerdict, { kind: 'allow' }>['after'] = 'nothing'): NodeCallVerdict => ({
+  kind: 'allow',
+  after,
+});
 
 type Decoder<T> = { decode(b: Uint8Array): T };
 
@@ -48,19 +51,25 @@ const ANSWERS = {
   RespondActivityTaskCompleted: { type: ws.RespondActivityTaskCompletedRequest, ends: true },
   RespondActivityTaskFailed: { type: ws.RespondActivityTaskFailedRequest, ends: true },
   RespondActivityTaskCanceled: { type: ws.RespondActivityTaskCanceledRequest, ends: true },
-} as const satisfies Record<string, { type: Decoder<{ taskToken?: Uint8Array | null; namespace?: string | null }>; ends: boolean }>;
+} as const satisfies Record<
+  string,
+  { type: Decoder<{ taskToken?: Uint8Array | null; namespace?: string | null }>; ends: boolean }
+>;
 
 /** Why a call no node worker makes is refused, for the calls people are likeliest to try. */
 function otherCall(method: string, queue: string): string {
-  if (method.endsWith('ById')) return `${method} names a task by workflow and activity id instead of a task token this node was handed`;
-  if (method === 'PollWorkflowTaskQueue' || method === 'PollNexusTaskQueue') return `a node runs activities only: it polls activity tasks of ${queue}, never workflow or Nexus tasks`;
+  if (method.endsWith('ById'))
+    return `${method} names a task by workflow and activity id instead of a task token this node was handed`;
+  if (method === 'PollWorkflowTaskQueue' || method === 'PollNexusTaskQueue')
+    return `a node runs activities only: it polls activity tasks of ${queue}, never workflow or Nexus tasks`;
   return `not a call a node's worker makes: a node may poll ${queue} and answer the tasks it was handed, nothing else`;
 }
 
 /** Judges one call of a node certificate. Throws when the request does not decode (the caller answers INVALID_ARGUMENT). */
 export function judgeNodeCall(c: NodeCall): NodeCallVerdict {
   const queue = nodeQueue(c.cn);
-  if (c.service !== WORKFLOW_SERVICE) return refuse(`${c.service} is not the workflow service: a node needs nothing else`);
+  if (c.service !== WORKFLOW_SERVICE)
+    return refuse(`${c.service} is not the workflow service: a node needs nothing else`);
   const ns = (given: string | null | undefined): string | null =>
     given === c.namespace ? null : `namespace ${JSON.stringify(given ?? '')} is not this cluster's (${c.namespace})`;
   switch (c.method) {
@@ -68,14 +77,19 @@ export function judgeNodeCall(c: NodeCall): NodeCallVerdict {
       return allow();
     case 'DescribeNamespace': {
       const r = ws.DescribeNamespaceRequest.decode(c.request);
-      return r.id ? refuse('DescribeNamespace by id: name the namespace') : (ns(r.namespace) ? refuse(ns(r.namespace) as string) : allow());
+      return r.id
+        ? refuse('DescribeNamespace by id: name the namespace')
+        : ns(r.namespace)
+          ? refuse(ns(r.namespace) as string)
+          : allow();
     }
     case 'PollActivityTaskQueue': {
       const r = ws.PollActivityTaskQueueRequest.decode(c.request);
       const wrong = ns(r.namespace);
       if (wrong) return refuse(wrong);
       const asked = r.taskQueue?.name ?? '';
-      if (asked !== queue) return refuse(`node ${c.cn} may poll only its own queue ${queue}, not ${JSON.stringify(asked)}`);
+      if (asked !== queue)
+        return refuse(`node ${c.cn} may poll only its own queue ${queue}, not ${JSON.stringify(asked)}`);
       return allow('record-tokens');
     }
     case 'ShutdownWorker': {
@@ -83,8 +97,10 @@ export function judgeNodeCall(c: NodeCall): NodeCallVerdict {
       const wrong = ns(r.namespace);
       if (wrong) return refuse(wrong);
       // A node has no workflows, so no sticky queue of its own; another worker's it must not shut.
-      if (r.stickyTaskQueue) return refuse(`ShutdownWorker of sticky queue ${JSON.stringify(r.stickyTaskQueue)}: a node worker has none`);
-      if (r.taskQueue && r.taskQueue !== queue) return refuse(`ShutdownWorker of ${JSON.stringify(r.taskQueue)}: node ${c.cn} speaks only for ${queue}`);
+      if (r.stickyTaskQueue)
+        return refuse(`ShutdownWorker of sticky queue ${JSON.stringify(r.stickyTaskQueue)}: a node worker has none`);
+      if (r.taskQueue && r.taskQueue !== queue)
+        return refuse(`ShutdownWorker of ${JSON.stringify(r.taskQueue)}: node ${c.cn} speaks only for ${queue}`);
       return allow();
     }
     case 'RecordWorkerHeartbeat': {
@@ -92,7 +108,9 @@ export function judgeNodeCall(c: NodeCall): NodeCallVerdict {
       const wrong = ns(r.namespace);
       if (wrong) return refuse(wrong);
       const other = (r.workerHeartbeat ?? []).find((h) => h.taskQueue && h.taskQueue !== queue);
-      return other ? refuse(`a worker heartbeat for ${JSON.stringify(other.taskQueue)}: node ${c.cn} speaks only for ${queue}`) : allow();
+      return other
+        ? refuse(`a worker heartbeat for ${JSON.stringify(other.taskQueue)}: node ${c.cn} speaks only for ${queue}`)
+        : allow();
     }
   }
   if (c.method in ANSWERS) {
@@ -102,7 +120,10 @@ export function judgeNodeCall(c: NodeCall): NodeCallVerdict {
     if (wrong) return refuse(wrong);
     const token = r.taskToken ?? new Uint8Array();
     if (token.length === 0) return refuse(`${c.method} without a task token`);
-    if (!c.tokens.has(c.cn, token)) return refuse(`${c.method} with a task token this door never handed to ${c.cn} (another node's task, a forged token, or one forgotten since)`);
+    if (!c.tokens.has(c.cn, token))
+      return refuse(
+        `${c.method} with a task token this door never handed to ${c.cn} (another node's task, a forged token, or one forgotten since)`,
+      );
     return allow(a.ends ? { forget: token } : 'nothing');
   }
   return refuse(otherCall(c.method, queue));

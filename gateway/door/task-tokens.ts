@@ -60,10 +60,13 @@ export class TaskTokenMemory {
   async recall(cn: string, token: Uint8Array): Promise<boolean> {
     if (this.has(cn, token)) return true;
     const d = tokenDigest(token);
-    if (!(await this.o.backing?.hasTaskToken(cn, d).catch((err: Error) => {
-      this.o.log?.('task token store failed', { what: 'recall', cn, error: err.message });
+    if (
+      !(await this.o.backing?.hasTaskToken(cn, d).catch((err: Error) => {
+        this.o.log?.('task token store failed', { what: 'recall', cn, error: err.message });
+        return false;
+      }))
+    )
       return false;
-    }))) return false;
     this.hold(cn, d);
     return true;
   }

@@ -32,14 +32,39 @@ export interface GatewayAppOptions {
 
 const errorSchema = {
   type: 'object',
-  properties: { error: { type: 'object', properties: { message: { type: 'string' }, type: { type: 'string' }, code: { type: 'string' } } } },
+  properties: {
+    error: {
+      type: 'object',
+      properties: { message: { type: 'string' }, type: { type: 'string' }, code: { type: 'string' } },
+    },
+  },
 } as const;
-const errorResponses = { 400: errorSchema, 401: errorSchema, 404: errorSchema, 413: errorSchema, 415: errorSchema, 502: errorSchema, 503: errorSchema, 504: errorSchema } as const;
+const errorResponses = {
+  400: errorSchema,
+  401: errorSchema,
+  404: errorSchema,
+  413: errorSchema,
+  415: errorSchema,
+  502: errorSchema,
+  503: errorSchema,
+  504: errorSchema,
+} as const;
 const modelsSchema = {
   type: 'object',
   properties: {
     object: { type: 'string' },
-    data: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, object: { type: 'string' }, created: { type: 'integer' }, owned_by: { type: 'string' } } } },
+    data: {
+      type: 'array',
+      items: {
+        type: 'object',
+        properties: {
+          id: { type: 'string' },
+          object: { type: 'string' },
+          created: { type: 'integer' },
+          owned_by: { type: 'string' },
+        },
+      },
+    },
   },
 } as const;
 
@@ -56,7 +81,8 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     const log = opts.log ?? silentLog;
     const timeouts = opts.timeouts ?? DEFAULT_CONFIG.gateway.timeouts;
     // lifo keeps a few warm sockets busy instead of cycling through every idle one.
-    const agent = opts.agent ?? new Agent({ keepAlive: true, keepAliveMsecs: 30_000, maxFreeSockets: 1024, scheduling: 'lifo' });
+    const agent =
+      opts.agent ?? new Agent({ keepAlive: true, keepAliveMsecs: 30_000, maxFreeSockets: 1024, scheduling: 'lifo' });
     if (!opts.agent) app.addHook('onClose', async () => agent.destroy());
     const deps: ProxyDeps = { routing, agent, log, timeouts };
     const authorized = new Set(opts.apiKeys.map((k) => `Bearer ${k}`));
@@ -64,14 +90,21 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     const created = Math.floor(Date.now() / 1000);
 
     answerErrors(app, log);
-    answerUnknownRoutes(app, 'GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings');
+    answerUnknownRoutes(
+      app,
+      'GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings',
+    );
     const origins = new Set(opts.corsOrigins ?? []);
 
     // Keep the raw bytes to forward untouched; the route scans them for the model (request-check.ts), never
     // building the tree. JSON only: any other content type is refused (415), so a browser page cannot post a
     // "simple" cross-origin request (text/plain, a form) that skips the CORS preflight.
     app.removeAllContentTypeParsers();
-    app.addContentTypeParser('application/json', { parseAs: 'buffer', bodyLimit: opts.bodyLimit ?? 32 * 1024 * 1024 }, (_req, raw, done) => done(null, raw));
+    app.addContentTypeParser(
+      'application/json',
+      { parseAs: 'buffer', bodyLimit: opts.bodyLimit ?? 32 * 1024 * 1024 },
+      (_req, raw, done) => done(null, raw),
+    );
 
     // One hook for every request, and a callback one: cheaper per request than an async hook.
     app.addHook('onRequest', (req: FastifyRequest, reply: FastifyReply, done: () => void) => {
@@ -80,20 +113,49 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       if (notes) notes.set(req.raw, accessLine(log, req.id, req.raw, reply.raw));
       const h = req.headers.authorization;
       if (authorized.size > 0 && req.url !== '/health' && req.method !== 'OPTIONS' && (!h || !authorized.has(h))) {
-        return void sendError(reply, 'LLMGW_UNAUTHORIZED', h ? 'invalid API key' : 'missing API key: send "Authorization: Bearer <key>"');
+        return void sendError(
+          reply,
+          'LLMGW_UNAUTHORIZED',
+          h ? 'invalid API key' : 'missing API key: send "Authorization: Bearer <key>"',
+        );
       }
       done();
     });
 
-    app.get('/health', { schema: { response: { 200: { type: 'object', properties: { status: { type: 'string' }, models: { type: 'integer' } } } } } }, async () => ({
-      status: 'ok', models: routing.models().length,
-    }));
+    app.get(
+      '/health',
+      {
+        schema: {
+          response: {
+            200: { type: 'object', properties: { status: { type: 'string' }, models: { type: 'integer' } } },
+          },
+        },
+      },
+      async () => ({
+        status: 'ok',
+        models: routing.models().length,
+      }),
+    );
 
     // What this gateway routes now (its table lags the store by up to gateway.refreshMs): for whoever must know a
     // replica is reachable here, not only ready in the store — the local cluster waits on it before it says "up".
-    app.get('/health/routes', { schema: { response: { 200: { type: 'object', properties: { models: { type: 'object', additionalProperties: { type: 'integer' } } } }, ...errorResponses } } }, async () => ({
-      models: routing.readyCounts(),
-    }));
+    app.get(
+      '/health/routes',
+      {
+        schema: {
+          response: {
+            200: {
+              type: 'object',
+              properties: { models: { type: 'object', additionalProperties: { type: 'integer' } } },
+            },
+            ...errorResponses,
+          },
+        },
+      },
+      async () => ({
+        models: routing.readyCounts(),
+      }),
+    );
 
     app.get('/v1/models', { schema: { response: { 200: modelsSchema, ...errorResponses } } }, async () => ({
       object: 'list',
@@ -113,19 +175,36 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
         if (note) note.model = model;
         // An engine that cannot embed answers 404 or 501 in its own words; the gateway knows it from the catalog.
         const refusal = path === '/v1/embeddings' ? routing.embeddingRefusal(model) : null;
-        if (refusal) return sendError(reply, 'LLMGW_ENDPOINT_UNSUPPORTED', `model ${quoteInput(model)} cannot serve /v1/embeddings: ${refusal}`);
+        if (refusal)
+          return sendError(
+            reply,
+            'LLMGW_ENDPOINT_UNSUPPORTED',
+            `model ${quoteInput(model)} cannot serve /v1/embeddings: ${refusal}`,
+          );
         const picked = routing.pick(model);
         switch (picked.kind) {
           case 'unknown-model': {
             const known = routing.models();
-            return sendError(reply, 'LLMGW_UNKNOWN_MODEL', `model ${quoteInput(model)} does not exist; available models: ${known.length ? known.join(', ') : 'none'}`);
+            return sendError(
+              reply,
+              'LLMGW_UNKNOWN_MODEL',
+              `model ${quoteInput(model)} does not exist; available models: ${known.length ? known.join(', ') : 'none'}`,
+            );
           }
           case 'none-ready':
             return sendError(reply, 'LLMGW_NO_READY_REPLICA', picked.reason);
           case 'ok':
             reply.hijack();
             proxyRequest(deps, {
-              model, path, body, first: picked.replica, firstByteMs: picked.firstByteMs ?? timeouts.firstByteMs, reqId: req.id, req: req.raw, res: reply.raw, note,
+              model,
+              path,
+              body,
+              first: picked.replica,
+              firstByteMs: picked.firstByteMs ?? timeouts.firstByteMs,
+              reqId: req.id,
+              req: req.raw,
+              res: reply.raw,
+              note,
             });
             return reply;
           default: {

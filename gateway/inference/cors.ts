@@ -22,15 +22,25 @@ export function corsHeaders(origins: ReadonlySet<string>, origin: string, res: S
 export function preflight(origins: ReadonlySet<string>, req: FastifyRequest, reply: FastifyReply): FastifyReply {
   const origin = req.headers.origin;
   if (origin === undefined || req.headers['access-control-request-method'] === undefined) {
-    return reply.code(404).send(openAiError('LLMGW_NOT_FOUND', `no route OPTIONS ${quoteInput(req.url.split('?')[0], 100)}: OPTIONS answers browsers' CORS preflights only`));
+    return reply
+      .code(404)
+      .send(
+        openAiError(
+          'LLMGW_NOT_FOUND',
+          `no route OPTIONS ${quoteInput(req.url.split('?')[0], 100)}: OPTIONS answers browsers' CORS preflights only`,
+        ),
+      );
   }
   if (!allowed(origins, origin)) {
     const message = `cross-origin requests from ${quoteInput(origin, 100)} are not allowed: add the origin to gateway.corsOrigins in server.yaml`;
     return reply.code(ERRORS.LLMGW_CORS_REFUSED.status).send(openAiError('LLMGW_CORS_REFUSED', message));
   }
-  return reply.code(204).headers({
-    'access-control-allow-methods': 'GET, POST',
-    'access-control-allow-headers': 'authorization, content-type, x-request-id',
-    'access-control-max-age': '600',
-  }).send();
+  return reply
+    .code(204)
+    .headers({
+      'access-control-allow-methods': 'GET, POST',
+      'access-control-allow-headers': 'authorization, content-type, x-request-id',
+      'access-control-max-age': '600',
+    })
+    .send();
 }

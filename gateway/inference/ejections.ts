@@ -61,9 +61,21 @@ export class Ejections {
     const prev = this.ejected.get(replica.id);
     const again = prev !== undefined && prev.endpoint === replica.endpoint;
     if (again && !prev.trial && prev.until > now) return;
-    const forMs = again ? Math.min(prev.forMs * 2, this.opts.ejectMaxMs ?? 30_000) : this.opts.ejectMs ?? 1000;
-    this.ejected.set(replica.id, { endpoint: replica.endpoint, since: again ? prev.since : now, until: now + forMs, forMs, trial: false });
-    this.opts.log('replica ejected: it failed to connect; new requests skip it for a while', { level: 'warn', replica: replica.id, endpoint: replica.endpoint, forMs, error });
+    const forMs = again ? Math.min(prev.forMs * 2, this.opts.ejectMaxMs ?? 30_000) : (this.opts.ejectMs ?? 1000);
+    this.ejected.set(replica.id, {
+      endpoint: replica.endpoint,
+      since: again ? prev.since : now,
+      until: now + forMs,
+      forMs,
+      trial: false,
+    });
+    this.opts.log('replica ejected: it failed to connect; new requests skip it for a while', {
+      level: 'warn',
+      replica: replica.id,
+      endpoint: replica.endpoint,
+      forMs,
+      error,
+    });
   }
 
   /** Takes `id` back: it answered (any HTTP status: it connects again). */
@@ -71,7 +83,12 @@ export class Ejections {
     const e = this.ejected.get(id);
     if (!e) return;
     this.ejected.delete(id);
-    this.opts.log('replica taken back: it answered again', { level: 'info', replica: id, endpoint: e.endpoint, ejectedForMs: this.opts.now() - e.since });
+    this.opts.log('replica taken back: it answered again', {
+      level: 'info',
+      replica: id,
+      endpoint: e.endpoint,
+      ejectedForMs: this.opts.now() - e.since,
+    });
   }
 
   /** True while `id` is skipped. */

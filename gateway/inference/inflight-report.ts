@@ -62,20 +62,28 @@ export class InflightReporter {
     const key = JSON.stringify(r);
     const busy = Object.keys(r.inflight).length > 0;
     const at = Date.now();
-    if (key === this.last && !busy && at - this.lastAt < (this.o.heartbeatMs ?? GATEWAY_HEARTBEAT_MS)) return Promise.resolve();
-    this.writing = this.o.sink.report(this.gatewayId, r).then(
-      () => {
-        if (this.failing) this.log('in-flight report written again', { gateway: this.gatewayId });
-        this.failing = false;
-        this.last = key;
-        this.lastAt = at;
-      },
-      (err: Error) => {
-        // Once per outage: a stopping replica stops counting this gateway after GATEWAY_LIVE_MS without a report.
-        if (!this.failing) this.log('in-flight report failed; drains stop counting this gateway until it is written again', { gateway: this.gatewayId, error: err.message });
-        this.failing = true;
-      },
-    ).finally(() => void (this.writing = null));
+    if (key === this.last && !busy && at - this.lastAt < (this.o.heartbeatMs ?? GATEWAY_HEARTBEAT_MS))
+      return Promise.resolve();
+    this.writing = this.o.sink
+      .report(this.gatewayId, r)
+      .then(
+        () => {
+          if (this.failing) this.log('in-flight report written again', { gateway: this.gatewayId });
+          this.failing = false;
+          this.last = key;
+          this.lastAt = at;
+        },
+        (err: Error) => {
+          // Once per outage: a stopping replica stops counting this gateway after GATEWAY_LIVE_MS without a report.
+          if (!this.failing)
+            this.log('in-flight report failed; drains stop counting this gateway until it is written again', {
+              gateway: this.gatewayId,
+              error: err.message,
+            });
+          this.failing = true;
+        },
+      )
+      .finally(() => void (this.writing = null));
     return this.writing;
   }
 
@@ -84,6 +92,10 @@ export class InflightReporter {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     await this.writing;
-    await this.o.sink.forget(this.gatewayId).catch((err: Error) => this.log('could not remove the in-flight report', { gateway: this.gatewayId, error: err.message }));
+    await this.o.sink
+      .forget(this.gatewayId)
+      .catch((err: Error) =>
+        this.log('could not remove the in-flight report', { gateway: this.gatewayId, error: err.message }),
+      );
   }
 }

@@ -26,7 +26,14 @@ const KEY_OR_END = 1; // just after '{'
 const KEY = 2; // after ',' in an object
 const VALUE_OR_END = 3; // just after '['
 const AFTER = 4; // after a value
-const KINDS: Record<number, JsonKind> = { 0x7b: 'object', 0x5b: 'array', 0x22: 'string', 0x74: 'boolean', 0x66: 'boolean', 0x6e: 'null' };
+const KINDS: Record<number, JsonKind> = {
+  0x7b: 'object',
+  0x5b: 'array',
+  0x22: 'string',
+  0x74: 'boolean',
+  0x66: 'boolean',
+  0x6e: 'null',
+};
 const HEX = new Uint8Array(256);
 for (const c of '0123456789abcdefABCDEF') HEX[c.charCodeAt(0)] = 1;
 const ESCAPES = new Uint8Array(256);
@@ -47,7 +54,14 @@ function stringEnd(b: Uint8Array, i: number): number {
       const e = b[++i] as number;
       if (!ESCAPES[e]) return -1;
       if (e === 0x75) {
-        if (i + 4 >= n || !HEX[b[i + 1] as number] || !HEX[b[i + 2] as number] || !HEX[b[i + 3] as number] || !HEX[b[i + 4] as number]) return -1;
+        if (
+          i + 4 >= n ||
+          !HEX[b[i + 1] as number] ||
+          !HEX[b[i + 2] as number] ||
+          !HEX[b[i + 3] as number] ||
+          !HEX[b[i + 4] as number]
+        )
+          return -1;
         i += 4;
       }
     } else if (c < 0x20) return -1;
@@ -83,7 +97,8 @@ function wordEnd(b: Uint8Array, i: number, word: string): number {
 /** A top-level key's text (short keys only: every wanted key is). */
 function keyText(b: Buffer, start: number, end: number): string | null {
   if (end - start > 66) return null;
-  for (let i = start + 1; i < end - 1; i++) if (b[i] === 0x5c) return JSON.parse(b.toString('utf8', start, end)) as string;
+  for (let i = start + 1; i < end - 1; i++)
+    if (b[i] === 0x5c) return JSON.parse(b.toString('utf8', start, end)) as string;
   return b.toString('latin1', start + 1, end - 1);
 }
 
@@ -98,7 +113,11 @@ export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDep
   const stack = maxDepth + 1 <= STACK.length ? STACK : new Uint8Array(maxDepth + 1);
   const fail = (message: string): ScanResult => ({ kind: 'error', message });
   const unexpected = (i: number): ScanResult =>
-    fail(i >= n ? 'the request body is not valid JSON: it ends too soon' : `the request body is not valid JSON: unexpected ${JSON.stringify(String.fromCharCode(b[i] as number))} at byte ${i}`);
+    fail(
+      i >= n
+        ? 'the request body is not valid JSON: it ends too soon'
+        : `the request body is not valid JSON: unexpected ${JSON.stringify(String.fromCharCode(b[i] as number))} at byte ${i}`,
+    );
   let depth = 0;
   let state = VALUE;
   let i = 0;
@@ -124,7 +143,16 @@ export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDep
           state = c === 0x7b ? KEY_OR_END : VALUE_OR_END;
           continue;
         }
-        const end = c === 0x22 ? stringEnd(b, i) : c === 0x74 ? wordEnd(b, i, 'true') : c === 0x66 ? wordEnd(b, i, 'false') : c === 0x6e ? wordEnd(b, i, 'null') : numberEnd(b, i);
+        const end =
+          c === 0x22
+            ? stringEnd(b, i)
+            : c === 0x74
+              ? wordEnd(b, i, 'true')
+              : c === 0x66
+                ? wordEnd(b, i, 'false')
+                : c === 0x6e
+                  ? wordEnd(b, i, 'null')
+                  : numberEnd(b, i);
         if (end < 0) return unexpected(i);
         i = end;
       }

@@ -37,9 +37,17 @@ export function accessLine(log: GatewayLog, reqId: string, req: IncomingMessage,
     // A proxied answer's bytes are counted as they pass; the gateway's own answers carry a content-length.
     const bytes = note.replica === undefined ? Number(res.getHeader('content-length') ?? 0) : note.bytes;
     log('request', {
-      level: 'info', reqId, method: req.method, path: req.url, model: note.model, replica: note.replica,
-      status: res.statusCode, ms: Math.round((performance.now() - t0) * 10) / 10, bytes,
-      ...(res.writableFinished ? {} : { cut: true }), ...(note.error ? { error: note.error } : {}),
+      level: 'info',
+      reqId,
+      method: req.method,
+      path: req.url,
+      model: note.model,
+      replica: note.replica,
+      status: res.statusCode,
+      ms: Math.round((performance.now() - t0) * 10) / 10,
+      bytes,
+      ...(res.writableFinished ? {} : { cut: true }),
+      ...(note.error ? { error: note.error } : {}),
     });
   });
   return note;

@@ -1,5 +1,12 @@
 /** Forwards one inference request to a replica and streams the answer back, retrying elsewhere before the first byte. */
-import { request, type Agent, type ClientRequest, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
+import {
+  request,
+  type Agent,
+  type ClientRequest,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+  type ServerResponse,
+} from 'node:http';
 import type { GatewayTimeouts } from '../../config/types';
 import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
 import type { AccessNote, GatewayLog } from './log';
@@ -108,7 +115,12 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
     const error = JSON.stringify(openAiError(code, message));
     if (!res.headersSent) {
       if (note) note.bytes = Buffer.byteLength(error);
-      return void res.writeHead(ERRORS[code].status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(error) }).end(error);
+      return void res
+        .writeHead(ERRORS[code].status, {
+          'content-type': 'application/json',
+          'content-length': Buffer.byteLength(error),
+        })
+        .end(error);
     }
     // As vLLM ends a stream that fails: the error in OpenAI's shape as one more event, then [DONE]. Only between two
     // events: cut inside one, the client would read a broken event first, so the connection is cut instead.
@@ -127,7 +139,14 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       log('request failed: no replica answered', { level: 'error', reqId, model, code, failures });
       return fail(code, `model ${model}: every replica failed before answering (${failures.join('; ')})`);
     }
-    log('retrying on another replica', { level: 'warn', reqId, model, failed: failed.id, next: p.replica.id, error: why });
+    log('retrying on another replica', {
+      level: 'warn',
+      reqId,
+      model,
+      failed: failed.id,
+      next: p.replica.id,
+      error: why,
+    });
     attempt(p.replica, true);
   };
 
@@ -141,7 +160,11 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
     };
     let phase: Phase = 'first-byte';
     let timedOut: string | null = null;
-    const headers: OutgoingHttpHeaders = { 'content-type': 'application/json', 'content-length': call.body.length, 'x-request-id': reqId };
+    const headers: OutgoingHttpHeaders = {
+      'content-type': 'application/json',
+      'content-length': call.body.length,
+      'x-request-id': reqId,
+    };
     if (call.req.headers.accept) headers.accept = call.req.headers.accept;
     const upReq = request({ agent, host: replica.host, port: replica.port, path: call.path, method: 'POST', headers });
     current = upReq;
@@ -154,9 +177,12 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
     // The socket's own idle timer, reset by every byte and re-armed per phase: no timer of ours per request.
     upReq.setTimeout(call.firstByteMs, () => {
       if (upReq.socket?.connecting) phase = 'connect';
-      timedOut = phase === 'connect' ? `${replica.id}: no connection within ${timeouts.connectMs} ms`
-        : phase === 'idle' ? `${replica.id}: the answer stalled, no data for ${timeouts.idleMs} ms`
-          : `${replica.id}: no answer within ${call.firstByteMs} ms`;
+      timedOut =
+        phase === 'connect'
+          ? `${replica.id}: no connection within ${timeouts.connectMs} ms`
+          : phase === 'idle'
+            ? `${replica.id}: the answer stalled, no data for ${timeouts.idleMs} ms`
+            : `${replica.id}: no answer within ${call.firstByteMs} ms`;
       upReq.destroy(new Error(timedOut));
     });
 
@@ -167,7 +193,11 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       // A pooled connection the replica closed while idle: not the replica's fault, try it once more.
       if (staleRetryAllowed && upReq.reusedSocket && err.code === 'ECONNRESET') return attempt(replica, false);
       if (phase === 'connect' || CONNECT_ERRORS.has(err.code ?? '')) routing.eject(replica, err.message);
-      next(replica, timedOut ?? `${replica.id}: ${err.message}`, timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED');
+      next(
+        replica,
+        timedOut ?? `${replica.id}: ${err.message}`,
+        timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED',
+      );
     });
 
     upReq.on('response', (upRes) => {
@@ -182,11 +212,24 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
           if (clientGone) return;
           const refused = answer && engineRefusal(answer);
           if (refused) {
-            log('the engine refused the request as malformed', { level: 'warn', reqId, model, replica: replica.id, status, error: refused });
+            log('the engine refused the request as malformed', {
+              level: 'warn',
+              reqId,
+              model,
+              replica: replica.id,
+              status,
+              error: refused,
+            });
             return fail('LLMGW_BAD_REQUEST', `the engine refused the request: ${refused}`);
           }
           const other = routing.pick(model, new Set([...tried, replica.id]));
-          if (other.kind === 'ok' || !answer) return next(replica, `${replica.id} answered ${status}`, 'LLMGW_UPSTREAM_FAILED', other.kind === 'ok' ? other : undefined);
+          if (other.kind === 'ok' || !answer)
+            return next(
+              replica,
+              `${replica.id} answered ${status}`,
+              'LLMGW_UPSTREAM_FAILED',
+              other.kind === 'ok' ? other : undefined,
+            );
           res.writeHead(status, { ...passHeaders(upRes), 'content-length': answer.length });
           if (note) note.bytes = answer.length;
           res.end(answer);
@@ -218,7 +261,14 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
         if (upRes.complete || clientGone) return;
         const why = timedOut ?? `${replica.id} closed the connection mid-answer`;
         const code: ErrorCode = timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED';
-        log('answer cut: the replica failed after its first byte', { level: 'error', reqId, model, replica: replica.id, code, error: why });
+        log('answer cut: the replica failed after its first byte', {
+          level: 'error',
+          reqId,
+          model,
+          replica: replica.id,
+          code,
+          error: why,
+        });
         fail(code, `model ${model}: ${why}; the answer is incomplete`, stream);
       });
       upRes.pipe(res);

@@ -31,10 +31,12 @@ interface FieldRule {
 }
 
 const isNum = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
-const range = (min: number, max: number, whole = false) => (v: unknown): string | null =>
-  v === null || (isNum(v) && v >= min && v <= max && (!whole || Number.isInteger(v)))
-    ? null
-    : `expected ${whole ? 'a whole number' : 'a number'} ${max === Infinity ? `of at least ${min}` : `from ${min} to ${max}`}, got ${typeof v === 'number' ? v : quoteInput(v, 24)}`;
+const range =
+  (min: number, max: number, whole = false) =>
+  (v: unknown): string | null =>
+    v === null || (isNum(v) && v >= min && v <= max && (!whole || Number.isInteger(v)))
+      ? null
+      : `expected ${whole ? 'a whole number' : 'a number'} ${max === Infinity ? `of at least ${min}` : `from ${min} to ${max}`}, got ${typeof v === 'number' ? v : quoteInput(v, 24)}`;
 const nonEmpty = (_v: unknown, body: Buffer, s: JsonSlice): string | null => {
   let i = s.start + 1;
   while (body[i] === 0x20 || body[i] === 0x0a || body[i] === 0x0d || body[i] === 0x09) i++;
@@ -44,7 +46,15 @@ const checkTools = (v: unknown): string | null => {
   if (v === null) return null;
   for (const [i, t] of (v as unknown[]).entries()) {
     const fn = (t as { function?: { name?: unknown } } | null)?.function;
-    if (typeof t !== 'object' || t === null || Array.isArray(t) || (t as { type?: unknown }).type !== 'function' || typeof fn !== 'object' || fn === null || typeof fn.name !== 'string') {
+    if (
+      typeof t !== 'object' ||
+      t === null ||
+      Array.isArray(t) ||
+      (t as { type?: unknown }).type !== 'function' ||
+      typeof fn !== 'object' ||
+      fn === null ||
+      typeof fn.name !== 'string'
+    ) {
       return `[${i}]: expected {"type": "function", "function": {"name": …}}`;
     }
   }
@@ -55,7 +65,11 @@ const STR = { kinds: ['string'], what: 'a string' } as const;
 const NUM = { kinds: ['number', 'null'], what: 'a number' } as const;
 const BOOL = { kinds: ['boolean', 'null'], what: 'true or false' } as const;
 const OBJ = { kinds: ['object', 'null'], what: 'an object' } as const;
-const WHOLE = (min: number, max: number): FieldRule => ({ kinds: ['number', 'null'], what: `a whole number from ${min} to ${max}`, check: range(min, max, true) });
+const WHOLE = (min: number, max: number): FieldRule => ({
+  kinds: ['number', 'null'],
+  what: `a whole number from ${min} to ${max}`,
+  check: range(min, max, true),
+});
 
 const COMMON: Record<string, FieldRule> = {
   model: { ...STR, required: true },
@@ -82,8 +96,12 @@ const RULES: Record<ProxiedPath, Record<string, FieldRule>> = {
     messages: { kinds: ['array'], what: 'an array of messages', required: true, check: nonEmpty },
     max_completion_tokens: WHOLE(0, 2 ** 31 - 1),
     tools: {
-      kinds: ['array', 'null'], what: 'an array of tools',
-      check: (_v, body, s) => (s.end - s.start > MAX_TOOLS_BYTES ? `more than ${MAX_TOOLS_BYTES} bytes of tool definitions` : checkTools(sliceValue(body, s))),
+      kinds: ['array', 'null'],
+      what: 'an array of tools',
+      check: (_v, body, s) =>
+        s.end - s.start > MAX_TOOLS_BYTES
+          ? `more than ${MAX_TOOLS_BYTES} bytes of tool definitions`
+          : checkTools(sliceValue(body, s)),
     },
     tool_choice: { kinds: ['string', 'object', 'null'], what: '"none", "auto", "required" or an object' },
     parallel_tool_calls: BOOL,
@@ -102,17 +120,35 @@ const RULES: Record<ProxiedPath, Record<string, FieldRule>> = {
   '/v1/embeddings': {
     ...COMMON,
     input: { kinds: ['string', 'array'], what: 'a string or an array', required: true },
-    encoding_format: { kinds: ['string', 'null'], what: '"float" or "base64"', check: (v) => (v === null || v === 'float' || v === 'base64' ? null : `expected "float" or "base64", got ${quoteInput(v, 24)}`) },
+    encoding_format: {
+      kinds: ['string', 'null'],
+      what: '"float" or "base64"',
+      check: (v) =>
+        v === null || v === 'float' || v === 'base64' ? null : `expected "float" or "base64", got ${quoteInput(v, 24)}`,
+    },
     dimensions: WHOLE(1, 1 << 20),
   },
 };
-const KEYS = Object.fromEntries(Object.entries(RULES).map(([p, r]) => [p, new Set(Object.keys(r))])) as Record<ProxiedPath, Set<string>>;
-const REQUIRED = Object.fromEntries(Object.entries(RULES).map(([p, r]) => [p, Object.entries(r).filter(([, f]) => f.required)])) as Record<ProxiedPath, [string, FieldRule][]>;
-const KIND_TEXT: Record<JsonKind, string> = { object: 'an object', array: 'an array', string: 'a string', number: 'a number', boolean: 'a boolean', null: 'null' };
+const KEYS = Object.fromEntries(Object.entries(RULES).map(([p, r]) => [p, new Set(Object.keys(r))])) as Record<
+  ProxiedPath,
+  Set<string>
+>;
+const REQUIRED = Object.fromEntries(
+  Object.entries(RULES).map(([p, r]) => [p, Object.entries(r).filter(([, f]) => f.required)]),
+) as Record<ProxiedPath, [string, FieldRule][]>;
+const KIND_TEXT: Record<JsonKind, string> = {
+  object: 'an object',
+  array: 'an array',
+  string: 'a string',
+  number: 'a number',
+  boolean: 'a boolean',
+  null: 'null',
+};
 
 /** Checks a request body for `path`; returns the model it names or the problem, naming the field. */
 export function checkRequest(path: ProxiedPath, body: Buffer): CheckResult {
-  if (body.length === 0) return { kind: 'error', message: 'the request body is empty: send a JSON object with a "model" field' };
+  if (body.length === 0)
+    return { kind: 'error', message: 'the request body is empty: send a JSON object with a "model" field' };
   const scan = scanJsonObject(body, KEYS[path], MAX_DEPTH);
   if (scan.kind === 'error') return scan;
   const rules = RULES[path];
@@ -121,8 +157,13 @@ export function checkRequest(path: ProxiedPath, body: Buffer): CheckResult {
   }
   for (const [name, s] of scan.fields) {
     const rule = rules[name] as FieldRule;
-    if (!rule.kinds.includes(s.kind)) return { kind: 'error', message: `${name}: expected ${rule.what}, got ${KIND_TEXT[s.kind]}` };
-    const problem = rule.check?.(s.kind === 'number' || s.kind === 'string' ? sliceValue(body, s) : s.kind === 'null' ? null : undefined, body, s);
+    if (!rule.kinds.includes(s.kind))
+      return { kind: 'error', message: `${name}: expected ${rule.what}, got ${KIND_TEXT[s.kind]}` };
+    const problem = rule.check?.(
+      s.kind === 'number' || s.kind === 'string' ? sliceValue(body, s) : s.kind === 'null' ? null : undefined,
+      body,
+      s,
+    );
     if (problem) return { kind: 'error', message: `${name}: ${problem}` };
   }
   const model = sliceValue(body, scan.fields.get('model') as JsonSlice) as string;

@@ -68,10 +68,18 @@ export class RoutingTable {
   private readonly log: GatewayLog;
   private readonly now: () => number;
 
-  constructor(private readonly load: () => Promise<RouteRows>, private readonly opts: RoutingOptions) {
+  constructor(
+    private readonly load: () => Promise<RouteRows>,
+    private readonly opts: RoutingOptions,
+  ) {
     this.log = opts.log ?? silentLog;
     this.now = opts.clock ?? Date.now;
-    this.ejections = new Ejections({ log: this.log, ejectMs: opts.ejectMs, ejectMaxMs: opts.ejectMaxMs, now: this.now });
+    this.ejections = new Ejections({
+      log: this.log,
+      ejectMs: opts.ejectMs,
+      ejectMaxMs: opts.ejectMaxMs,
+      now: this.now,
+    });
   }
 
   /** Loads the table once (errors propagate), then refreshes it every `refreshMs` in the background. */
@@ -82,7 +90,11 @@ export class RoutingTable {
       // A store that hangs must not pile up queries: one refresh at a time.
       if (this.refreshing) return;
       this.refreshing = true;
-      this.refresh().catch(() => undefined).finally(() => { this.refreshing = false; });
+      this.refresh()
+        .catch(() => undefined)
+        .finally(() => {
+          this.refreshing = false;
+        });
     }, this.opts.refreshMs);
     // The refresh timer alone must not keep the process alive.
     this.timer.unref();
@@ -108,7 +120,13 @@ export class RoutingTable {
       let r = next.get(model);
       if (!r) {
         // Keep the cursor so a refresh does not send every next request to the first replica.
-        r = { ready: [], waiting: [], next: this.routes.get(model)?.next ?? 0, firstByteMs: rows.firstByteMs?.[model], noEmbeddings: rows.noEmbeddings?.[model] };
+        r = {
+          ready: [],
+          waiting: [],
+          next: this.routes.get(model)?.next ?? 0,
+          firstByteMs: rows.firstByteMs?.[model],
+          noEmbeddings: rows.noEmbeddings?.[model],
+        };
         next.set(model, r);
       }
       return r;
@@ -117,7 +135,14 @@ export class RoutingTable {
     for (const r of rows.replicas) {
       const target = r.state === 'ready' && r.endpoint ? parseEndpoint(r.id, r.endpoint) : null;
       if (target) entry(r.model).ready.push(target);
-      else entry(r.model).waiting.push({ id: r.id, state: r.state, reason: r.reason ?? (r.state !== 'ready' ? null : r.endpoint ? `unusable endpoint ${r.endpoint}` : 'no endpoint yet') });
+      else
+        entry(r.model).waiting.push({
+          id: r.id,
+          state: r.state,
+          reason:
+            r.reason ??
+            (r.state !== 'ready' ? null : r.endpoint ? `unusable endpoint ${r.endpoint}` : 'no endpoint yet'),
+        });
     }
     this.routes = next;
     if (!this.ejections.empty) {
@@ -127,7 +152,10 @@ export class RoutingTable {
       this.ejections.keepOnly(endpoints);
     }
     if (this.staleSince !== null) {
-      this.log('routing table fresh again: read from the store', { level: 'info', staleForMs: this.now() - this.staleSince });
+      this.log('routing table fresh again: read from the store', {
+        level: 'info',
+        staleForMs: this.now() - this.staleSince,
+      });
       this.staleSince = null;
     }
   }
@@ -209,7 +237,10 @@ export class RoutingTable {
 
   /** The replicas this table routes and the requests in flight per replica: what the gateway reports for drains. */
   report(): GatewayReport {
-    return { routed: [...this.routes.values()].flatMap((r) => r.ready.map((x) => x.id)).sort(), inflight: Object.fromEntries(this.inFlight) };
+    return {
+      routed: [...this.routes.values()].flatMap((r) => r.ready.map((x) => x.id)).sort(),
+      inflight: Object.fromEntries(this.inFlight),
+    };
   }
 
   /** Requests in flight on replica `id` through this gateway. */
@@ -221,7 +252,10 @@ export class RoutingTable {
   private markStale(err: Error): void {
     if (this.staleSince !== null) return;
     this.staleSince = this.now();
-    this.log('routing table stale: cannot read the store; serving the last table', { level: 'warn', error: err.message });
+    this.log('routing table stale: cannot read the store; serving the last table', {
+      level: 'warn',
+      error: err.message,
+    });
   }
 
   private noneReadyReason(model: string, routes: ModelRoutes, exclude?: Set<string>): string {

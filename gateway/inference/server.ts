@@ -57,9 +57,16 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
   });
   closeDeadline(app, opts.closeGraceMs);
   await opts.routing.start();
-  await app.register(buildGatewayApp({
-    routing: opts.routing, apiKeys: opts.apiKeys, log: opts.log, timeouts, accessLog: opts.accessLog, corsOrigins: opts.corsOrigins,
-  }));
+  await app.register(
+    buildGatewayApp({
+      routing: opts.routing,
+      apiKeys: opts.apiKeys,
+      log: opts.log,
+      timeouts,
+      accessLog: opts.accessLog,
+      corsOrigins: opts.corsOrigins,
+    }),
+  );
   app.addHook('onClose', async () => opts.routing.stop());
   await app.listen({ host: opts.host, port: opts.port });
   const addr = app.server.address();

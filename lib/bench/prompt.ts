@@ -3,10 +3,70 @@
 // Common short English words: each is one token in the usual BPE vocabularies (with its leading space), and one
 // word is one token to the sim engine, so a prompt of N words is about N tokens anywhere and exactly N on the sim.
 const WORDS = [
-  'the', 'of', 'and', 'to', 'in', 'is', 'it', 'that', 'for', 'on', 'was', 'with', 'as', 'at', 'by', 'this',
-  'from', 'or', 'but', 'not', 'are', 'be', 'have', 'one', 'all', 'were', 'when', 'there', 'can', 'an', 'which', 'their',
-  'if', 'do', 'will', 'each', 'about', 'how', 'up', 'out', 'them', 'then', 'she', 'many', 'some', 'so', 'these', 'would',
-  'other', 'into', 'has', 'more', 'her', 'two', 'like', 'him', 'see', 'time', 'could', 'no', 'make', 'than', 'first', 'been',
+  'the',
+  'of',
+  'and',
+  'to',
+  'in',
+  'is',
+  'it',
+  'that',
+  'for',
+  'on',
+  'was',
+  'with',
+  'as',
+  'at',
+  'by',
+  'this',
+  'from',
+  'or',
+  'but',
+  'not',
+  'are',
+  'be',
+  'have',
+  'one',
+  'all',
+  'were',
+  'when',
+  'there',
+  'can',
+  'an',
+  'which',
+  'their',
+  'if',
+  'do',
+  'will',
+  'each',
+  'about',
+  'how',
+  'up',
+  'out',
+  'them',
+  'then',
+  'she',
+  'many',
+  'some',
+  'so',
+  'these',
+  'would',
+  'other',
+  'into',
+  'has',
+  'more',
+  'her',
+  'two',
+  'like',
+  'him',
+  'see',
+  'time',
+  'could',
+  'no',
+  'make',
+  'than',
+  'first',
+  'been',
 ] as const;
 
 /** What every request of a run shares. */
@@ -26,7 +86,8 @@ export interface PromptOptions {
  */
 export function requestBodies(o: PromptOptions): (n: number) => string {
   const words: string[] = [];
-  for (let i = 0; i < Math.max(0, o.promptTokens - 1); i++) words.push(WORDS[(i * 7 + Math.floor(i / WORDS.length)) % WORDS.length]);
+  for (let i = 0; i < Math.max(0, o.promptTokens - 1); i++)
+    words.push(WORDS[(i * 7 + Math.floor(i / WORDS.length)) % WORDS.length]);
   const rest = words.length ? ` ${words.join(' ')}` : '';
   const extra: Record<string, unknown> = { max_tokens: o.maxTokens };
   if (o.stream) Object.assign(extra, { stream: true, stream_options: { include_usage: true } });

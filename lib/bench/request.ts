@@ -43,7 +43,10 @@ export function keepAliveAgent(url: URL, sockets: number): HttpAgent {
 
 /** A target for `url` with a bearer key (when given) and one pool of `sockets` connections. */
 export function makeTarget(url: URL, apiKey: string | undefined, sockets: number): Target {
-  const headers: OutgoingHttpHeaders = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' };
+  const headers: OutgoingHttpHeaders = {
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+  };
   if (apiKey) headers.authorization = `Bearer ${apiKey}`;
   return { url, headers, agent: keepAliveAgent(url, sockets) };
 }
@@ -51,7 +54,19 @@ export function makeTarget(url: URL, apiKey: string | undefined, sockets: number
 /** Sends one POST of `body`; resolves (never rejects) once the answer is whole, broken or timed out (`timeoutMs` without data). */
 export function sendOne(t: Target, body: string, stream: boolean, timeoutMs: number): Promise<Outcome> {
   return new Promise((resolve) => {
-    const o: Outcome = { ok: false, status: 0, kind: null, message: null, start: performance.now(), ttfb: 0, ttft: 0, total: 0, promptTokens: 0, completionTokens: 0, gaps: [] };
+    const o: Outcome = {
+      ok: false,
+      status: 0,
+      kind: null,
+      message: null,
+      start: performance.now(),
+      ttfb: 0,
+      ttft: 0,
+      total: 0,
+      promptTokens: 0,
+      completionTokens: 0,
+      gaps: [],
+    };
     let settled = false;
     const finish = (kind: string | null, message: string | null = null): void => {
       if (settled) return;
@@ -63,43 +78,53 @@ export function sendOne(t: Target, body: string, stream: boolean, timeoutMs: num
       resolve(o);
     };
     const send = t.url.protocol === 'https:' ? httpsRequest : httpRequest;
-    const req = send(t.url, { method: 'POST', agent: t.agent, headers: { ...t.headers, 'content-length': Buffer.byteLength(body) } }, (res: IncomingMessage) => {
-      o.status = res.statusCode ?? 0;
-      res.setEncoding('utf8');
-      const sse = stream && o.status === 200 && String(res.headers['content-type']).startsWith('text/event-stream') ? new StreamReader() : null;
-      let text = '';
-      res.on('data', (chunk: string) => {
-        const now = performance.now() - o.start;
-        if (o.ttfb === 0) o.ttfb = now;
-        if (sse) sse.push(chunk, now);
-        else text += chunk;
-      });
-      res.on('error', () => undefined); // 'close' below judges a broken answer
-      res.on('close', () => {
-        if (!res.complete) return finish('connection closed mid-answer');
-        if (sse) {
-          o.ttft = sse.firstTokenAt ?? o.total;
-          o.gaps = sse.gaps;
-          o.promptTokens = sse.usage?.promptTokens ?? 0;
-          o.completionTokens = sse.usage?.completionTokens ?? sse.tokenEvents;
-          if (sse.error !== null) return finish('error event', sse.error);
-          return finish(sse.done ? null : 'incomplete stream', sse.done ? null : 'the stream ended without data: [DONE]');
-        }
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(text);
-        } catch {
-          parsed = undefined;
-        }
-        if (o.status !== 200) return finish(`HTTP ${o.status}`, errorMessageOf(parsed) ?? text.slice(0, 200));
-        if (parsed === undefined) return finish(stream ? 'not a stream' : 'body not JSON', text.slice(0, 200));
-        const usage = usageOf(parsed);
-        o.promptTokens = usage?.promptTokens ?? 0;
-        o.completionTokens = usage?.completionTokens ?? 0;
-        o.ttft = performance.now() - o.start; // not streamed: the first token comes with the last
-        finish(null);
-      });
-    });
+    const req = send(
+      t.url,
+      { method: 'POST', agent: t.agent, headers: { ...t.headers, 'content-length': Buffer.byteLength(body) } },
+      (res: IncomingMessage) => {
+        o.status = res.statusCode ?? 0;
+        res.setEncoding('utf8');
+        const sse =
+          stream && o.status === 200 && String(res.headers['content-type']).startsWith('text/event-stream')
+            ? new StreamReader()
+            : null;
+        let text = '';
+        res.on('data', (chunk: string) => {
+          const now = performance.now() - o.start;
+          if (o.ttfb === 0) o.ttfb = now;
+          if (sse) sse.push(chunk, now);
+          else text += chunk;
+        });
+        res.on('error', () => undefined); // 'close' below judges a broken answer
+        res.on('close', () => {
+          if (!res.complete) return finish('connection closed mid-answer');
+          if (sse) {
+            o.ttft = sse.firstTokenAt ?? o.total;
+            o.gaps = sse.gaps;
+            o.promptTokens = sse.usage?.promptTokens ?? 0;
+            o.completionTokens = sse.usage?.completionTokens ?? sse.tokenEvents;
+            if (sse.error !== null) return finish('error event', sse.error);
+            return finish(
+              sse.done ? null : 'incomplete stream',
+              sse.done ? null : 'the stream ended without data: [DONE]',
+            );
+          }
+          let parsed: unknown;
+          try {
+            parsed = JSON.parse(text);
+          } catch {
+            parsed = undefined;
+          }
+          if (o.status !== 200) return finish(`HTTP ${o.status}`, errorMessageOf(parsed) ?? text.slice(0, 200));
+          if (parsed === undefined) return finish(stream ? 'not a stream' : 'body not JSON', text.slice(0, 200));
+          const usage = usageOf(parsed);
+          o.promptTokens = usage?.promptTokens ?? 0;
+          o.completionTokens = usage?.completionTokens ?? 0;
+          o.ttft = performance.now() - o.start; // not streamed: the first token comes with the last
+          finish(null);
+        });
+      },
+    );
     req.on('socket', (s) => s.setNoDelay(true));
     req.setTimeout(timeoutMs, () => {
       finish('timeout', `no data for ${timeoutMs} ms`);

@@ -116,11 +116,21 @@ export function reportOf(o: BenchOptions, t: Tally, durationS: number, clientCpu
   let within = 0;
   for (const x of t.ttft) if (x <= o.ttftBudgetMs) within++;
   return {
-    url: o.url.href, model: o.model, stream: o.stream, concurrency: o.concurrency, promptTokens: o.promptTokens, maxTokens: o.maxTokens,
+    url: o.url.href,
+    model: o.model,
+    stream: o.stream,
+    concurrency: o.concurrency,
+    promptTokens: o.promptTokens,
+    maxTokens: o.maxTokens,
     requests: { sent: t.ok + t.failed, ok: t.ok, failed: t.failed },
     durationS,
     requestsPerS: per(t.ok),
-    tokens: { prompt: t.promptTokens, completion: t.completionTokens, completionPerS: per(t.completionTokens), promptPerS: per(t.promptTokens) },
+    tokens: {
+      prompt: t.promptTokens,
+      completion: t.completionTokens,
+      completionPerS: per(t.completionTokens),
+      promptPerS: per(t.promptTokens),
+    },
     ttftMs: summarize(t.ttft),
     itlMs: o.stream ? summarize(t.gaps) : null,
     latencyMs: summarize(t.latency),
@@ -134,7 +144,8 @@ export function reportOf(o: BenchOptions, t: Tally, durationS: number, clientCpu
 export function completionsUrl(base: string): URL {
   const u = new URL(base);
   const path = u.pathname.replace(/\/+$/, '');
-  if (!path.endsWith('/chat/completions')) u.pathname = `${path.endsWith('/v1') ? path : `${path}/v1`}/chat/completions`;
+  if (!path.endsWith('/chat/completions'))
+    u.pathname = `${path.endsWith('/v1') ? path : `${path}/v1`}/chat/completions`;
   return u;
 }
 
@@ -185,7 +196,14 @@ export function startBench(o: BenchOptions): BenchRun {
     }
   };
   return {
-    progress: () => ({ done: tally.ok + tally.failed, ok: tally.ok, failed: tally.failed, elapsedS: (performance.now() - started) / 1000, goal, warmingUp }),
+    progress: () => ({
+      done: tally.ok + tally.failed,
+      ok: tally.ok,
+      failed: tally.failed,
+      elapsedS: (performance.now() - started) / 1000,
+      goal,
+      warmingUp,
+    }),
     report: run(),
   };
 }

@@ -18,7 +18,8 @@ function chunkText(event: Json): string {
   if (!choice) return '';
   const delta = choice.delta as Json | undefined;
   if (delta) {
-    for (const k of ['content', 'reasoning_content', 'reasoning']) if (typeof delta[k] === 'string' && delta[k] !== '') return delta[k];
+    for (const k of ['content', 'reasoning_content', 'reasoning'])
+      if (typeof delta[k] === 'string' && delta[k] !== '') return delta[k];
     return '';
   }
   return typeof choice.text === 'string' ? choice.text : '';
@@ -28,7 +29,10 @@ function chunkText(event: Json): string {
 export function usageOf(body: unknown): TokenUsage | null {
   const u = (body as { usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } | null } | null)?.usage;
   if (!u || typeof u.completion_tokens !== 'number') return null;
-  return { promptTokens: typeof u.prompt_tokens === 'number' ? u.prompt_tokens : 0, completionTokens: u.completion_tokens };
+  return {
+    promptTokens: typeof u.prompt_tokens === 'number' ? u.prompt_tokens : 0,
+    completionTokens: u.completion_tokens,
+  };
 }
 
 /** The message of an OpenAI-shaped error body (`{"error":{"message"}}`), or null. */

@@ -32,7 +32,14 @@ export function summarize(xs: ArrayLike<number>): Summary | null {
   const s = Float64Array.from(xs).sort();
   let sum = 0;
   for (const x of s) sum += x;
-  return { n: s.length, mean: sum / s.length, p50: quantileSorted(s, 0.5), p90: quantileSorted(s, 0.9), p99: quantileSorted(s, 0.99), max: s[s.length - 1] };
+  return {
+    n: s.length,
+    mean: sum / s.length,
+    p50: quantileSorted(s, 0.5),
+    p90: quantileSorted(s, 0.9),
+    p99: quantileSorted(s, 0.99),
+    max: s[s.length - 1],
+  };
 }
 
 /** The 95 % bootstrap interval of the median: `reps` resamples with replacement; [NaN, NaN] when empty. */
@@ -53,6 +60,7 @@ export function medianCi95(xs: ArrayLike<number>, reps = 2000, seed = 1): [numbe
 /** Per-round differences `a[i] − b[i]` over the rounds both have (NaN marks a round a path failed). */
 export function pairedDifferences(a: ArrayLike<number>, b: ArrayLike<number>): number[] {
   const out: number[] = [];
-  for (let i = 0; i < Math.min(a.length, b.length); i++) if (!Number.isNaN(a[i]) && !Number.isNaN(b[i])) out.push(a[i] - b[i]);
+  for (let i = 0; i < Math.min(a.length, b.length); i++)
+    if (!Number.isNaN(a[i]) && !Number.isNaN(b[i])) out.push(a[i] - b[i]);
   return out;
 }

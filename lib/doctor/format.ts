@@ -7,7 +7,10 @@ export const doctorFailed = (results: DoctorResult[]): boolean => results.some((
 /** The report: one line per check, its fix under it, then the counts. */
 export function formatDoctor(results: DoctorResult[]): string {
   const width = Math.max(...results.map((r) => r.id.length));
-  const lines = results.flatMap((r) => [`${r.status.toUpperCase().padEnd(4)}  ${r.id.padEnd(width)}  ${r.summary}`, ...(r.fix ? [`${' '.repeat(width + 8)}fix: ${r.fix}`] : [])]);
+  const lines = results.flatMap((r) => [
+    `${r.status.toUpperCase().padEnd(4)}  ${r.id.padEnd(width)}  ${r.summary}`,
+    ...(r.fix ? [`${' '.repeat(width + 8)}fix: ${r.fix}`] : []),
+  ]);
   const n = (s: DoctorResult['status']): number => results.filter((r) => r.status === s).length;
   return `${lines.join('\n')}\n\n${n('pass')} passed, ${n('warn')} warned, ${n('fail')} failed\n`;
 }
@@ -16,6 +19,11 @@ export function formatDoctor(results: DoctorResult[]): string {
 export function doctorColumn(results: DoctorResult[] | undefined): string {
   if (!results?.length) return '-';
   const ids = (s: DoctorResult['status']): string[] => results.filter((r) => r.status === s).map((r) => r.id);
-  const parts = [['fail', ids('fail')], ['warn', ids('warn')]].filter(([, l]) => l.length).map(([s, l]) => `${s}: ${(l as string[]).join(',')}`);
+  const parts = [
+    ['fail', ids('fail')],
+    ['warn', ids('warn')],
+  ]
+    .filter(([, l]) => l.length)
+    .map(([s, l]) => `${s}: ${(l as string[]).join(',')}`);
   return parts.join(' ') || 'ok';
 }

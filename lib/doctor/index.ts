@@ -40,12 +40,24 @@ export async function runDoctor(opts: DoctorOptions): Promise<DoctorResult[]> {
   const exec = opts.exec ?? runCommand;
   const gpus = opts.nvidiaSmi === null ? null : (opts.known?.gpus ?? (await queryGpus(opts.nvidiaSmi, exec)));
   const adapters = opts.known?.adapters ?? (await readIbAdapters(sysRoot));
-  const fabrics = opts.known?.fabrics ?? (await discoverFabricIdentity({ flags: opts.fabrics, adapters, ibRoot: sysRoot, sminfo: opts.sminfo ?? 'sminfo', run: exec }));
+  const fabrics =
+    opts.known?.fabrics ??
+    (await discoverFabricIdentity({
+      flags: opts.fabrics,
+      adapters,
+      ibRoot: sysRoot,
+      sminfo: opts.sminfo ?? 'sminfo',
+      run: exec,
+    }));
   const gpuNode = opts.nvidiaSmi !== null;
   return [
     await checkNvidiaSmi(opts.nvidiaSmi, gpus, root),
     await checkCpuFlags(opts.cpuinfo ?? join(root, 'proc/cpuinfo')),
-    await checkLibgomp(root, exec, opts.engines === undefined || opts.engines.some((e) => ENGINE_SPECS[e].needsLibgomp)),
+    await checkLibgomp(
+      root,
+      exec,
+      opts.engines === undefined || opts.engines.some((e) => ENGINE_SPECS[e].needsLibgomp),
+    ),
     checkFabrics(opts.fabrics, adapters, fabrics),
     ...checkSubnetManagers(opts.fabrics, fabrics),
     await checkGpuDirect(sysRoot, root, gpuNode && opts.fabrics.length > 0),

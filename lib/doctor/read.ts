@@ -10,7 +10,10 @@ export async function readText(base: string, rel: string): Promise<string | null
 
 /** True when the path exists (file or directory). */
 export async function exists(base: string, rel: string): Promise<boolean> {
-  return stat(join(base, rel)).then(() => true, () => false);
+  return stat(join(base, rel)).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** A directory's entries, or none. */

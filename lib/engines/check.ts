@@ -21,9 +21,20 @@ export function flagsOf(args: readonly string[]): string[] {
 function widestLaunch(profile: Profile, rank: number, world: number): ShardLaunch {
   const peers = Array.from({ length: world }, (_, r) => ({ host: `10.0.0.${r + 1}`, port: 20000 + r }));
   return {
-    model: 'engine-check', source: '/models/engine-check', modelPath: '/models/engine-check', profile,
-    rank, world, host: peers[rank]?.host ?? '10.0.0.1', port: peers[rank]?.port ?? 20000, distHost: '10.0.0.1', distPort: 29500,
-    fabric: 'ib-a', gpus: Array.from({ length: Math.max(profile.gpusPerNode, 1) }, (_, i) => i), gpuLockDir: '/var/lib/llmgw/engines/gpu-locks', peers,
+    model: 'engine-check',
+    source: '/models/engine-check',
+    modelPath: '/models/engine-check',
+    profile,
+    rank,
+    world,
+    host: peers[rank]?.host ?? '10.0.0.1',
+    port: peers[rank]?.port ?? 20000,
+    distHost: '10.0.0.1',
+    distPort: 29500,
+    fabric: 'ib-a',
+    gpus: Array.from({ length: Math.max(profile.gpusPerNode, 1) }, (_, i) => i),
+    gpuLockDir: '/var/lib/llmgw/engines/gpu-locks',
+    peers,
   };
 }
 
@@ -44,7 +55,9 @@ export function widestFlags(engine: EngineName, catalog: readonly ModelSpec[]): 
   };
   const build = ENGINE_SPECS[engine].command;
   const own: Profile = { name: LLMGW, engine, nodes: 2, gpusPerNode: 8, args: [] };
-  const profiles = catalog.flatMap((m) => m.profiles.filter((p) => p.engine === engine).map((p) => ({ who: `${m.name}/${p.name}`, p })));
+  const profiles = catalog.flatMap((m) =>
+    m.profiles.filter((p) => p.engine === engine).map((p) => ({ who: `${m.name}/${p.name}`, p })),
+  );
   for (const { who, p } of [{ who: LLMGW, p: own }, ...profiles]) {
     const world = Math.max(p.nodes, 2);
     for (let rank = 0; rank < world; rank++) {
@@ -89,10 +102,19 @@ export function checkFlags(widest: WidestFlags, helpOf: (program: EngineProgram)
   return [...widest].map(([program, flags]) => {
     const help = helpOf(program);
     if (help === null) {
-      return { program, checked: 0, missing: [], warnings: [`${program}: not checked, no help text for it (flags: ${[...flags.keys()].join(' ')})`] };
+      return {
+        program,
+        checked: 0,
+        missing: [],
+        warnings: [`${program}: not checked, no help text for it (flags: ${[...flags.keys()].join(' ')})`],
+      };
     }
-    const warnings = helpDocuments(help, '--help') ? [] : [`${program}: the help text does not document --help itself; it may be cut short (give the whole output)`];
-    const missing = [...flags].filter(([f]) => !helpDocuments(help, f)).map(([flag, who]) => ({ flag, usedBy: [...who].sort() }));
+    const warnings = helpDocuments(help, '--help')
+      ? []
+      : [`${program}: the help text does not document --help itself; it may be cut short (give the whole output)`];
+    const missing = [...flags]
+      .filter(([f]) => !helpDocuments(help, f))
+      .map(([flag, who]) => ({ flag, usedBy: [...who].sort() }));
     return { program, checked: flags.size, missing, warnings };
   });
 }
@@ -104,7 +126,8 @@ export function formatCheck(engine: EngineName, version: string, checks: Program
     for (const w of c.warnings) lines.push(`warning: ${w}`);
     if (c.checked === 0) continue;
     if (c.missing.length === 0) lines.push(`${engine} ${version} ${c.program}: all ${c.checked} flags documented`);
-    for (const m of c.missing) lines.push(`${engine} ${version} ${c.program}: ${m.flag} is not in its help (used by ${m.usedBy.join(', ')})`);
+    for (const m of c.missing)
+      lines.push(`${engine} ${version} ${c.program}: ${m.flag} is not in its help (used by ${m.usedBy.join(', ')})`);
   }
   return `${lines.join('\n')}\n`;
 }

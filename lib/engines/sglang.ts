@@ -13,10 +13,28 @@ export function sglangCommand(l: ShardLaunch): ProgramArgs<'python'> {
   return {
     program: 'python',
     args: [
-      '-m', 'sglang.launch_server',
-      '--model-path', modelPath(l), '--host', l.host, '--port', String(l.port), '--served-model-name', l.model,
-      '--tp-size', String(l.profile.gpusPerNode * l.world),
-      ...(l.world > 1 ? ['--nnodes', String(l.world), '--node-rank', String(l.rank), '--dist-init-addr', `${l.distHost}:${l.distPort}`] : []),
+      '-m',
+      'sglang.launch_server',
+      '--model-path',
+      modelPath(l),
+      '--host',
+      l.host,
+      '--port',
+      String(l.port),
+      '--served-model-name',
+      l.model,
+      '--tp-size',
+      String(l.profile.gpusPerNode * l.world),
+      ...(l.world > 1
+        ? [
+            '--nnodes',
+            String(l.world),
+            '--node-rank',
+            String(l.rank),
+            '--dist-init-addr',
+            `${l.distHost}:${l.distPort}`,
+          ]
+        : []),
       ...l.profile.args,
     ],
   };

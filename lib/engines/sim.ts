@@ -11,9 +11,20 @@ export const SIM_ENGINE_VERSION = '1.0.0';
 const simCommand: EngineBuilder<'sim'> = (l) => ({
   program: 'sim',
   args: [
-    '--model', l.model, '--host', l.host, '--port', String(l.port),
-    '--rank', String(l.rank), '--world', String(l.world),
-    '--dist-host', l.distHost, '--dist-port', String(l.distPort),
+    '--model',
+    l.model,
+    '--host',
+    l.host,
+    '--port',
+    String(l.port),
+    '--rank',
+    String(l.rank),
+    '--world',
+    String(l.world),
+    '--dist-host',
+    l.distHost,
+    '--dist-port',
+    String(l.distPort),
     // The node's GPU locks: the sim engine refuses a GPU another one holds (real engines fail on it, less clearly).
     ...(l.gpuLockDir ? ['--gpu-lock-dir', l.gpuLockDir] : []),
     ...l.profile.args,

@@ -38,10 +38,10 @@ export type EngineInstall =
    * which onboarding probes by running it with the engine's versionArgs
    */
   | {
-    readonly kind: 'installed';
-    readonly pip: { readonly package: string; readonly version: (version: string) => PackageVersion };
-    readonly operator: OperatorBin;
-  };
+      readonly kind: 'installed';
+      readonly pip: { readonly package: string; readonly version: (version: string) => PackageVersion };
+      readonly operator: OperatorBin;
+    };
 
 /** Paths inside a venv an engine was pip-installed into. */
 export interface VenvPaths {
@@ -59,7 +59,11 @@ export interface HelpCaveat<P extends string = string> {
 }
 
 /** One engine, as every part of llmgw that special-cases engines reads it. */
-export interface EngineSpec<N extends EngineName = EngineName, P extends string = string, I extends EngineInstall = EngineInstall> {
+export interface EngineSpec<
+  N extends EngineName = EngineName,
+  P extends string = string,
+  I extends EngineInstall = EngineInstall,
+> {
   readonly name: N;
   /** as people write it: llama.cpp, vLLM */
   readonly title: string;
@@ -108,7 +112,9 @@ export interface EngineSpec<N extends EngineName = EngineName, P extends string 
 export type RankStart = 'head-first' | 'workers-first';
 
 /** Declares an engine: checks the spec and keeps its literal types (name, programs, install) for the registry. */
-export function defineEngine<const N extends EngineName, const P extends string, const I extends EngineInstall>(spec: EngineSpec<N, P, I>): EngineSpec<N, P, I> {
+export function defineEngine<const N extends EngineName, const P extends string, const I extends EngineInstall>(
+  spec: EngineSpec<N, P, I>,
+): EngineSpec<N, P, I> {
   return spec;
 }
 
@@ -130,7 +136,10 @@ export function parseDottedVersion(output: string): string | null {
 
 /** A PyPI package whose versions are the engine's own (`0.33.0`, `0.33.0rc1`): the version as named, if it is one. */
 export function releaseVersion(engine: EngineName): (version: string) => PackageVersion {
-  return (version) => (/^\d+\.\d+(\.\d+)?([.+-]?[0-9A-Za-z.]+)?$/.test(version)
-    ? { version }
-    : { error: `engines.${engine}: "${version}" is not a version; name one like 0.33.0, or "" for the operator's own binary` });
+  return (version) =>
+    /^\d+\.\d+(\.\d+)?([.+-]?[0-9A-Za-z.]+)?$/.test(version)
+      ? { version }
+      : {
+          error: `engines.${engine}: "${version}" is not a version; name one like 0.33.0, or "" for the operator's own binary`,
+        };
 }

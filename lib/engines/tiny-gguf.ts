@@ -31,7 +31,11 @@ const TOKEN = { normal: 1, control: 3 } as const;
 
 /** The special tokens, after the 256 byte tokens and the merges. */
 export const TINY_SPECIAL = { bos: '<s>', eos: '<|im_end|>', imStart: '<|im_start|>', eosText: '</s>' } as const;
-const MERGES = [['h', 'e'], ['Ġ', 't'], ['i', 'n']] as const;
+const MERGES = [
+  ['h', 'e'],
+  ['Ġ', 't'],
+  ['i', 'n'],
+] as const;
 const CHATML =
   "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}" +
   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
@@ -46,7 +50,14 @@ function byteTokens(): string[] {
 /** The vocabulary: 256 byte tokens, the merges' results, then bos, </s>, <|im_start|>, <|im_end|>. */
 function vocabulary(): { tokens: string[]; types: number[]; allowed: boolean[]; bos: number; eos: number } {
   const bytes = byteTokens();
-  const tokens = [...bytes, ...MERGES.map(([a, b]) => a + b), TINY_SPECIAL.bos, TINY_SPECIAL.eosText, TINY_SPECIAL.imStart, TINY_SPECIAL.eos];
+  const tokens = [
+    ...bytes,
+    ...MERGES.map(([a, b]) => a + b),
+    TINY_SPECIAL.bos,
+    TINY_SPECIAL.eosText,
+    TINY_SPECIAL.imStart,
+    TINY_SPECIAL.eos,
+  ];
   const nSpecial = 4;
   const types = tokens.map((_, i) => (i < tokens.length - nSpecial ? TOKEN.normal : TOKEN.control));
   const ascii = new Set([...'abcdefghijklmnopqrstuvwxyz'].map((c) => c.charCodeAt(0)).concat([32]));
@@ -89,26 +100,63 @@ class Writer {
   }
 }
 
-type Kv = [string, 'u32', number] | [string, 'i32', number] | [string, 'f32', number] | [string, 'bool', boolean] | [string, 'string', string]
-  | [string, 'strings', string[]] | [string, 'i32s', number[]];
+type Kv =
+  | [string, 'u32', number]
+  | [string, 'i32', number]
+  | [string, 'f32', number]
+  | [string, 'bool', boolean]
+  | [string, 'string', string]
+  | [string, 'strings', string[]]
+  | [string, 'i32s', number[]];
 
 function writeKv(w: Writer, [key, kind, value]: Kv): void {
   w.str(key);
   switch (kind) {
-    case 'u32': w.u32(T.u32); w.u32(value); return;
-    case 'i32': { w.u32(T.i32); const b = Buffer.alloc(4); b.writeInt32LE(value); w.push(b); return; }
-    case 'f32': { w.u32(T.f32); const b = Buffer.alloc(4); b.writeFloatLE(value); w.push(b); return; }
-    case 'bool': w.u32(T.bool); w.push(Buffer.from([value ? 1 : 0])); return;
-    case 'string': w.u32(T.string); w.str(value); return;
-    case 'strings': w.u32(T.array); w.u32(T.string); w.u64(value.length); value.forEach((s) => w.str(s)); return;
+    case 'u32':
+      w.u32(T.u32);
+      w.u32(value);
+      return;
+    case 'i32': {
+      w.u32(T.i32);
+      const b = Buffer.alloc(4);
+      b.writeInt32LE(value);
+      w.push(b);
+      return;
+    }
+    case 'f32': {
+      w.u32(T.f32);
+      const b = Buffer.alloc(4);
+      b.writeFloatLE(value);
+      w.push(b);
+      return;
+    }
+    case 'bool':
+      w.u32(T.bool);
+      w.push(Buffer.from([value ? 1 : 0]));
+      return;
+    case 'string':
+      w.u32(T.string);
+      w.str(value);
+      return;
+    case 'strings':
+      w.u32(T.array);
+      w.u32(T.string);
+      w.u64(value.length);
+      value.forEach((s) => w.str(s));
+      return;
     case 'i32s': {
-      w.u32(T.array); w.u32(T.i32); w.u64(value.length);
+      w.u32(T.array);
+      w.u32(T.i32);
+      w.u64(value.length);
       const b = Buffer.alloc(4 * value.length);
       value.forEach((v, i) => b.writeInt32LE(v, 4 * i));
       w.push(b);
       return;
     }
-    default: { const never: never = kind; throw new Error(`unknown kind ${String(never)}`); }
+    default: {
+      const never: never = kind;
+      throw new Error(`unknown kind ${String(never)}`);
+    }
   }
 }
 
@@ -121,9 +169,14 @@ interface Tensor {
 
 /** Builds the file's bytes; the same options always give the same bytes. */
 export function tinyLlamaGguf(o: TinyLlamaOptions = {}): Buffer {
-  const d = o.embd ?? 64, nLayer = o.layers ?? 2, nHead = o.heads ?? 4, nKv = o.kvHeads ?? 2, ff = o.ff ?? 128;
+  const d = o.embd ?? 64,
+    nLayer = o.layers ?? 2,
+    nHead = o.heads ?? 4,
+    nKv = o.kvHeads ?? 2,
+    ff = o.ff ?? 128;
   const headDim = d / nHead;
-  if (!Number.isInteger(headDim) || nHead % nKv !== 0) throw new Error(`embd ${d} must divide by heads ${nHead}, heads by kvHeads ${nKv}`);
+  if (!Number.isInteger(headDim) || nHead % nKv !== 0)
+    throw new Error(`embd ${d} must divide by heads ${nHead}, heads by kvHeads ${nKv}`);
   const v = vocabulary();
   const nVocab = v.tokens.length;
   const rand = rng(o.seed ?? 7);

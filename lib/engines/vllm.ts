@@ -14,16 +14,27 @@ export function vllmCommand(l: ShardLaunch): ProgramArgs<'vllm'> {
   return {
     program: 'vllm',
     args: [
-      'serve', modelPath(l),
+      'serve',
+      modelPath(l),
       // Headless ranks start no API server: host, port and the served name are rank 0's alone.
       ...(l.rank === 0 ? ['--host', l.host, '--port', String(l.port), '--served-model-name', l.model] : []),
-      '--tensor-parallel-size', String(l.profile.gpusPerNode),
-      ...(multi ? [
-        '--pipeline-parallel-size', String(l.world),
-        '--nnodes', String(l.world), '--node-rank', String(l.rank),
-        '--master-addr', l.distHost, '--master-port', String(l.distPort),
-        ...(l.rank > 0 ? ['--headless'] : []),
-      ] : []),
+      '--tensor-parallel-size',
+      String(l.profile.gpusPerNode),
+      ...(multi
+        ? [
+            '--pipeline-parallel-size',
+            String(l.world),
+            '--nnodes',
+            String(l.world),
+            '--node-rank',
+            String(l.rank),
+            '--master-addr',
+            l.distHost,
+            '--master-port',
+            String(l.distPort),
+            ...(l.rank > 0 ? ['--headless'] : []),
+          ]
+        : []),
       // Last, so a profile's own --tensor-parallel-size (argparse: the last one wins) overrides llmgw's.
       ...l.profile.args,
     ],
@@ -50,7 +61,8 @@ export const vllm = defineEngine({
   helpCaveat: {
     program: 'vllm',
     applies: isVllmSummary,
-    warning: 'this is the summary vllm serve --help prints, not its flags: give the output of VLLM_TARGET_DEVICE=cpu vllm serve --help=all',
+    warning:
+      'this is the summary vllm serve --help prints, not its flags: give the output of VLLM_TARGET_DEVICE=cpu vllm serve --help=all',
   },
   versionArgs: ['--version'],
   parseVersion: parseDottedVersion,
@@ -72,7 +84,8 @@ export const vllm = defineEngine({
   // --runner auto (the default) embeds when the model is an embedding model: only vLLM knows.
   embeds: (args) => {
     const runner = flagValue(args, '--runner');
-    if (runner === 'pooling' || flagValue(args, '--convert') === 'embed' || flagValue(args, '--task') === 'embed') return true;
+    if (runner === 'pooling' || flagValue(args, '--convert') === 'embed' || flagValue(args, '--task') === 'embed')
+      return true;
     return runner === 'generate' || runner === 'draft' ? false : null;
   },
   embedsWith: 'a vLLM profile embeds with --runner pooling (or --convert embed) in its args',

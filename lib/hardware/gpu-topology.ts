@@ -13,13 +13,21 @@ const ANSI = /\x1b\[[0-9;]*m/g;
  * CPU and NUMA affinity follow and are ignored). Throws naming what is missing when the text is not such a matrix.
  */
 export function parseTopoMatrix(text: string): GpuTopology {
-  const lines = text.replace(ANSI, '').split('\n').map((l) => l.trim().split(/\s+/));
+  const lines = text
+    .replace(ANSI, '')
+    .split('\n')
+    .map((l) => l.trim().split(/\s+/));
   const head = lines.findIndex((cells) => cells.includes('GPU0'));
   if (head < 0) throw new Error('no GPU0 column in the nvidia-smi topo -m output');
   const columns = (lines[head] as string[]).filter((c) => /^GPU\d+$/.test(c));
   const links = columns.map((col) => {
-    const cells = lines.slice(head + 1).find((l) => l[0] === col)?.slice(1, columns.length + 1) ?? [];
-    if (cells.length !== columns.length) throw new Error(`row ${col} of the nvidia-smi topo -m matrix has ${cells.length} of ${columns.length} GPU cells`);
+    const cells =
+      lines
+        .slice(head + 1)
+        .find((l) => l[0] === col)
+        ?.slice(1, columns.length + 1) ?? [];
+    if (cells.length !== columns.length)
+      throw new Error(`row ${col} of the nvidia-smi topo -m matrix has ${cells.length} of ${columns.length} GPU cells`);
     return cells;
   });
   return { links };

@@ -33,7 +33,9 @@ export function findOnPath(name: string, path: string, sbin = ['/usr/sbin', '/sb
     try {
       accessSync(file, constants.X_OK);
       return file;
-    } catch { /* not here */ }
+    } catch {
+      /* not here */
+    }
   }
   return null;
 }
@@ -44,7 +46,10 @@ export async function ensureSminfo(o: EnsureSminfoInput): Promise<SminfoFound> {
   if (have) return { kind: 'found', path: have, installed: false };
   const install = o.install ?? INSTALL_IB_DIAGS;
   if (!o.root) {
-    return { kind: 'missing', why: `sminfo not found and the agent is not root: install infiniband-diags (${INSTALL_IB_DIAGS.join(' ')}) or pass --sminfo PATH` };
+    return {
+      kind: 'missing',
+      why: `sminfo not found and the agent is not root: install infiniband-diags (${INSTALL_IB_DIAGS.join(' ')}) or pass --sminfo PATH`,
+    };
   }
   o.log('sminfo missing: installing infiniband-diags', { command: install.join(' ') });
   const [cmd, ...args] = install;

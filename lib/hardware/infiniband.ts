@@ -21,7 +21,11 @@ export async function readIbAdapters(root: string): Promise<IbAdapter[]> {
       const dir = join(base, device, 'ports', port);
       const physState = await read(join(dir, 'phys_state'));
       out.push({
-        device, port: Number(port), state: await read(join(dir, 'state')), rate: await read(join(dir, 'rate')), linkLayer: await read(join(dir, 'link_layer')),
+        device,
+        port: Number(port),
+        state: await read(join(dir, 'state')),
+        rate: await read(join(dir, 'rate')),
+        linkLayer: await read(join(dir, 'link_layer')),
         ...(physState ? { physState } : {}),
       });
     }

@@ -13,10 +13,18 @@ export function ncclIbHca(ports: { device: string; port: number }[]): string {
 }
 
 /** The NCCL environment a multi-node rank on `nodeId` runs with: exactly its `fabric`'s adapters. */
-export function rankFabricEnv(nodeId: string, inventory: Pick<NodeInventory, 'fabrics' | 'adapters'>, fabric: string): Record<string, string> {
+export function rankFabricEnv(
+  nodeId: string,
+  inventory: Pick<NodeInventory, 'fabrics' | 'adapters'>,
+  fabric: string,
+): Record<string, string> {
   const devices = inventory.fabrics[fabric];
   if (!devices?.length) {
-    throw new LlmgwError('LLMGW_BAD_REQUEST', `node ${nodeId} declares no adapters on fabric ${fabric} (it declares: ${Object.keys(inventory.fabrics).join(', ') || 'none'}); placement should not have put a rank there`, { nodeId, fabric });
+    throw new LlmgwError(
+      'LLMGW_BAD_REQUEST',
+      `node ${nodeId} declares no adapters on fabric ${fabric} (it declares: ${Object.keys(inventory.fabrics).join(', ') || 'none'}); placement should not have put a rank there`,
+      { nodeId, fabric },
+    );
   }
   return { NCCL_IB_HCA: ncclIbHca(fabricPorts(devices, inventory.adapters)) };
 }
@@ -32,11 +40,16 @@ export function ncclHcaSelects(spec: string, device: string, port: number): bool
   if (not) s = s.slice(1);
   const exact = s.startsWith('=');
   if (exact) s = s.slice(1);
-  const entries = s.split(',').filter(Boolean).map((e) => {
-    const [name = '', p] = e.split(':');
-    return { name, port: p === undefined || p === '' ? -1 : Number(p) };
-  });
+  const entries = s
+    .split(',')
+    .filter(Boolean)
+    .map((e) => {
+      const [name = '', p] = e.split(':');
+      return { name, port: p === undefined || p === '' ? -1 : Number(p) };
+    });
   if (entries.length === 0) return true;
-  const hit = entries.some((e) => (exact ? device === e.name : device.startsWith(e.name)) && (e.port === -1 || e.port === port));
+  const hit = entries.some(
+    (e) => (exact ? device === e.name : device.startsWith(e.name)) && (e.port === -1 || e.port === port),
+  );
   return not ? !hit : hit;
 }

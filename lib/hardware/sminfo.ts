@@ -39,18 +39,45 @@ export async function querySm(path: string, device: string, port: number, run: E
   const where = `${device} port ${port}`;
   const r = await run(path, sminfoArgs(device, port));
   if (r.error === 'ENOENT') {
-    return { kind: 'failed', cause: 'missing', reason: `sminfo not found at ${path}`, fix: 'install infiniband-diags (apt-get install infiniband-diags / dnf install infiniband-diags) or pass --sminfo PATH' };
+    return {
+      kind: 'failed',
+      cause: 'missing',
+      reason: `sminfo not found at ${path}`,
+      fix: 'install infiniband-diags (apt-get install infiniband-diags / dnf install infiniband-diags) or pass --sminfo PATH',
+    };
   }
   const out = `${r.stdout}\n${r.stderr}`;
   const info = r.code === 0 ? parseSminfo(r.stdout) : null;
   if (info) return { kind: 'ok', info };
-  const first = out.split('\n').map((l) => l.trim()).filter(Boolean).pop() ?? (r.error ?? 'no output');
+  const first =
+    out
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean)
+      .pop() ??
+    r.error ??
+    'no output';
   // Opening the umad device fails without root (mode 0600) or without the ib_umad module.
   if (/can't open UMAD port|Failed to open|Permission denied/i.test(out)) {
-    return { kind: 'failed', cause: 'permission', reason: `sminfo could not open ${where} (${first})`, fix: 'run as root (sminfo opens /dev/infiniband/umad*, mode 0600) and load ib_umad (modprobe ib_umad)' };
+    return {
+      kind: 'failed',
+      cause: 'permission',
+      reason: `sminfo could not open ${where} (${first})`,
+      fix: 'run as root (sminfo opens /dev/infiniband/umad*, mode 0600) and load ib_umad (modprobe ib_umad)',
+    };
   }
   if (/iberror: failed: query/i.test(out)) {
-    return { kind: 'failed', cause: 'no-sm', reason: `no subnet manager answered on ${where} (${first})`, fix: `start a subnet manager on this fabric (opensm, or the switch's SM), then check with: sminfo -C ${device} -P ${port}` };
+    return {
+      kind: 'failed',
+      cause: 'no-sm',
+      reason: `no subnet manager answered on ${where} (${first})`,
+      fix: `start a subnet manager on this fabric (opensm, or the switch's SM), then check with: sminfo -C ${device} -P ${port}`,
+    };
   }
-  return { kind: 'failed', cause: 'other', reason: `sminfo on ${where} failed (${r.error ?? `exit ${r.code}`}): ${first}`, fix: `run sminfo -C ${device} -P ${port} by hand to see why` };
+  return {
+    kind: 'failed',
+    cause: 'other',
+    reason: `sminfo on ${where} failed (${r.error ?? `exit ${r.code}`}): ${first}`,
+    fix: `run sminfo -C ${device} -P ${port} by hand to see why`,
+  };
 }

@@ -55,9 +55,22 @@ export interface AgentConfig {
 /** The agent's command line. */
 export function agentArgv(c: AgentConfig): string[] {
   return [
-    NODE_LLMGW, 'agent', '--node', c.nodeId, '--server', c.server,
-    '--cert', NODE_PATHS.cert, '--key', NODE_PATHS.key, '--ca', c.caPath,
-    '--advertise-host', c.advertiseHost, '--state-dir', NODE_PATHS.stateDir,
+    NODE_LLMGW,
+    'agent',
+    '--node',
+    c.nodeId,
+    '--server',
+    c.server,
+    '--cert',
+    NODE_PATHS.cert,
+    '--key',
+    NODE_PATHS.key,
+    '--ca',
+    c.caPath,
+    '--advertise-host',
+    c.advertiseHost,
+    '--state-dir',
+    NODE_PATHS.stateDir,
     // The engines the operator installed; which engines the node offers is the control plane's to say (server.yaml).
     ...INSTALLED_ENGINES.flatMap((e) => (c.bins[e] ? [ENGINE_SPECS[e].install.operator.flag, c.bins[e]] : [])),
     ...c.fabrics.flatMap((f) => ['--fabric', f]),
@@ -167,7 +180,8 @@ export interface EngineProbe {
 export function engineProbes(c: Pick<AgentConfig, 'bins'>): EngineProbe[] {
   return ENGINES.flatMap((engine): EngineProbe[] => {
     const { install, versionArgs } = ENGINE_SPECS[engine];
-    if (install.kind === 'builtin') return [{ engine, command: [NODE_LLMGW, ...install.probeArgs].map(shQuote).join(' '), flag: '--binary' }];
+    if (install.kind === 'builtin')
+      return [{ engine, command: [NODE_LLMGW, ...install.probeArgs].map(shQuote).join(' '), flag: '--binary' }];
     const bin = c.bins[engine];
     return bin ? [{ engine, command: [bin, ...versionArgs].map(shQuote).join(' '), flag: install.operator.flag }] : [];
   });

@@ -35,7 +35,10 @@ export function caPaths(dir: string): { cert: string; key: string; crl: string }
 }
 
 /** A new self-signed CA certificate and key, in memory. */
-export function createCa(o: { commonName?: string; days?: number; keyBits?: number; now?: Date } = {}): { certPem: string; keyPem: string } {
+export function createCa(o: { commonName?: string; days?: number; keyBits?: number; now?: Date } = {}): {
+  certPem: string;
+  keyPem: string;
+} {
   const now = new Date(Math.floor((o.now ?? new Date()).getTime() / 1000) * 1000);
   const { keyPem, key, publicKey } = generateRsaKey(o.keyBits ?? CA_KEY_BITS);
   const cert = forge.pki.createCertificate();
@@ -43,7 +46,10 @@ export function createCa(o: { commonName?: string; days?: number; keyBits?: numb
   cert.serialNumber = randomSerial();
   cert.validity.notBefore = new Date(now.getTime() - 5 * 60_000);
   cert.validity.notAfter = new Date(now.getTime() + (o.days ?? CA_VALIDITY_DAYS) * DAY_MS);
-  const subject = [{ shortName: 'CN', value: o.commonName ?? 'llmgw cluster CA' }, { shortName: 'O', value: 'llmgw' }];
+  const subject = [
+    { shortName: 'CN', value: o.commonName ?? 'llmgw cluster CA' },
+    { shortName: 'O', value: 'llmgw' },
+  ];
   cert.setSubject(subject);
   cert.setIssuer(subject);
   cert.setExtensions([
@@ -60,9 +66,11 @@ export function initCa(dir: string, o: { commonName?: string; days?: number; key
   const paths = caPaths(dir);
   const existing = [paths.cert, paths.key].filter((p) => existsSync(p));
   if (existing.length) {
-    throw new LlmgwError('LLMGW_CA_EXISTS',
+    throw new LlmgwError(
+      'LLMGW_CA_EXISTS',
       `${resolve(dir)} already holds a CA (${existing.join(', ')}); llmgw ca init never overwrites one, because every certificate it issued would stop verifying. Keep it, or move the directory away first to really start over`,
-      { dir: resolve(dir) });
+      { dir: resolve(dir) },
+    );
   }
   mkdirSync(resolve(dir), { recursive: true, mode: 0o700 });
   const { certPem, keyPem } = createCa(o);
@@ -87,21 +95,37 @@ export function caCertPem(dir: string): string {
 export function loadCa(dir: string, now = new Date()): Ca {
   const paths = caPaths(dir);
   if (!existsSync(paths.cert) || !existsSync(paths.key)) throw missing(dir);
-  const invalid = (why: string): LlmgwError => new LlmgwError('LLMGW_CA_INVALID', `the CA in ${resolve(dir)} is unusable: ${why}`, { dir: resolve(dir) });
+  const invalid = (why: string): LlmgwError =>
+    new LlmgwError('LLMGW_CA_INVALID', `the CA in ${resolve(dir)} is unusable: ${why}`, { dir: resolve(dir) });
   const mode = statSync(paths.key).mode & 0o777;
-  if (mode & 0o077) throw invalid(`${paths.key} is readable by group or others (mode 0${mode.toString(8)}); run chmod 600 ${paths.key}`);
+  if (mode & 0o077)
+    throw invalid(
+      `${paths.key} is readable by group or others (mode 0${mode.toString(8)}); run chmod 600 ${paths.key}`,
+    );
   const certPem = readFileSync(paths.cert, 'utf8');
   const cert = parseCertificatePem(certPem, paths.cert);
   const keyPem = readFileSync(paths.key, 'utf8');
   const key = parsePrivateKeyPem(keyPem, paths.key);
   const pub = cert.publicKey as forge.pki.rsa.PublicKey;
-  if (pub.n.compareTo(key.n) !== 0 || pub.e.compareTo(key.e) !== 0) throw invalid(`${paths.key} is not the key of ${paths.cert}; restore the matching pair`);
+  if (pub.n.compareTo(key.n) !== 0 || pub.e.compareTo(key.e) !== 0)
+    throw invalid(`${paths.key} is not the key of ${paths.cert}; restore the matching pair`);
   const bc = cert.getExtension('basicConstraints') as { cA?: boolean } | null;
   if (!bc?.cA) throw invalid(`${paths.cert} is not a CA certificate (no basicConstraints cA=true)`);
-  if (cert.validity.notAfter.getTime() <= now.getTime()) throw invalid(`${paths.cert} expired at ${cert.validity.notAfter.toISOString()}`);
+  if (cert.validity.notAfter.getTime() <= now.getTime())
+    throw invalid(`${paths.cert} expired at ${cert.validity.notAfter.toISOString()}`);
   const ski = cert.getExtension('subjectKeyIdentifier') as { subjectKeyIdentifier?: string } | null;
-  const keyId = ski?.subjectKeyIdentifier ? forge.util.hexToBytes(ski.subjectKeyIdentifier) : cert.generateSubjectKeyIdentifier().getBytes();
-  return { dir: resolve(dir), certPem, cert, key, keyObject: createPrivateKey(keyPem), keyId, notAfter: cert.validity.notAfter };
+  const keyId = ski?.subjectKeyIdentifier
+    ? forge.util.hexToBytes(ski.subjectKeyIdentifier)
+    : cert.generateSubjectKeyIdentifier().getBytes();
+  return {
+    dir: resolve(dir),
+    certPem,
+    cert,
+    key,
+    keyObject: createPrivateKey(keyPem),
+    keyId,
+    notAfter: cert.validity.notAfter,
+  };
 }
 
 /** Signs DER bytes (a binary string) with the CA key: RSA PKCS#1 v1.5 over SHA-256. */
@@ -114,10 +138,16 @@ export function signCertificate(ca: Ca, cert: forge.pki.Certificate): void {
   cert.md = forge.md.sha256.create();
   cert.signatureOid = cert.siginfo.algorithmOid = forge.pki.oids.sha256WithRSAEncryption!;
   // getTBSCertificate is public in forge but missing from @types/node-forge.
-  cert.tbsCertificate = (forge.pki as unknown as { getTBSCertificate(c: forge.pki.Certificate): forge.asn1.Asn1 }).getTBSCertificate(cert);
+  cert.tbsCertificate = (
+    forge.pki as unknown as { getTBSCertificate(c: forge.pki.Certificate): forge.asn1.Asn1 }
+  ).getTBSCertificate(cert);
   cert.signature = caSign(ca, forge.asn1.toDer(cert.tbsCertificate).getBytes());
 }
 
 function missing(dir: string): LlmgwError {
-  return new LlmgwError('LLMGW_CA_MISSING', `there is no CA in ${resolve(dir)} (ca.crt and ca.key): run llmgw ca init --dir ${dir} on the CA host, or pass the --dir of the existing CA`, { dir: resolve(dir) });
+  return new LlmgwError(
+    'LLMGW_CA_MISSING',
+    `there is no CA in ${resolve(dir)} (ca.crt and ca.key): run llmgw ca init --dir ${dir} on the CA host, or pass the --dir of the existing CA`,
+    { dir: resolve(dir) },
+  );
 }

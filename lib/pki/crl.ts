@@ -27,21 +27,28 @@ export interface Crl {
 
 /** RFC 5280 §4.1.2.5: UTCTime through 2049, GeneralizedTime from 2050. */
 function time(d: Date): forge.asn1.Asn1 {
-  return d.getUTCFullYear() < 2050 ? asn1.create(U, T.UTCTIME, false, asn1.dateToUtcTime(d)) : asn1.create(U, T.GENERALIZEDTIME, false, asn1.dateToGeneralizedTime(d));
+  return d.getUTCFullYear() < 2050
+    ? asn1.create(U, T.UTCTIME, false, asn1.dateToUtcTime(d))
+    : asn1.create(U, T.GENERALIZEDTIME, false, asn1.dateToGeneralizedTime(d));
 }
 
 const integer = (hex: string): forge.asn1.Asn1 => asn1.create(U, T.INTEGER, false, derUnsignedInteger(hex));
 const oid = (o: string): forge.asn1.Asn1 => asn1.create(U, T.OID, false, asn1.oidToDer(o).getBytes());
 const seq = (items: forge.asn1.Asn1[]): forge.asn1.Asn1 => asn1.create(U, T.SEQUENCE, true, items);
 const der = (a: forge.asn1.Asn1): string => asn1.toDer(a).getBytes();
-const extension = (id: string, value: forge.asn1.Asn1): forge.asn1.Asn1 => seq([oid(id), asn1.create(U, T.OCTETSTRING, false, der(value))]);
+const extension = (id: string, value: forge.asn1.Asn1): forge.asn1.Asn1 =>
+  seq([oid(id), asn1.create(U, T.OCTETSTRING, false, der(value))]);
 
 /**
  * Builds and signs a CRL listing `revoked`. The cRLNumber, which must grow with each CRL, is the
  * issuing time in milliseconds (strictly increasing within a process): no counter to keep on disk, and
  * one CA is used by one `llmgw-ca` worker.
  */
-export function buildCrl(ca: Ca, revoked: { serial: string; revokedAt: Date }[], o: { now?: Date; days?: number } = {}): Crl {
+export function buildCrl(
+  ca: Ca,
+  revoked: { serial: string; revokedAt: Date }[],
+  o: { now?: Date; days?: number } = {},
+): Crl {
   const at = (o.now ?? new Date()).getTime();
   lastNumber = Math.max(at, lastNumber + 1);
   const number = String(lastNumber);

@@ -20,7 +20,10 @@ export function certificateInfo(pemOrDer: string | Buffer): CertificateInfo {
   try {
     x = new X509Certificate(pemOrDer);
   } catch (err) {
-    throw new LlmgwError('LLMGW_BAD_PEM', `expected a certificate (PEM -----BEGIN CERTIFICATE----- or DER), but it does not parse (${(err as Error).message})`);
+    throw new LlmgwError(
+      'LLMGW_BAD_PEM',
+      `expected a certificate (PEM -----BEGIN CERTIFICATE----- or DER), but it does not parse (${(err as Error).message})`,
+    );
   }
   const cn = /^CN=(.*)$/m.exec(x.subject)?.[1] ?? null;
   return {

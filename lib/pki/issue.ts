@@ -34,14 +34,22 @@ export interface IssueOptions {
 
 type AltName = { type: 2; value: string } | { type: 7; ip: string };
 
-function signLeaf(ca: Ca, o: { publicKey: forge.pki.PublicKey; cn: string; role: CertificateRole; altNames: AltName[] } & IssueOptions): Issued {
+function signLeaf(
+  ca: Ca,
+  o: { publicKey: forge.pki.PublicKey; cn: string; role: CertificateRole; altNames: AltName[] } & IssueOptions,
+): Issued {
   const days = o.days ?? DEFAULT_VALIDITY_DAYS;
-  if (!Number.isInteger(days) || days < 1) throw new LlmgwError('LLMGW_BAD_REQUEST', `validity must be a whole number of days >= 1, got ${days}`, { days });
+  if (!Number.isInteger(days) || days < 1)
+    throw new LlmgwError('LLMGW_BAD_REQUEST', `validity must be a whole number of days >= 1, got ${days}`, { days });
   // Whole seconds, as the certificate stores them, so the recorded dates equal the certificate's.
   const now = Math.floor((o.now ?? new Date()).getTime() / 1000) * 1000;
   const notAfter = new Date(now + days * DAY_MS);
   if (notAfter > ca.notAfter) {
-    throw new LlmgwError('LLMGW_CA_INVALID', `a ${days}-day certificate for ${o.cn} would outlive the CA (it expires at ${ca.notAfter.toISOString()}): ask for fewer days, or create a new CA and re-issue`, { cn: o.cn, days });
+    throw new LlmgwError(
+      'LLMGW_CA_INVALID',
+      `a ${days}-day certificate for ${o.cn} would outlive the CA (it expires at ${ca.notAfter.toISOString()}): ask for fewer days, or create a new CA and re-issue`,
+      { cn: o.cn, days },
+    );
   }
   const cert = forge.pki.createCertificate();
   cert.publicKey = o.publicKey;
@@ -59,7 +67,14 @@ function signLeaf(ca: Ca, o: { publicKey: forge.pki.PublicKey; cn: string; role:
     { name: 'subjectAltName', altNames: o.altNames },
   ]);
   signCertificate(ca, cert);
-  return { certPem: lf(forge.pki.certificateToPem(cert)), serial: cert.serialNumber, cn: o.cn, role: o.role, notBefore: cert.validity.notBefore, notAfter };
+  return {
+    certPem: lf(forge.pki.certificateToPem(cert)),
+    serial: cert.serialNumber,
+    cn: o.cn,
+    role: o.role,
+    notBefore: cert.validity.notBefore,
+    notAfter,
+  };
 }
 
 /**
@@ -97,12 +112,26 @@ export function signNodeCsr(ca: Ca, csrPem: unknown, identity: string, o: IssueO
   } catch (err) {
     // forge throws both for a digest it does not know and for a signature that decrypts to garbage.
     const msg = (err as Error).message;
-    if (/digest algorithm/i.test(msg)) throw new LlmgwError('LLMGW_BAD_CSR', `${from}: its signature cannot be checked (${msg}); sign the CSR with SHA-256`, { nodeId: id });
+    if (/digest algorithm/i.test(msg))
+      throw new LlmgwError(
+        'LLMGW_BAD_CSR',
+        `${from}: its signature cannot be checked (${msg}); sign the CSR with SHA-256`,
+        { nodeId: id },
+      );
   }
-  if (!verified) throw new LlmgwError('LLMGW_BAD_CSR', `${from}: its signature does not verify with the key it carries (altered, or not signed by that key); make a new CSR with the node's key`, { nodeId: id });
+  if (!verified)
+    throw new LlmgwError(
+      'LLMGW_BAD_CSR',
+      `${from}: its signature does not verify with the key it carries (altered, or not signed by that key); make a new CSR with the node's key`,
+      { nodeId: id },
+    );
   const publicKey = csr.publicKey as forge.pki.rsa.PublicKey | null;
   const bits = publicKey?.n.bitLength() ?? 0;
-  if (!publicKey || bits < MIN_KEY_BITS) throw new LlmgwError('LLMGW_BAD_CSR', `${from}: its RSA key has ${bits} bits; use at least ${MIN_KEY_BITS}`, { nodeId: id, bits });
+  if (!publicKey || bits < MIN_KEY_BITS)
+    throw new LlmgwError('LLMGW_BAD_CSR', `${from}: its RSA key has ${bits} bits; use at least ${MIN_KEY_BITS}`, {
+      nodeId: id,
+      bits,
+    });
   return signLeaf(ca, { ...o, publicKey, cn: id, role: 'node', altNames: [{ type: 2, value: id }] });
 }
 
@@ -110,9 +139,24 @@ const SERVER_NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 const DNS_NAME_RE = /^(?=.{1,253}$)(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*$/i;
 
 /** A server certificate (serverAuth) for `name`, with a DNS or IP SAN for each of `hosts`, and a new key. */
-export function issueServerCertificate(ca: Ca, name: string, hosts: string[], o: IssueOptions = {}): Issued & { keyPem: string } {
-  if (!SERVER_NAME_RE.test(name)) throw new LlmgwError('LLMGW_BAD_REQUEST', `server name "${name}": use 1-64 of A-Z, a-z, 0-9, '.', '_' and '-', e.g. control-plane`, { name });
-  if (hosts.length === 0) throw new LlmgwError('LLMGW_BAD_REQUEST', `a server certificate for ${name} needs at least one host (DNS name or IP address) that clients connect to`, { name });
+export function issueServerCertificate(
+  ca: Ca,
+  name: string,
+  hosts: string[],
+  o: IssueOptions = {},
+): Issued & { keyPem: string } {
+  if (!SERVER_NAME_RE.test(name))
+    throw new LlmgwError(
+      'LLMGW_BAD_REQUEST',
+      `server name "${name}": use 1-64 of A-Z, a-z, 0-9, '.', '_' and '-', e.g. control-plane`,
+      { name },
+    );
+  if (hosts.length === 0)
+    throw new LlmgwError(
+      'LLMGW_BAD_REQUEST',
+      `a server certificate for ${name} needs at least one host (DNS name or IP address) that clients connect to`,
+      { name },
+    );
   const altNames = hosts.map((h): AltName => {
     if (isIP(h)) return { type: 7, ip: h };
     if (DNS_NAME_RE.test(h)) return { type: 2, value: h.toLowerCase() };

@@ -29,5 +29,9 @@ export function generateRsaKey(bits: number): RsaKey {
     publicKeyEncoding: { type: 'spki', format: 'pem' },
     privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
   });
-  return { keyPem: privateKey, key: forge.pki.privateKeyFromPem(privateKey), publicKey: forge.pki.publicKeyFromPem(publicKey) as forge.pki.rsa.PublicKey };
+  return {
+    keyPem: privateKey,
+    key: forge.pki.privateKeyFromPem(privateKey),
+    publicKey: forge.pki.publicKeyFromPem(publicKey) as forge.pki.rsa.PublicKey,
+  };
 }

@@ -15,13 +15,17 @@ const NAMES: Record<Kind, string> = { certificate: 'certificate', csr: 'certific
 /** LLMGW_BAD_PEM: names the source, what was expected and what was wrong. */
 function bad(kind: Kind, from: string, why: string): LlmgwError {
   const expected = LABELS[kind].map((l) => `-----BEGIN ${l}-----`).join(' or ');
-  return new LlmgwError('LLMGW_BAD_PEM', `${from}: expected a PEM ${NAMES[kind]} (${expected}), but ${why}`, { from, expected });
+  return new LlmgwError('LLMGW_BAD_PEM', `${from}: expected a PEM ${NAMES[kind]} (${expected}), but ${why}`, {
+    from,
+    expected,
+  });
 }
 
 /** Throws LLMGW_BAD_PEM unless `pem` is exactly one PEM block of the expected kind. */
 function expectBlock(pem: unknown, kind: Kind, from: string): string {
   if (typeof pem !== 'string' || pem.trim() === '') throw bad(kind, from, 'got nothing');
-  if (!pem.includes('-----BEGIN ')) throw bad(kind, from, `it has no BEGIN/END block (it starts with ${JSON.stringify(pem.trim().slice(0, 30))})`);
+  if (!pem.includes('-----BEGIN '))
+    throw bad(kind, from, `it has no BEGIN/END block (it starts with ${JSON.stringify(pem.trim().slice(0, 30))})`);
   let blocks: forge.pem.ObjectPEM[];
   try {
     blocks = forge.pem.decode(pem);
@@ -32,7 +36,8 @@ function expectBlock(pem: unknown, kind: Kind, from: string): string {
   if (blocks.length > 1) throw bad(kind, from, `it holds ${blocks.length} PEM blocks; send one`);
   const type = blocks[0]!.type;
   if (!(LABELS[kind] as readonly string[]).includes(type)) throw bad(kind, from, `it is a "${type}" block`);
-  if (blocks[0]!.procType?.type === 'ENCRYPTED') throw bad(kind, from, 'it is encrypted; give the key unencrypted (its file mode protects it)');
+  if (blocks[0]!.procType?.type === 'ENCRYPTED')
+    throw bad(kind, from, 'it is encrypted; give the key unencrypted (its file mode protects it)');
   return pem;
 }
 
@@ -65,7 +70,12 @@ export function parseCsrPem(pem: unknown, from: string): forge.pki.CertificateSi
   try {
     return forge.pki.certificationRequestFromPem(text);
   } catch (err) {
-    if (/OID is not RSA/i.test((err as Error).message)) throw new LlmgwError('LLMGW_BAD_CSR', `${from}: the CSR's key is not RSA; make the key with RSA of at least 2048 bits`, { from });
+    if (/OID is not RSA/i.test((err as Error).message))
+      throw new LlmgwError(
+        'LLMGW_BAD_CSR',
+        `${from}: the CSR's key is not RSA; make the key with RSA of at least 2048 bits`,
+        { from },
+      );
     throw derError('csr', from, err);
   }
 }

@@ -50,15 +50,29 @@ export function proxmoxConnection(cfg: ProxmoxConfig): ProxmoxConnection {
     try {
       return readFileSync(file, 'utf8');
     } catch (err) {
-      throw new LlmgwError('LLMGW_CONFIG_INVALID', `proxmox.${what} ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}): ${fix}`);
+      throw new LlmgwError(
+        'LLMGW_CONFIG_INVALID',
+        `proxmox.${what} ${file} cannot be read (${(err as NodeJS.ErrnoException).code ?? String(err)}): ${fix}`,
+      );
     }
   };
-  const tokenSecret = read(cfg.tokenSecretFile, 'tokenSecretFile', 'write the API token\'s secret (the UUID Proxmox showed once at creation) into it, mode 0600').trim();
+  const tokenSecret = read(
+    cfg.tokenSecretFile,
+    'tokenSecretFile',
+    "write the API token's secret (the UUID Proxmox showed once at creation) into it, mode 0600",
+  ).trim();
   if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/.test(tokenSecret)) {
-    throw new LlmgwError('LLMGW_CONFIG_INVALID', `proxmox.tokenSecretFile ${cfg.tokenSecretFile} does not hold a token secret: it should be the lowercase UUID Proxmox showed when the token was created (nothing else in the file)`);
+    throw new LlmgwError(
+      'LLMGW_CONFIG_INVALID',
+      `proxmox.tokenSecretFile ${cfg.tokenSecretFile} does not hold a token secret: it should be the lowercase UUID Proxmox showed when the token was created (nothing else in the file)`,
+    );
   }
   const caPem = read(cfg.ca, 'ca', 'copy /etc/pve/pve-root-ca.pem from the Proxmox host there');
-  if (!caPem.includes('-----BEGIN CERTIFICATE-----')) throw new LlmgwError('LLMGW_CONFIG_INVALID', `proxmox.ca ${cfg.ca} holds no PEM certificate: copy /etc/pve/pve-root-ca.pem from the Proxmox host`);
+  if (!caPem.includes('-----BEGIN CERTIFICATE-----'))
+    throw new LlmgwError(
+      'LLMGW_CONFIG_INVALID',
+      `proxmox.ca ${cfg.ca} holds no PEM certificate: copy /etc/pve/pve-root-ca.pem from the Proxmox host`,
+    );
   return { url: cfg.url, tokenId: cfg.tokenId, tokenSecret, caPem };
 }
 
@@ -75,10 +89,16 @@ export class Proxmox {
     this.url = c.url;
     this.agent = new Agent({ connect: { ca: c.caPem } });
     const agent = this.agent;
-    const fetch = ((input: unknown, init: Record<string, unknown> = {}) => undiciFetch(input as string, { ...init, dispatcher: agent })) as unknown;
+    const fetch = ((input: unknown, init: Record<string, unknown> = {}) =>
+      undiciFetch(input as string, { ...init, dispatcher: agent })) as unknown;
     this.api = proxmoxApi({
-      host: u.hostname, port: Number(u.port || 8006), schema: 'https', tokenID: c.tokenId, tokenSecret: c.tokenSecret,
-      queryTimeout: c.queryTimeoutMs ?? 30_000, fetch: fetch as never,
+      host: u.hostname,
+      port: Number(u.port || 8006),
+      schema: 'https',
+      tokenID: c.tokenId,
+      tokenSecret: c.tokenSecret,
+      queryTimeout: c.queryTimeoutMs ?? 30_000,
+      fetch: fetch as never,
     });
   }
 
@@ -92,10 +112,18 @@ export class Proxmox {
       return (await fn()) as T;
     } catch (err) {
       const call = parsePveError(err);
-      const where = call.status === null ? `cannot reach Proxmox at ${this.url} (${call.reason})` : `Proxmox refused ${what}: ${call.status} ${call.reason}`;
-      const fix = call.status === 401 ? ' — check proxmox.tokenId and tokenSecretFile, and that the token is not expired' :
-        call.status === 403 ? ' — the token lacks a privilege (docs/provisioning.md lists them)' :
-        call.status === null && /certificate|self[- ]signed|CERT/i.test(call.reason) ? ` — TLS: the host's certificate is not signed by proxmox.ca (copy /etc/pve/pve-root-ca.pem from that host)` : '';
+      const where =
+        call.status === null
+          ? `cannot reach Proxmox at ${this.url} (${call.reason})`
+          : `Proxmox refused ${what}: ${call.status} ${call.reason}`;
+      const fix =
+        call.status === 401
+          ? ' — check proxmox.tokenId and tokenSecretFile, and that the token is not expired'
+          : call.status === 403
+            ? ' — the token lacks a privilege (docs/provisioning.md lists them)'
+            : call.status === null && /certificate|self[- ]signed|CERT/i.test(call.reason)
+              ? ` — TLS: the host's certificate is not signed by proxmox.ca (copy /etc/pve/pve-root-ca.pem from that host)`
+              : '';
       throw new ProxmoxError(`${where}${fix}`, call);
     }
   }
@@ -122,7 +150,9 @@ export class Proxmox {
 
   /** Creates a VM: the VMID is reserved when this returns; the returned UPID is the import and configuration. */
   createVm(node: string, params: Params): Promise<string> {
-    return this.call(`POST /nodes/${node}/qemu (create VM ${params.vmid})`, () => this.api.nodes.$(node).qemu.$post(params as never));
+    return this.call(`POST /nodes/${node}/qemu (create VM ${params.vmid})`, () =>
+      this.api.nodes.$(node).qemu.$post(params as never),
+    );
   }
 
   vmConfig(node: string, vmid: number): Promise<Record<string, string | number>> {
@@ -131,23 +161,36 @@ export class Proxmox {
 
   /** Grows a disk; newer Proxmox returns a UPID, older ones null. */
   resize(node: string, vmid: number, disk: string, size: string): Promise<string | null> {
-    return this.call(`PUT /nodes/${node}/qemu/${vmid}/resize (${disk} to ${size})`, () => this.api.nodes.$(node).qemu.$(vmid).resize.$put({ disk: disk as never, size }));
+    return this.call(`PUT /nodes/${node}/qemu/${vmid}/resize (${disk} to ${size})`, () =>
+      this.api.nodes
+        .$(node)
+        .qemu.$(vmid)
+        .resize.$put({ disk: disk as never, size }),
+    );
   }
 
   start(node: string, vmid: number): Promise<string> {
-    return this.call(`POST /nodes/${node}/qemu/${vmid}/status/start`, () => this.api.nodes.$(node).qemu.$(vmid).status.start.$post());
+    return this.call(`POST /nodes/${node}/qemu/${vmid}/status/start`, () =>
+      this.api.nodes.$(node).qemu.$(vmid).status.start.$post(),
+    );
   }
 
   stop(node: string, vmid: number): Promise<string> {
-    return this.call(`POST /nodes/${node}/qemu/${vmid}/status/stop`, () => this.api.nodes.$(node).qemu.$(vmid).status.stop.$post());
+    return this.call(`POST /nodes/${node}/qemu/${vmid}/status/stop`, () =>
+      this.api.nodes.$(node).qemu.$(vmid).status.stop.$post(),
+    );
   }
 
   status(node: string, vmid: number): Promise<VmStatus> {
-    return this.call(`GET /nodes/${node}/qemu/${vmid}/status/current`, () => this.api.nodes.$(node).qemu.$(vmid).status.current.$get());
+    return this.call(`GET /nodes/${node}/qemu/${vmid}/status/current`, () =>
+      this.api.nodes.$(node).qemu.$(vmid).status.current.$get(),
+    );
   }
 
   destroy(node: string, vmid: number): Promise<string> {
-    return this.call(`DELETE /nodes/${node}/qemu/${vmid}`, () => this.api.nodes.$(node).qemu.$(vmid).$delete({ purge: true, 'destroy-unreferenced-disks': true }));
+    return this.call(`DELETE /nodes/${node}/qemu/${vmid}`, () =>
+      this.api.nodes.$(node).qemu.$(vmid).$delete({ purge: true, 'destroy-unreferenced-disks': true }),
+    );
   }
 
   taskStatus(upid: string): Promise<TaskStatus> {
@@ -157,7 +200,9 @@ export class Proxmox {
 
   async taskLog(upid: string, lines = 20): Promise<string[]> {
     const { node } = parseUpid(upid);
-    const log = await this.call<{ n: number; t: string }[]>(`GET task log ${upid}`, () => this.api.nodes.$(node).tasks.$(upid).log.$get({ start: 0, limit: 500 }));
+    const log = await this.call<{ n: number; t: string }[]>(`GET task log ${upid}`, () =>
+      this.api.nodes.$(node).tasks.$(upid).log.$get({ start: 0, limit: 500 }),
+    );
     return log.map((l) => l.t).slice(-lines);
   }
 
@@ -165,7 +210,10 @@ export class Proxmox {
    * Follows a task (UPID) to its end, polling every `pollMs`; `onPoll` sees each status (for heartbeats). A task
    * that ends in anything but OK / WARNINGS throws a ProxmoxError with its exit status and its log's last lines.
    */
-  async waitTask(upid: string, o: { pollMs?: number; onPoll?: (s: TaskStatus) => void; signal?: AbortSignal } = {}): Promise<TaskStatus> {
+  async waitTask(
+    upid: string,
+    o: { pollMs?: number; onPoll?: (s: TaskStatus) => void; signal?: AbortSignal } = {},
+  ): Promise<TaskStatus> {
     for (;;) {
       const s = await this.taskStatus(upid);
       o.onPoll?.(s);
@@ -173,7 +221,10 @@ export class Proxmox {
         if (taskSucceeded(s.exitstatus)) return s;
         const tail = await this.taskLog(upid, 8).catch(() => []);
         const text = s.exitstatus ?? 'ended without an exit status';
-        throw new ProxmoxError(`Proxmox task ${s.type} ${s.id} failed: ${text}${tail.length ? `\n  task log:\n    ${tail.join('\n    ')}` : ''}`, { method: 'TASK', url: upid, status: null, reason: text });
+        throw new ProxmoxError(
+          `Proxmox task ${s.type} ${s.id} failed: ${text}${tail.length ? `\n  task log:\n    ${tail.join('\n    ')}` : ''}`,
+          { method: 'TASK', url: upid, status: null, reason: text },
+        );
       }
       if (o.signal?.aborted) throw new Error(`stopped waiting for Proxmox task ${upid}`);
       await new Promise((r) => setTimeout(r, o.pollMs ?? 500));

@@ -41,7 +41,10 @@ export { runTag } from './tags';
 export function parseCidr(s: string): { address: string; prefix: number } {
   const m = /^(\d{1,3}(?:\.\d{1,3}){3})\/(\d{1,2})$/.exec(s.trim());
   if (!m || !isIPv4(m[1] as string) || Number(m[2]) < 1 || Number(m[2]) > 32) {
-    throw new LlmgwError('LLMGW_BAD_REQUEST', `--ip ${s}: expected an IPv4 address with its prefix length, e.g. 10.0.0.144/24`);
+    throw new LlmgwError(
+      'LLMGW_BAD_REQUEST',
+      `--ip ${s}: expected an IPv4 address with its prefix length, e.g. 10.0.0.144/24`,
+    );
   }
   return { address: m[1] as string, prefix: Number(m[2]) };
 }
@@ -52,19 +55,25 @@ export function parseCidr(s: string): { address: string; prefix: number } {
  */
 export function defaultVmid(ip: string): number {
   const octet = Number(parseCidr(ip).address.split('.')[3]);
-  if (octet < 100) throw new LlmgwError('LLMGW_BAD_REQUEST', `the VMID defaults to the address's last octet, but ${octet} (from ${ip}) is below Proxmox's first VMID, 100: pass --vmid N (100 to 999999999)`);
+  if (octet < 100)
+    throw new LlmgwError(
+      'LLMGW_BAD_REQUEST',
+      `the VMID defaults to the address's last octet, but ${octet} (from ${ip}) is below Proxmox's first VMID, 100: pass --vmid N (100 to 999999999)`,
+    );
   return octet;
 }
 
 export function checkVmid(n: number): number {
-  if (!Number.isInteger(n) || n < 100 || n > 999_999_999) throw new LlmgwError('LLMGW_BAD_REQUEST', `--vmid ${n}: Proxmox VMIDs are whole numbers from 100 to 999999999`);
+  if (!Number.isInteger(n) || n < 100 || n > 999_999_999)
+    throw new LlmgwError('LLMGW_BAD_REQUEST', `--vmid ${n}: Proxmox VMIDs are whole numbers from 100 to 999999999`);
   return n;
 }
 
 /** `64G`, `64` (GiB) → 64. */
 export function parseDiskGiB(s: string, flag = '--disk'): number {
   const m = /^(\d+)(G|GB|GiB)?$/i.exec(s.trim());
-  if (!m || Number(m[1]) < 1) throw new LlmgwError('LLMGW_BAD_REQUEST', `${flag} ${s}: expected a size in GiB, e.g. 64G`);
+  if (!m || Number(m[1]) < 1)
+    throw new LlmgwError('LLMGW_BAD_REQUEST', `${flag} ${s}: expected a size in GiB, e.g. 64G`);
   return Number(m[1]);
 }
 
@@ -76,7 +85,11 @@ export function parseDiskGiB(s: string, flag = '--disk'): number {
  */
 export function encodeSshKeys(keys: string[]): string {
   const lines = keys.map((k) => k.trim()).filter(Boolean);
-  if (lines.length === 0) throw new LlmgwError('LLMGW_BAD_REQUEST', 'no ssh public key to give the VM: onboarding would have no way in (pass --ssh-key PATH, whose PATH.pub is used)');
+  if (lines.length === 0)
+    throw new LlmgwError(
+      'LLMGW_BAD_REQUEST',
+      'no ssh public key to give the VM: onboarding would have no way in (pass --ssh-key PATH, whose PATH.pub is used)',
+    );
   return encodeURIComponent(lines.join('\n'));
 }
 
@@ -138,7 +151,11 @@ export function describeVm(vm: VmResource): string {
 /** `UPID:<node>:<pid>:<pstart>:<starttime>:<type>:<id>:<user>:` → its parts (the node is where to poll it). */
 export function parseUpid(upid: string): { node: string; type: string; id: string; user: string } {
   const m = /^UPID:([^:]+):[0-9A-Fa-f]{8}:[0-9A-Fa-f]{8,9}:[0-9A-Fa-f]{8}:([^:]*):([^:]*):([^:]*):$/.exec(upid);
-  if (!m) throw new LlmgwError('LLMGW_PROXMOX_FAILED', `Proxmox returned ${JSON.stringify(upid)} where a task id (UPID:…) was expected`);
+  if (!m)
+    throw new LlmgwError(
+      'LLMGW_PROXMOX_FAILED',
+      `Proxmox returned ${JSON.stringify(upid)} where a task id (UPID:…) was expected`,
+    );
   return { node: m[1] as string, type: m[2] as string, id: m[3] as string, user: m[4] as string };
 }
 
@@ -159,18 +176,32 @@ export interface PveCallError {
 export function parsePveError(err: unknown): PveCallError {
   const msg = err instanceof Error ? err.message : String(err);
   // The reason may hold colons (a volid, "import failed: …"): the body is what follows the last ": " before JSON.
-  const m = /^(GET|POST|PUT|DELETE) (\S+) (?:return Error|connection failed with) (\d{3}) (.*?)(?:(?: return)?: ((?:\{|\[|null\b).*))?$/s.exec(msg);
+  const m =
+    /^(GET|POST|PUT|DELETE) (\S+) (?:return Error|connection failed with) (\d{3}) (.*?)(?:(?: return)?: ((?:\{|\[|null\b).*))?$/s.exec(
+      msg,
+    );
   if (!m) {
     const net = /^FaILED to call (\w+) (\S+)(?: cause by:(.*))?$/s.exec(msg);
-    if (net) return { method: net[1] as string, url: net[2] as string, status: null, reason: net[3] ? `connection failed: ${net[3]}` : 'connection failed' };
+    if (net)
+      return {
+        method: net[1] as string,
+        url: net[2] as string,
+        status: null,
+        reason: net[3] ? `connection failed: ${net[3]}` : 'connection failed',
+      };
     return { method: '', url: '', status: null, reason: msg };
   }
   let reason = (m[4] as string).trim();
   try {
     const body = JSON.parse(m[5] ?? 'null') as { errors?: Record<string, string> | string; message?: string } | null;
-    if (body && typeof body.errors === 'object' && body.errors) reason += ` (${Object.entries(body.errors).map(([k, v]) => `${k}: ${String(v).trim()}`).join('; ')})`;
+    if (body && typeof body.errors === 'object' && body.errors)
+      reason += ` (${Object.entries(body.errors)
+        .map(([k, v]) => `${k}: ${String(v).trim()}`)
+        .join('; ')})`;
     else if (body?.message && !reason) reason = body.message.trim();
-  } catch { /* not JSON: the reason alone */ }
+  } catch {
+    /* not JSON: the reason alone */
+  }
   return { method: m[1] as string, url: m[2] as string, status: Number(m[3]), reason };
 }
 
@@ -190,6 +221,8 @@ export function diskSizeGiB(line: string | undefined): number | null {
   if (!m) return null;
   const n = Number(m[1]);
   // No unit: bytes (pve-common's format_size writes a size that is no whole KiB so).
-  const unit = { B: 1 / 2 ** 30, K: 1 / (1024 * 1024), M: 1 / 1024, G: 1, T: 1024 }[(m[2] ?? 'B') as 'B' | 'K' | 'M' | 'G' | 'T'];
+  const unit = { B: 1 / 2 ** 30, K: 1 / (1024 * 1024), M: 1 / 1024, G: 1, T: 1024 }[
+    (m[2] ?? 'B') as 'B' | 'K' | 'M' | 'G' | 'T'
+  ];
   return n * unit;
 }

@@ -10,5 +10,12 @@ import { releaseSelfArgv } from '../release';
  * artefact: its own Node and bundled program, `sim-engine`.
  */
 export function simEngineArgv(): string[] {
-  return releaseSelfArgv('sim-engine') ?? [process.execPath, '--require', require.resolve('tsx/cjs'), resolve(__dirname, '../../cli/sim-engine.ts')];
+  return (
+    releaseSelfArgv('sim-engine') ?? [
+      process.execPath,
+      '--require',
+      require.resolve('tsx/cjs'),
+      resolve(__dirname, '../../cli/sim-engine.ts'),
+    ]
+  );
 }

@@ -23,8 +23,14 @@ export interface GpuLocks {
 /** The GPU indices CUDA_VISIBLE_DEVICES names (`"2,3"`), [] for `""`, or null when it is unset (every GPU). */
 export function visibleDevices(env: string | undefined): number[] | null {
   if (env === undefined) return null;
-  const parts = env.split(',').map((p) => p.trim()).filter(Boolean);
-  if (parts.some((p) => !/^\d+$/.test(p))) throw new Error(`CUDA_VISIBLE_DEVICES="${env}": expected GPU indices like 0,1 (the sim engine models indices, not UUIDs)`);
+  const parts = env
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean);
+  if (parts.some((p) => !/^\d+$/.test(p)))
+    throw new Error(
+      `CUDA_VISIBLE_DEVICES="${env}": expected GPU indices like 0,1 (the sim engine models indices, not UUIDs)`,
+    );
   return parts.map(Number);
 }
 
@@ -48,7 +54,8 @@ export function lockGpus(dir: string, devices: number[], what: string): GpuLocks
   const me: Holder = { pid: process.pid, startTime: procStartTime(process.pid) ?? '', what };
   const taken: number[] = [];
   const release = (): void => {
-    for (const gpu of taken.splice(0)) if (holderOf(lockFile(dir, gpu))?.pid === me.pid) rmSync(lockFile(dir, gpu), { force: true });
+    for (const gpu of taken.splice(0))
+      if (holderOf(lockFile(dir, gpu))?.pid === me.pid) rmSync(lockFile(dir, gpu), { force: true });
   };
   try {
     for (const gpu of devices) {
@@ -61,7 +68,10 @@ export function lockGpus(dir: string, devices: number[], what: string): GpuLocks
         } catch (err) {
           if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
           const h = holderOf(file);
-          if (h) throw new Error(`GPU ${gpu} is held by ${h.what} (pid ${h.pid}): two engines on one GPU run out of memory or compute on the wrong device, so this one does not start`);
+          if (h)
+            throw new Error(
+              `GPU ${gpu} is held by ${h.what} (pid ${h.pid}): two engines on one GPU run out of memory or compute on the wrong device, so this one does not start`,
+            );
           if (attempt > 0) throw new Error(`GPU ${gpu}: could not take its lock ${file}`);
           rmSync(file, { force: true }); // its holder died without releasing it
         }

@@ -95,7 +95,8 @@ async function join(o: GroupOptions, broken: Promise<string>, breakWith: (r: str
       s.once('error', (e) => resolve(e));
     });
     if (sock instanceof Error) {
-      if (Date.now() > deadline) throw new Error(`rank ${o.rank} could not reach rank 0 at ${o.distHost}:${o.distPort}: ${sock.message}`);
+      if (Date.now() > deadline)
+        throw new Error(`rank ${o.rank} could not reach rank 0 at ${o.distHost}:${o.distPort}: ${sock.message}`);
       await new Promise((r) => setTimeout(r, 200));
       continue;
     }
@@ -111,6 +112,15 @@ async function join(o: GroupOptions, broken: Promise<string>, breakWith: (r: str
     }
     sock.on('close', () => !closing && breakWith('rank 0 left the group (connection closed)'));
     sock.on('error', () => undefined);
-    return { distPort: 0, joined: () => 1, ready: () => true, broken, close: () => { closing = true; sock.destroy(); } };
+    return {
+      distPort: 0,
+      joined: () => 1,
+      ready: () => true,
+      broken,
+      close: () => {
+        closing = true;
+        sock.destroy();
+      },
+    };
   }
 }

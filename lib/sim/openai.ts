@@ -33,10 +33,38 @@ export const DEFAULT_MAX_TOKENS = 16;
 const MAX_MAX_TOKENS = 100_000;
 
 const WORDS = [
-  'amber', 'basalt', 'cedar', 'delta', 'ember', 'fjord', 'granite', 'harbor',
-  'iris', 'juniper', 'kelp', 'lumen', 'meadow', 'nimbus', 'onyx', 'prairie',
-  'quartz', 'river', 'sierra', 'tundra', 'umber', 'valley', 'willow', 'xenon',
-  'yarrow', 'zephyr', 'atlas', 'boreal', 'cobalt', 'dune', 'estuary', 'flint',
+  'amber',
+  'basalt',
+  'cedar',
+  'delta',
+  'ember',
+  'fjord',
+  'granite',
+  'harbor',
+  'iris',
+  'juniper',
+  'kelp',
+  'lumen',
+  'meadow',
+  'nimbus',
+  'onyx',
+  'prairie',
+  'quartz',
+  'river',
+  'sierra',
+  'tundra',
+  'umber',
+  'valley',
+  'willow',
+  'xenon',
+  'yarrow',
+  'zephyr',
+  'atlas',
+  'boreal',
+  'cobalt',
+  'dune',
+  'estuary',
+  'flint',
 ] as const;
 
 /** Words the way the sim engine counts tokens: whitespace-separated runs. */
@@ -74,7 +102,11 @@ export function parseSimRequest(endpoint: SimEndpoint, body: string, model: stri
   const b = raw as Json;
   if (typeof b.model !== 'string' || b.model === '') return bad('model: required, a non-empty string');
   if (b.model !== model) {
-    return { kind: 'error', code: 'LLMGW_UNKNOWN_MODEL', message: `model "${b.model}" is not served here; this engine serves "${model}"` };
+    return {
+      kind: 'error',
+      code: 'LLMGW_UNKNOWN_MODEL',
+      message: `model "${b.model}" is not served here; this engine serves "${model}"`,
+    };
   }
   const prompt = endpoint === 'chat' ? chatPromptText(b.messages) : singlePrompt(b.prompt);
   if (typeof prompt !== 'string') return bad(prompt.problem);
@@ -85,13 +117,23 @@ export function parseSimRequest(endpoint: SimEndpoint, body: string, model: stri
   if (typeof maxTokens !== 'number' || !Number.isInteger(maxTokens) || maxTokens < 0 || maxTokens > MAX_MAX_TOKENS) {
     return bad(`max_tokens: expected an integer from 0 to ${MAX_MAX_TOKENS}, got ${JSON.stringify(limit)}`);
   }
-  if (b.stream !== undefined && b.stream !== null && typeof b.stream !== 'boolean') return bad('stream: expected a boolean');
+  if (b.stream !== undefined && b.stream !== null && typeof b.stream !== 'boolean')
+    return bad('stream: expected a boolean');
   const so = b.stream_options;
-  if (so !== undefined && so !== null && (typeof so !== 'object' || Array.isArray(so))) return bad('stream_options: expected an object');
+  if (so !== undefined && so !== null && (typeof so !== 'object' || Array.isArray(so)))
+    return bad('stream_options: expected an object');
   const includeUsage = (so as Json | null | undefined)?.include_usage === true;
   return {
     kind: 'ok',
-    request: { endpoint, model, promptText: prompt, promptTokens: countWords(prompt), maxTokens, stream: b.stream === true, includeUsage },
+    request: {
+      endpoint,
+      model,
+      promptText: prompt,
+      promptTokens: countWords(prompt),
+      maxTokens,
+      stream: b.stream === true,
+      includeUsage,
+    },
   };
 }
 
@@ -100,13 +142,16 @@ function chatPromptText(messages: unknown): string | { problem: string } {
   if (!Array.isArray(messages) || messages.length === 0) return { problem: 'messages: required, a non-empty array' };
   const parts: string[] = [];
   for (const [i, m] of messages.entries()) {
-    if (typeof m !== 'object' || m === null) return { problem: `messages[${i}]: expected an object with a string "role"` };
+    if (typeof m !== 'object' || m === null)
+      return { problem: `messages[${i}]: expected an object with a string "role"` };
     const role = roleProblem(m as Json, i);
     if (role) return { problem: role };
     const content = (m as Json).content;
     if (typeof content === 'string') parts.push(content);
     else if (Array.isArray(content)) {
-      for (const p of content) if (typeof p === 'object' && p !== null && typeof (p as Json).text === 'string') parts.push((p as Json).text as string);
+      for (const p of content)
+        if (typeof p === 'object' && p !== null && typeof (p as Json).text === 'string')
+          parts.push((p as Json).text as string);
     } else if (content !== null && content !== undefined) {
       return { problem: `messages[${i}].content: expected a string or an array of content parts` };
     }
@@ -116,26 +161,37 @@ function chatPromptText(messages: unknown): string | { problem: string } {
 
 /** The usage object for a request that produced `completionTokens` tokens. */
 export function usageOf(req: SimRequest, completionTokens: number): Usage {
-  return { prompt_tokens: req.promptTokens, completion_tokens: completionTokens, total_tokens: req.promptTokens + completionTokens };
+  return {
+    prompt_tokens: req.promptTokens,
+    completion_tokens: completionTokens,
+    total_tokens: req.promptTokens + completionTokens,
+  };
 }
 
 /** The non-stream response: `chat.completion` or `text_completion`. */
 export function completionBody(req: SimRequest, id: string, created: number, text: string, usage: Usage): Json {
   const finish_reason = 'length';
-  const choice = req.endpoint === 'chat'
-    ? { index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason }
-    : { index: 0, text, logprobs: null, finish_reason };
+  const choice =
+    req.endpoint === 'chat'
+      ? { index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason }
+      : { index: 0, text, logprobs: null, finish_reason };
   const object = req.endpoint === 'chat' ? 'chat.completion' : 'text_completion';
   return { id, object, created, model: req.model, choices: [choice], usage };
 }
 
 /** One stream chunk; `piece` is the delta text, `role` marks the chat opener, `finish` the last content chunk. */
-export function chunkBody(req: SimRequest, id: string, created: number, piece: { text: string; role?: boolean; finish?: boolean }): Json {
+export function chunkBody(
+  req: SimRequest,
+  id: string,
+  created: number,
+  piece: { text: string; role?: boolean; finish?: boolean },
+): Json {
   const finish_reason = piece.finish ? 'length' : null;
   const delta = piece.role ? { role: 'assistant', content: piece.text } : piece.finish ? {} : { content: piece.text };
-  const choice = req.endpoint === 'chat'
-    ? { index: 0, delta, logprobs: null, finish_reason }
-    : { index: 0, text: piece.text, logprobs: null, finish_reason };
+  const choice =
+    req.endpoint === 'chat'
+      ? { index: 0, delta, logprobs: null, finish_reason }
+      : { index: 0, text: piece.text, logprobs: null, finish_reason };
   return { ...chunkHead(req, id, created), choices: [choice], ...(req.includeUsage ? { usage: null } : {}) };
 }
 
@@ -145,5 +201,10 @@ export function usageChunk(req: SimRequest, id: string, created: number, usage: 
 }
 
 function chunkHead(req: SimRequest, id: string, created: number): Json {
-  return { id, object: req.endpoint === 'chat' ? 'chat.completion.chunk' : 'text_completion', created, model: req.model };
+  return {
+    id,
+    object: req.endpoint === 'chat' ? 'chat.completion.chunk' : 'text_completion',
+    created,
+    model: req.model,
+  };
 }

@@ -4,7 +4,17 @@ import { randomUUID } from 'node:crypto';
 import { openAiError, quoteInput, type ErrorCode, ERRORS } from '../errors';
 import { lockGpus, type GpuLocks } from './gpu-locks';
 import { formGroup } from './group';
-import { chunkBody, completionBody, fakeToken, parseSimRequest, promptSeed, usageChunk, usageOf, type SimEndpoint, type SimRequest } from './openai';
+import {
+  chunkBody,
+  completionBody,
+  fakeToken,
+  parseSimRequest,
+  promptSeed,
+  usageChunk,
+  usageOf,
+  type SimEndpoint,
+  type SimRequest,
+} from './openai';
 
 /** How to start one rank of a sim engine. */
 export interface SimOptions {
@@ -51,11 +61,16 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
   const log = o.log ?? ((): void => undefined);
   const devices = o.devices ?? null;
   // Before anything binds: a GPU held by another engine is a failed start, as on real hardware.
-  const locks: GpuLocks | null = o.gpuLockDir && devices?.length ? lockGpus(o.gpuLockDir, devices, `sim-engine ${o.model} rank ${o.rank} (port ${o.port})`) : null;
-  const group = await formGroup({ rank: o.rank, world: o.world, distHost: o.distHost, distPort: o.distPort }).catch((err: unknown) => {
-    locks?.release();
-    throw err;
-  });
+  const locks: GpuLocks | null =
+    o.gpuLockDir && devices?.length
+      ? lockGpus(o.gpuLockDir, devices, `sim-engine ${o.model} rank ${o.rank} (port ${o.port})`)
+      : null;
+  const group = await formGroup({ rank: o.rank, world: o.world, distHost: o.distHost, distPort: o.distPort }).catch(
+    (err: unknown) => {
+      locks?.release();
+      throw err;
+    },
+  );
   void group.broken.then(() => locks?.release());
   let broken: string | null = null;
   let closed: (v: { code: number; reason: string }) => void = () => undefined;
@@ -84,7 +99,11 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
   const fail = (res: ServerResponse, code: ErrorCode, message: string, status?: number): void =>
     json(res, status ?? ERRORS[code].status, openAiError(code, message));
   const notReady = (): string =>
-    broken ? `engine stopped: ${broken}` : draining ? 'engine is shutting down' : `waiting for ranks: ${group.joined()} of ${o.world - 1} workers joined`;
+    broken
+      ? `engine stopped: ${broken}`
+      : draining
+        ? 'engine is shutting down'
+        : `waiting for ranks: ${group.joined()} of ${o.world - 1} workers joined`;
 
   const complete = async (req: SimRequest, res: ServerResponse): Promise<void> => {
     const id = `${req.endpoint === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
@@ -140,9 +159,16 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
     if (req.method === 'GET' && url === '/v1/models') {
       return json(res, 200, { object: 'list', data: [{ id: o.model, object: 'model', created: 0, owned_by: 'sim' }] });
     }
-    const endpoint: SimEndpoint | null = url === '/v1/chat/completions' ? 'chat' : url === '/v1/completions' ? 'text' : null;
-    if (req.method === 'POST' && url === '/v1/embeddings') return fail(res, 'LLMGW_ENDPOINT_UNSUPPORTED', 'the sim engine serves no embeddings (like llama-server without --embeddings)');
-    if (req.method !== 'POST' || !endpoint) return fail(res, 'LLMGW_NOT_FOUND', `no route ${req.method} ${quoteInput(url, 100)}`);
+    const endpoint: SimEndpoint | null =
+      url === '/v1/chat/completions' ? 'chat' : url === '/v1/completions' ? 'text' : null;
+    if (req.method === 'POST' && url === '/v1/embeddings')
+      return fail(
+        res,
+        'LLMGW_ENDPOINT_UNSUPPORTED',
+        'the sim engine serves no embeddings (like llama-server without --embeddings)',
+      );
+    if (req.method !== 'POST' || !endpoint)
+      return fail(res, 'LLMGW_NOT_FOUND', `no route ${req.method} ${quoteInput(url, 100)}`);
     inFlight++;
     try {
       const chunks: Buffer[] = [];
@@ -204,7 +230,11 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
 }
 
 /** Logs each change in the number of joined workers until the group is complete (or broken). */
-function watchJoins(group: { joined(): number; ready(): boolean; broken: Promise<string> }, world: number, log: (m: string, f?: Record<string, unknown>) => void): void {
+function watchJoins(
+  group: { joined(): number; ready(): boolean; broken: Promise<string> },
+  world: number,
+  log: (m: string, f?: Record<string, unknown>) => void,
+): void {
   let seen = 0;
   const t = setInterval(() => {
     const n = group.joined();

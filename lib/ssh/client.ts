@@ -28,7 +28,11 @@ export type SshFailureKind = 'unreachable' | 'timeout' | 'handshake' | 'auth' | 
 /** A failed connection. */
 export class SshConnectError extends Error {
   override name = 'SshConnectError';
-  constructor(readonly kind: SshFailureKind, message: string, readonly presented: HostKey | null) {
+  constructor(
+    readonly kind: SshFailureKind,
+    message: string,
+    readonly presented: HostKey | null,
+  ) {
     super(message);
   }
 }
@@ -93,7 +97,13 @@ export function openSsh(o: OpenOptions): Promise<SshSession> {
     conn.on('close', () => {
       if (settled) return;
       settled = true;
-      reject(new SshConnectError('handshake', `${o.username}@${o.host}:${o.port}: connection closed before it was ready`, presented));
+      reject(
+        new SshConnectError(
+          'handshake',
+          `${o.username}@${o.host}:${o.port}: connection closed before it was ready`,
+          presented,
+        ),
+      );
     });
     conn.on('ready', () => {
       if (settled) return;
@@ -104,7 +114,10 @@ export function openSsh(o: OpenOptions): Promise<SshSession> {
       resolve(session(conn, presented as HostKey));
     });
     conn.connect({
-      host: o.host, port: o.port, username: o.username, privateKey: o.privateKey,
+      host: o.host,
+      port: o.port,
+      username: o.username,
+      privateKey: o.privateKey,
       readyTimeout: o.readyTimeoutMs ?? 20_000,
       // Runs before the server proves it holds the key: record it, decide, and store nothing until `ready`.
       hostVerifier: (blob: Buffer) => {
@@ -120,7 +133,8 @@ export function openSsh(o: OpenOptions): Promise<SshSession> {
 function session(conn: Client, presented: HostKey): SshSession {
   let sftp: Promise<SFTPWrapper> | undefined;
   const theSftp = (): Promise<SFTPWrapper> => (sftp ??= promisify<SFTPWrapper>((cb) => conn.sftp(cb)));
-  const tmpName = (path: string): string => `${path}.llmgw-tmp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
+  const tmpName = (path: string): string =>
+    `${path}.llmgw-tmp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
   const replace = async (s: SFTPWrapper, tmp: string, path: string, mode: number): Promise<void> => {
     await promisify<void>((cb) => s.chmod(tmp, mode, (e) => cb(e, undefined)));
     await promisify<void>((cb) => s.ext_openssh_rename(tmp, path, (e) => cb(e, undefined)));
@@ -136,16 +150,19 @@ function session(conn: Client, presented: HostKey): SshSession {
           let stdout = '';
           let stderr = '';
           const keep = (s: string, b: Buffer): string => (s + b.toString()).slice(-64_000);
-          const timer = o.timeoutMs ? setTimeout(() => {
-            stream.close();
-            reject(new Error(`\`${command}\` did not finish within ${o.timeoutMs! / 1000}s`));
-          }, o.timeoutMs) : undefined;
+          const timer = o.timeoutMs
+            ? setTimeout(() => {
+                stream.close();
+                reject(new Error(`\`${command}\` did not finish within ${o.timeoutMs! / 1000}s`));
+              }, o.timeoutMs)
+            : undefined;
           stream.on('data', (b: Buffer) => void (stdout = keep(stdout, b)));
           stream.stderr.on('data', (b: Buffer) => void (stderr = keep(stderr, b)));
           stream.on('close', (code: number | undefined, signal: string | undefined) => {
             clearTimeout(timer);
             // No exit status at all: the connection went away under the command.
-            if (code === undefined && signal === undefined) return reject(new Error(`the connection dropped while running \`${command}\``));
+            if (code === undefined && signal === undefined)
+              return reject(new Error(`the connection dropped while running \`${command}\``));
             resolve({ code: code ?? null, signal: signal ?? null, stdout, stderr, ms: Date.now() - started });
           });
           if (o.stdin !== undefined) stream.end(o.stdin);
@@ -171,7 +188,11 @@ function session(conn: Client, presented: HostKey): SshSession {
     async putFile(local, path, mode, progress) {
       const s = await theSftp();
       const tmp = tmpName(path);
-      await promisify<void>((cb) => s.fastPut(local, tmp, { mode, step: (sent, _chunk, total) => progress?.(sent, total) }, (e) => cb(e, undefined)));
+      await promisify<void>((cb) =>
+        s.fastPut(local, tmp, { mode, step: (sent, _chunk, total) => progress?.(sent, total) }, (e) =>
+          cb(e, undefined),
+        ),
+      );
       await replace(s, tmp, path, mode);
     },
     close() {
@@ -179,4 +200,3 @@ function session(conn: Client, presented: HostKey): SshSession {
     },
   };
 }
-

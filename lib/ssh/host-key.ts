@@ -48,7 +48,13 @@ export function decideHostKey(known: readonly HostKey[], presented: HostKey): Ho
 
 /** ssh2's default host key algorithm order (ssh2 1.17 with Ed25519 support). */
 export const DEFAULT_HOST_KEY_ALGORITHMS = [
-  'ssh-ed25519', 'ecdsa-sha2-nistp256', 'ecdsa-sha2-nistp384', 'ecdsa-sha2-nistp521', 'rsa-sha2-512', 'rsa-sha2-256', 'ssh-rsa',
+  'ssh-ed25519',
+  'ecdsa-sha2-nistp256',
+  'ecdsa-sha2-nistp384',
+  'ecdsa-sha2-nistp521',
+  'rsa-sha2-512',
+  'rsa-sha2-256',
+  'ssh-rsa',
 ] as const;
 
 /** The handshake algorithms that let a server present a key of blob type `type`. */
@@ -62,6 +68,8 @@ function algorithmsFor(type: string): string[] {
  * key type is mistaken for a changed host.
  */
 export function preferredHostKeyAlgorithms(known: readonly HostKey[]): string[] {
-  const first = known.flatMap((k) => algorithmsFor(k.type)).filter((a) => (DEFAULT_HOST_KEY_ALGORITHMS as readonly string[]).includes(a));
+  const first = known
+    .flatMap((k) => algorithmsFor(k.type))
+    .filter((a) => (DEFAULT_HOST_KEY_ALGORITHMS as readonly string[]).includes(a));
   return [...new Set([...first, ...DEFAULT_HOST_KEY_ALGORITHMS])];
 }

@@ -62,7 +62,10 @@ export class DrainStore {
 
   /** Removes rows of gateways silent for longer than `ms` (processes long gone); returns how many. */
   async pruneGateways(ms: number): Promise<number> {
-    const [r] = await this.pool.query<ResultSetHeader>('DELETE FROM gateway_inflight WHERE updated_at < NOW(3) - INTERVAL ? MICROSECOND', [ms * 1000]);
+    const [r] = await this.pool.query<ResultSetHeader>(
+      'DELETE FROM gateway_inflight WHERE updated_at < NOW(3) - INTERVAL ? MICROSECOND',
+      [ms * 1000],
+    );
     return r.affectedRows;
   }
 
@@ -74,26 +77,37 @@ export class DrainStore {
       [GATEWAY_LIVE_MS * 1000],
     );
     return rows.map((r) => ({
-      gatewayId: String(r.gateway_id), routed: json<string[]>(r.routed), inflight: json<Record<string, number>>(r.inflight), ageMs: Number(r.age_us) / 1000,
+      gatewayId: String(r.gateway_id),
+      routed: json<string[]>(r.routed),
+      inflight: json<Record<string, number>>(r.inflight),
+      ageMs: Number(r.age_us) / 1000,
     }));
   }
 
   /** How long ago the replica recorded `stopping` (left routing), or null when it is not stopping. */
   async stoppingForMs(replicaId: string): Promise<number | null> {
     const [rows] = await this.pool.query<RowDataPacket[]>(
-      `SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(3)) AS us FROM replicas WHERE id = ? AND state = 'stopping'`, [replicaId]);
+      `SELECT TIMESTAMPDIFF(MICROSECOND, updated_at, NOW(3)) AS us FROM replicas WHERE id = ? AND state = 'stopping'`,
+      [replicaId],
+    );
     return rows[0] ? Number(rows[0].us) / 1000 : null;
   }
 
   /** When the replica became ready (its row's time: written in the same statement as the state), or null when it is not ready. */
   async readySince(replicaId: string): Promise<Date | null> {
-    const [rows] = await this.pool.query<RowDataPacket[]>(`SELECT updated_at FROM replicas WHERE id = ? AND state = 'ready'`, [replicaId]);
+    const [rows] = await this.pool.query<RowDataPacket[]>(
+      `SELECT updated_at FROM replicas WHERE id = ? AND state = 'ready'`,
+      [replicaId],
+    );
     return rows[0] ? new Date(rows[0].updated_at as Date) : null;
   }
 
   /** When the event `kind` (e.g. replica.stopping) was last logged for a replica, or null. */
   async lastEventAt(replicaId: string, kind: string): Promise<Date | null> {
-    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT MAX(at) AS at FROM events WHERE replica_id = ? AND kind = ?', [replicaId, kind]);
+    const [rows] = await this.pool.query<RowDataPacket[]>(
+      'SELECT MAX(at) AS at FROM events WHERE replica_id = ? AND kind = ?',
+      [replicaId, kind],
+    );
     return rows[0]?.at ? new Date(rows[0].at as Date) : null;
   }
 }

@@ -16,15 +16,24 @@ export class HostKeyStore {
   /** Every key a node is known by, oldest first. */
   async list(nodeId: string): Promise<StoredHostKey[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>(
-      'SELECT fingerprint, key_type, public_key, address, learned_at FROM host_keys WHERE node_id = ? ORDER BY learned_at, fingerprint', [nodeId]);
-    return rows.map((r) => ({ fingerprint: String(r.fingerprint), type: String(r.key_type), key: String(r.public_key), address: String(r.address), learnedAt: r.learned_at as Date }));
+      'SELECT fingerprint, key_type, public_key, address, learned_at FROM host_keys WHERE node_id = ? ORDER BY learned_at, fingerprint',
+      [nodeId],
+    );
+    return rows.map((r) => ({
+      fingerprint: String(r.fingerprint),
+      type: String(r.key_type),
+      key: String(r.public_key),
+      address: String(r.address),
+      learnedAt: r.learned_at as Date,
+    }));
   }
 
   /** Records a key learned for a node (a second learning of the same key changes nothing); true when new. */
   async learn(nodeId: string, key: HostKey, address: string): Promise<boolean> {
     const [r] = await this.pool.query<ResultSetHeader>(
       'INSERT IGNORE INTO host_keys (node_id, fingerprint, key_type, public_key, address, learned_at) VALUES (?, ?, ?, ?, ?, NOW(3))',
-      [nodeId, key.fingerprint, key.type, key.key, address]);
+      [nodeId, key.fingerprint, key.type, key.key, address],
+    );
     return r.affectedRows === 1;
   }
 
@@ -42,17 +51,25 @@ export class HostKeyStore {
 
   /** When the node last registered (its agent's start) and was last seen, or null when it never registered. */
   async registration(nodeId: string): Promise<{ registeredAt: Date; lastSeen: Date | null } | null> {
-    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT registered_at, last_seen FROM nodes WHERE id = ?', [nodeId]);
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT registered_at, last_seen FROM nodes WHERE id = ?', [
+      nodeId,
+    ]);
     const r = rows[0];
     return r ? { registeredAt: r.registered_at as Date, lastSeen: (r.last_seen as Date | null) ?? null } : null;
   }
 
   /** The node's last engine install and probe (each engine's status) and when it was recorded, or null before any. */
   async engineProbe(nodeId: string): Promise<{ checkedAt: Date; statuses: EngineStatus[] } | null> {
-    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT engines_checked_at, engine_status FROM nodes WHERE id = ?', [nodeId]);
+    const [rows] = await this.pool.query<RowDataPacket[]>(
+      'SELECT engines_checked_at, engine_status FROM nodes WHERE id = ?',
+      [nodeId],
+    );
     const r = rows[0];
     if (!r?.engines_checked_at) return null;
-    const statuses = typeof r.engine_status === 'string' ? (JSON.parse(r.engine_status) as EngineStatus[]) : ((r.engine_status as EngineStatus[] | null) ?? []);
+    const statuses =
+      typeof r.engine_status === 'string'
+        ? (JSON.parse(r.engine_status) as EngineStatus[])
+        : ((r.engine_status as EngineStatus[] | null) ?? []);
     return { checkedAt: r.engines_checked_at as Date, statuses };
   }
 }

@@ -1,7 +1,17 @@
 /** The cluster's current state in MySQL: nodes, models, replicas, shards, port leases, events. */
 import type { Pool, RowDataPacket, ResultSetHeader } from 'mysql2/promise';
 import { embeddingRefusal } from '../engines/registry';
-import type { EngineStatus, ModelSpec, NodeId, NodeInventory, NodeRecord, NodeState, ReplicaRecord, ReplicaState, ShardAssignment } from '../types';
+import type {
+  EngineStatus,
+  ModelSpec,
+  NodeId,
+  NodeInventory,
+  NodeRecord,
+  NodeState,
+  ReplicaRecord,
+  ReplicaState,
+  ShardAssignment,
+} from '../types';
 
 /** A placed shard: where it runs and the GPU indices it holds there. */
 export interface ShardRow extends ShardAssignment {
@@ -34,7 +44,8 @@ const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T)
  */
 export function legacyGpus(rows: (Omit<ShardRow, 'gpus'> & { gpus: number[] | null; count: number })[]): ShardRow[] {
   const held = new Map<string, Set<number>>();
-  for (const r of rows) if (r.gpus) for (const g of r.gpus) held.set(r.nodeId, (held.get(r.nodeId) ?? new Set()).add(g));
+  for (const r of rows)
+    if (r.gpus) for (const g of r.gpus) held.set(r.nodeId, (held.get(r.nodeId) ?? new Set()).add(g));
   return rows.map(({ count, ...r }) => {
     if (r.gpus) return { ...r, gpus: r.gpus };
     const taken = held.get(r.nodeId) ?? new Set<number>();
@@ -70,7 +81,10 @@ export class Store {
   async heartbeat(id: NodeId): Promise<NodeState | null> {
     const before = await this.nodeState(id);
     if (before === null) return null;
-    await this.pool.query(`UPDATE nodes SET last_seen = NOW(3), state = IF(state = 'down', IF(cordoned, 'cordoned', 'ready'), state) WHERE id = ?`, [id]);
+    await this.pool.query(
+      `UPDATE nodes SET last_seen = NOW(3), state = IF(state = 'down', IF(cordoned, 'cordoned', 'ready'), state) WHERE id = ?`,
+      [id],
+    );
     return before;
   }
 
@@ -88,7 +102,12 @@ export class Store {
         GROUP BY n.id, n.inventory`,
       [ms * 1000],
     );
-    return rows.map((r) => ({ id: r.id as NodeId, host: String(r.host ?? ''), ports: r.ports ? String(r.ports).split(',').map(Number) : [], silentMs: Number(r.silent_ms) }));
+    return rows.map((r) => ({
+      id: r.id as NodeId,
+      host: String(r.host ?? ''),
+      ports: r.ports ? String(r.ports).split(',').map(Number) : [],
+      silentMs: Number(r.silent_ms),
+    }));
   }
 
   /**
@@ -108,9 +127,13 @@ export class Store {
    * is seen again, and then comes back cordoned if it was cordoned.
    */
   async setNodeState(id: string, state: NodeState): Promise<boolean> {
-    const [r] = state === 'down'
-      ? await this.pool.query<ResultSetHeader>(`UPDATE nodes SET state = 'down' WHERE id = ?`, [id])
-      : await this.pool.query<ResultSetHeader>(`UPDATE nodes SET cordoned = ?, state = IF(state = 'down', 'down', ?) WHERE id = ?`, [state === 'cordoned' ? 1 : 0, state, id]);
+    const [r] =
+      state === 'down'
+        ? await this.pool.query<ResultSetHeader>(`UPDATE nodes SET state = 'down' WHERE id = ?`, [id])
+        : await this.pool.query<ResultSetHeader>(
+            `UPDATE nodes SET cordoned = ?, state = IF(state = 'down', 'down', ?) WHERE id = ?`,
+            [state === 'cordoned' ? 1 : 0, state, id],
+          );
     return r.affectedRows > 0;
   }
 
@@ -187,7 +210,14 @@ export class Store {
   }
 
   /** Creates or updates a replica's state row. `endpoint` undefined leaves it unchanged. */
-  async setReplica(r: { id: string; model: string; profile: string; state: ReplicaState; reason?: string | null; endpoint?: string | null }): Promise<void> {
+  async setReplica(r: {
+    id: string;
+    model: string;
+    profile: string;
+    state: ReplicaState;
+    reason?: string | null;
+    endpoint?: string | null;
+  }): Promise<void> {
     const keepEndpoint = r.endpoint === undefined;
     await this.pool.query(
       `INSERT INTO replicas (id, model, profile, state, reason, endpoint, updated_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))
@@ -211,7 +241,9 @@ export class Store {
       state: r.state as ReplicaState,
       reason: r.reason,
       endpoint: r.endpoint,
-      shards: shards.filter((s) => s.replicaId === r.id).map(({ rank, nodeId, port, gpus }) => ({ rank, nodeId, port, gpus })),
+      shards: shards
+        .filter((s) => s.replicaId === r.id)
+        .map(({ rank, nodeId, port, gpus }) => ({ rank, nodeId, port, gpus })),
       updatedAt: new Date(r.updated_at),
     }));
   }
@@ -219,16 +251,23 @@ export class Store {
   /** Every placed shard, with the GPU indices it holds (rows from before migration 10 get theirs by legacyGpus). */
   async listShards(): Promise<ShardRow[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM shards ORDER BY replica_id, `rank`');
-    return legacyGpus(rows.map((r) => ({
-      replicaId: r.replica_id, rank: r.rank, nodeId: r.node_id as NodeId, port: r.port,
-      gpus: r.gpu_indices === null ? null : json<number[]>(r.gpu_indices), count: Number(r.gpus),
-    })));
+    return legacyGpus(
+      rows.map((r) => ({
+        replicaId: r.replica_id,
+        rank: r.rank,
+        nodeId: r.node_id as NodeId,
+        port: r.port,
+        gpus: r.gpu_indices === null ? null : json<number[]>(r.gpu_indices),
+        count: Number(r.gpus),
+      })),
+    );
   }
 
   /** The GPU indices held on each node by placed shards, leaving out those of some replicas (the one being placed). */
   async heldGpus(except: string[] = []): Promise<Record<string, number[]>> {
     const held: Record<string, number[]> = {};
-    for (const s of await this.listShards()) if (!except.includes(s.replicaId)) held[s.nodeId] = [...(held[s.nodeId] ?? []), ...s.gpus];
+    for (const s of await this.listShards())
+      if (!except.includes(s.replicaId)) held[s.nodeId] = [...(held[s.nodeId] ?? []), ...s.gpus];
     return held;
   }
 
@@ -236,9 +275,17 @@ export class Store {
    * Leases `n` free ports on `host` within [base, base+count) for a replica: ports never leased first, then
    * those released longest ago (never the one just given up, which a stale route may still name).
    */
-  async leasePorts(host: string, replicaId: string, n: number, range: { base: number; count: number }): Promise<number[]> {
+  async leasePorts(
+    host: string,
+    replicaId: string,
+    n: number,
+    range: { base: number; count: number },
+  ): Promise<number[]> {
     for (let attempt = 0; attempt < 5; attempt++) {
-      const [rows] = await this.pool.query<RowDataPacket[]>('SELECT port, released_at FROM port_leases WHERE host = ?', [host]);
+      const [rows] = await this.pool.query<RowDataPacket[]>(
+        'SELECT port, released_at FROM port_leases WHERE host = ?',
+        [host],
+      );
       const taken = new Set<number>();
       const releasedAt = new Map<number, number>();
       for (const r of rows) {
@@ -247,18 +294,30 @@ export class Store {
       }
       const free: number[] = [];
       for (let p = range.base; p < range.base + range.count; p++) if (!taken.has(p)) free.push(p);
-      if (free.length < n) throw new Error(`no free engine ports left on ${host} in ${range.base}-${range.base + range.count - 1}: widen enginePorts in server.yaml`);
+      if (free.length < n)
+        throw new Error(
+          `no free engine ports left on ${host} in ${range.base}-${range.base + range.count - 1}: widen enginePorts in server.yaml`,
+        );
       const ports = free.sort((a, b) => (releasedAt.get(a) ?? -1) - (releasedAt.get(b) ?? -1) || a - b).slice(0, n);
       const fresh = ports.filter((p) => !releasedAt.has(p));
       const reused = ports.filter((p) => releasedAt.has(p));
       try {
-        if (fresh.length) await this.pool.query('INSERT INTO port_leases (host, port, replica_id) VALUES ?', [fresh.map((p) => [host, p, replicaId])]);
+        if (fresh.length)
+          await this.pool.query('INSERT INTO port_leases (host, port, replica_id) VALUES ?', [
+            fresh.map((p) => [host, p, replicaId]),
+          ]);
         // Take a released row back only while it is still released (a concurrent lease may have taken it).
         const [res] = reused.length
-          ? await this.pool.query<ResultSetHeader>('UPDATE port_leases SET replica_id = ?, released_at = NULL WHERE host = ? AND port IN (?) AND released_at IS NOT NULL', [replicaId, host, reused])
+          ? await this.pool.query<ResultSetHeader>(
+              'UPDATE port_leases SET replica_id = ?, released_at = NULL WHERE host = ? AND port IN (?) AND released_at IS NOT NULL',
+              [replicaId, host, reused],
+            )
           : [{ affectedRows: 0 } as ResultSetHeader];
         if (res.affectedRows === reused.length) return ports;
-        await this.pool.query('UPDATE port_leases SET replica_id = NULL, released_at = NOW(3) WHERE replica_id = ? AND host = ? AND port IN (?)', [replicaId, host, ports]);
+        await this.pool.query(
+          'UPDATE port_leases SET replica_id = NULL, released_at = NOW(3) WHERE replica_id = ? AND host = ? AND port IN (?)',
+          [replicaId, host, ports],
+        );
       } catch (err) {
         if ((err as { code?: string }).code !== 'ER_DUP_ENTRY') throw err;
       }
@@ -278,20 +337,25 @@ export class Store {
   /** Forgets a replica's shards and port leases. */
   async releaseReplica(replicaId: string): Promise<void> {
     await this.pool.query('DELETE FROM shards WHERE replica_id = ?', [replicaId]);
-    await this.pool.query('UPDATE port_leases SET replica_id = NULL, released_at = NOW(3) WHERE replica_id = ?', [replicaId]);
+    await this.pool.query('UPDATE port_leases SET replica_id = NULL, released_at = NOW(3) WHERE replica_id = ?', [
+      replicaId,
+    ]);
   }
 
   /** What the gateway routes by: catalog models (with their first-byte timeouts) and every replica's state. */
   async routeRows(): Promise<RouteRows> {
     // The timeout lives in the model's spec JSON; JSON_EXTRACT reads just it (NULL when the catalog sets none).
-    const [models] = await this.pool.query<RowDataPacket[]>(`SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms, JSON_EXTRACT(spec, '$.profiles') AS profiles FROM models ORDER BY name`);
+    const [models] = await this.pool.query<RowDataPacket[]>(
+      `SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms, JSON_EXTRACT(spec, '$.profiles') AS profiles FROM models ORDER BY name`,
+    );
     const [reps] = await this.pool.query<RowDataPacket[]>(
       `SELECT id, model, state, endpoint, reason FROM replicas WHERE state <> 'stopped' ORDER BY id`,
     );
     const firstByteMs: Record<string, number> = {};
     const noEmbeddings: Record<string, string> = {};
     for (const m of models) {
-      if (m.first_byte_ms !== null && Number(m.first_byte_ms) > 0) firstByteMs[String(m.name)] = Number(m.first_byte_ms);
+      if (m.first_byte_ms !== null && Number(m.first_byte_ms) > 0)
+        firstByteMs[String(m.name)] = Number(m.first_byte_ms);
       const refusal = embeddingRefusal(json<ModelSpec['profiles'] | null>(m.profiles) ?? []);
       if (refusal) noEmbeddings[String(m.name)] = refusal;
     }
@@ -321,19 +385,23 @@ export class Store {
 
   /** Appends to the event log. */
   async event(e: EventInput): Promise<void> {
-    await this.pool.query('INSERT INTO events (at, kind, node_id, model, replica_id, message) VALUES (NOW(3), ?, ?, ?, ?, ?)', [
-      e.kind,
-      e.nodeId ?? null,
-      e.model ?? null,
-      e.replicaId ?? null,
-      e.message,
-    ]);
+    await this.pool.query(
+      'INSERT INTO events (at, kind, node_id, model, replica_id, message) VALUES (NOW(3), ?, ?, ?, ?, ?)',
+      [e.kind, e.nodeId ?? null, e.model ?? null, e.replicaId ?? null, e.message],
+    );
   }
 
   /** The newest events, newest first. */
   async recentEvents(limit = 50): Promise<(EventInput & { at: Date })[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM events ORDER BY id DESC LIMIT ?', [limit]);
-    return rows.map((r) => ({ at: new Date(r.at), kind: r.kind, message: r.message, nodeId: r.node_id ?? undefined, model: r.model ?? undefined, replicaId: r.replica_id ?? undefined }));
+    return rows.map((r) => ({
+      at: new Date(r.at),
+      kind: r.kind,
+      message: r.message,
+      nodeId: r.node_id ?? undefined,
+      model: r.model ?? undefined,
+      replicaId: r.replica_id ?? undefined,
+    }));
   }
 
   /** Records an issued certificate; a serial already recorded is an error (serials are random and never reused). */
@@ -364,18 +432,27 @@ export class Store {
 
   /** One certificate by its serial (lowercase hex), or null. */
   async certificateBySerial(serial: string): Promise<CertificateRecord | null> {
-    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM certificates WHERE serial = ?', [serial.toLowerCase()]);
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM certificates WHERE serial = ?', [
+      serial.toLowerCase(),
+    ]);
     return rows[0] ? certificateRow(rows[0]) : null;
   }
 
   /** Records that the Temporal door handed the task token with this digest to node `cn`. */
   async rememberTaskToken(cn: string, digest: string): Promise<void> {
-    await this.pool.query('INSERT IGNORE INTO door_task_tokens (cn, digest, handed_at) VALUES (?, ?, ?)', [cn, digest, new Date()]);
+    await this.pool.query('INSERT IGNORE INTO door_task_tokens (cn, digest, handed_at) VALUES (?, ?, ?)', [
+      cn,
+      digest,
+      new Date(),
+    ]);
   }
 
   /** True when the door handed this token to `cn` and it is not over yet. */
   async hasTaskToken(cn: string, digest: string): Promise<boolean> {
-    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT 1 FROM door_task_tokens WHERE cn = ? AND digest = ?', [cn, digest]);
+    const [rows] = await this.pool.query<RowDataPacket[]>(
+      'SELECT 1 FROM door_task_tokens WHERE cn = ? AND digest = ?',
+      [cn, digest],
+    );
     return rows.length > 0;
   }
 
@@ -395,7 +472,12 @@ export class Store {
     const [rows] = await this.pool.query<RowDataPacket[]>(
       'SELECT serial, cn, revoked_at, not_after FROM certificates WHERE revoked_at IS NOT NULL ORDER BY revoked_at, serial',
     );
-    return rows.map((r) => ({ serial: String(r.serial), cn: String(r.cn), revokedAt: new Date(r.revoked_at), notAfter: new Date(r.not_after) }));
+    return rows.map((r) => ({
+      serial: String(r.serial),
+      cn: String(r.cn),
+      revokedAt: new Date(r.revoked_at),
+      notAfter: new Date(r.not_after),
+    }));
   }
 }
 
@@ -405,7 +487,9 @@ export const REVOCATION_REASON_MAX = 255;
 /** A revocation reason as the store records it: cut to REVOCATION_REASON_MAX characters (ending in …), and whether it was. */
 export function cutRevocationReason(reason: string): { reason: string; cut: boolean } {
   const chars = Array.from(reason);
-  return chars.length <= REVOCATION_REASON_MAX ? { reason, cut: false } : { reason: `${chars.slice(0, REVOCATION_REASON_MAX - 1).join('')}…`, cut: true };
+  return chars.length <= REVOCATION_REASON_MAX
+    ? { reason, cut: false }
+    : { reason: `${chars.slice(0, REVOCATION_REASON_MAX - 1).join('')}…`, cut: true };
 }
 
 /** What the CA issued a certificate for. */
@@ -439,8 +523,14 @@ export interface RevokedSerial {
 
 function certificateRow(r: RowDataPacket): CertificateRecord {
   return {
-    serial: String(r.serial), cn: String(r.cn), role: r.role as CertificateRole,
-    notBefore: new Date(r.not_before), notAfter: new Date(r.not_after), issuedAt: new Date(r.issued_at),
-    revokedAt: r.revoked_at ? new Date(r.revoked_at) : null, revokedReason: r.revoked_reason ?? null, pem: String(r.pem),
+    serial: String(r.serial),
+    cn: String(r.cn),
+    role: r.role as CertificateRole,
+    notBefore: new Date(r.not_before),
+    notAfter: new Date(r.not_after),
+    issuedAt: new Date(r.issued_at),
+    revokedAt: r.revoked_at ? new Date(r.revoked_at) : null,
+    revokedReason: r.revoked_reason ?? null,
+    pem: String(r.pem),
   };
 }

@@ -23,8 +23,15 @@ export interface WeightCopy extends WeightCopyReport {
 const PEER_SEEN_MS = 30_000;
 
 const toCopy = (r: RowDataPacket): WeightCopy => ({
-  nodeId: String(r.node_id), key: String(r.weight_key), url: String(r.url), size: Number(r.size), sha256: String(r.sha256),
-  verified: Boolean(r.verified), endpoint: String(r.endpoint), storedAt: new Date(r.stored_at).toISOString(), reportedAt: new Date(r.reported_at).toISOString(),
+  nodeId: String(r.node_id),
+  key: String(r.weight_key),
+  url: String(r.url),
+  size: Number(r.size),
+  sha256: String(r.sha256),
+  verified: Boolean(r.verified),
+  endpoint: String(r.endpoint),
+  storedAt: new Date(r.stored_at).toISOString(),
+  reportedAt: new Date(r.reported_at).toISOString(),
 });
 
 /** Reads and writes weight_copies. */

@@ -52,7 +52,15 @@ export type EnsureResult =
   /** already in the cache */
   | { kind: 'cached'; path: string; file: HeldFile }
   /** fetched now (by this call or a concurrent one it joined) */
-  | { kind: 'fetched'; path: string; file: HeldFile; transferred: number; resumedFrom: number; ms: number; shared: boolean };
+  | {
+      kind: 'fetched';
+      path: string;
+      file: HeldFile;
+      transferred: number;
+      resumedFrom: number;
+      ms: number;
+      shared: boolean;
+    };
 
 export interface WeightsCacheOptions {
   dir: string;
@@ -89,7 +97,9 @@ const MANIFEST = '.manifest.json';
 
 /** The cache key of a URL source: its sha256 when the catalog gives one (same bytes, one copy), else the URL's hash. */
 export function weightsKey(url: string, sha256?: string): string {
-  return sha256 ? `sha256-${sha256.toLowerCase()}` : `url-${createHash('sha256').update(url).digest('hex').slice(0, 32)}`;
+  return sha256
+    ? `sha256-${sha256.toLowerCase()}`
+    : `url-${createHash('sha256').update(url).digest('hex').slice(0, 32)}`;
 }
 
 /** True for a string that is a cache key (what the weights endpoint accepts). */
@@ -99,7 +109,9 @@ export function isWeightsKey(s: string): boolean {
 
 /** The file's name in the cache: the URL's last path segment, made safe (engines may look at the extension). */
 export function cacheFileName(url: string): string {
-  const seg = decodeURIComponent(new URL(url).pathname.split('/').pop() ?? '').replace(/[^A-Za-z0-9._-]/g, '_').slice(-200);
+  const seg = decodeURIComponent(new URL(url).pathname.split('/').pop() ?? '')
+    .replace(/[^A-Za-z0-9._-]/g, '_')
+    .slice(-200);
   return !seg || seg.startsWith('.') ? 'weights' : seg;
 }
 
@@ -136,13 +148,23 @@ export class WeightsCache {
     const src = classifySource(spec.source);
     switch (src.kind) {
       case 'sim':
-      case 'engine': return { kind: 'none', path: spec.source };
+      case 'engine':
+        return { kind: 'none', path: spec.source };
       case 'path': {
-        const found = await stat(src.path).then(() => true, () => false);
-        if (!found) throw new LlmgwError('LLMGW_WEIGHTS_NOT_FOUND', `weights ${src.path}: no such file or directory on node ${this.o.nodeId}; put the model there on every node that may run it, or give the catalog a URL source to fetch`, { path: src.path, node: this.o.nodeId, retryable: false });
+        const found = await stat(src.path).then(
+          () => true,
+          () => false,
+        );
+        if (!found)
+          throw new LlmgwError(
+            'LLMGW_WEIGHTS_NOT_FOUND',
+            `weights ${src.path}: no such file or directory on node ${this.o.nodeId}; put the model there on every node that may run it, or give the catalog a URL source to fetch`,
+            { path: src.path, node: this.o.nodeId, retryable: false },
+          );
         return { kind: 'local', path: src.path };
       }
-      case 'url': break;
+      case 'url':
+        break;
       default: {
         const never: never = src;
         throw new Error(`unknown source ${String(never)}`);
@@ -151,7 +173,17 @@ export class WeightsCache {
     const key = weightsKey(src.url, spec.sha256);
     const held = await this.file(key);
     if (held) {
-      opts.onProgress?.({ phase: 'done', key, url: src.url, from: 'cache', bytesDone: held.size, total: held.size, rateBps: 0, resumedFrom: held.size, waiters: 1 });
+      opts.onProgress?.({
+        phase: 'done',
+        key,
+        url: src.url,
+        from: 'cache',
+        bytesDone: held.size,
+        total: held.size,
+        rateBps: 0,
+        resumedFrom: held.size,
+        waiters: 1,
+      });
       return { kind: 'cached', path: held.path, file: held };
     }
     const joined = this.flights.get(key);
@@ -199,7 +231,15 @@ export class WeightsCache {
     gaveUp.catch(() => undefined);
     try {
       const { file, r, ms } = await Promise.race([flight.promise, gaveUp]);
-      return { kind: 'fetched', path: file.path, file, transferred: r.transferred, resumedFrom: r.resumedFrom, ms, shared };
+      return {
+        kind: 'fetched',
+        path: file.path,
+        file,
+        transferred: r.transferred,
+        resumedFrom: r.resumedFrom,
+        ms,
+        shared,
+      };
     } finally {
       if (onAbort) opts.signal?.removeEventListener('abort', onAbort);
       if (listener) flight.listeners.delete(listener);
@@ -210,7 +250,10 @@ export class WeightsCache {
       if (flight.waiters === 0 && this.flights.get(key) === flight) {
         flight.abort.abort();
         this.flights.delete(key);
-        const closed = flight.promise.then(() => undefined, () => undefined);
+        const closed = flight.promise.then(
+          () => undefined,
+          () => undefined,
+        );
         this.stopping.set(key, closed);
         void closed.then(() => this.stopping.get(key) === closed && this.stopping.delete(key));
       }
@@ -219,8 +262,21 @@ export class WeightsCache {
 
   private start(key: string, url: string, sha256: string | undefined): Flight {
     const flight: Flight = {
-      promise: Promise.resolve() as never, listeners: new Set(), waiters: 0, abort: new AbortController(),
-      last: { phase: 'checking', key, url, from: 'origin', bytesDone: 0, total: null, rateBps: 0, resumedFrom: 0, waiters: 0 },
+      promise: Promise.resolve() as never,
+      listeners: new Set(),
+      waiters: 0,
+      abort: new AbortController(),
+      last: {
+        phase: 'checking',
+        key,
+        url,
+        from: 'origin',
+        bytesDone: 0,
+        total: null,
+        rateBps: 0,
+        resumedFrom: 0,
+        waiters: 0,
+      },
     };
     const started = Date.now();
     // A download being stopped (every waiter left) still owns the partial: the new one begins when it is done.
@@ -246,7 +302,11 @@ export class WeightsCache {
     };
   }
 
-  private async run(flight: Flight, url: string, sha256: string | undefined): Promise<{ file: HeldFile; r: TransferResult }> {
+  private async run(
+    flight: Flight,
+    url: string,
+    sha256: string | undefined,
+  ): Promise<{ file: HeldFile; r: TransferResult }> {
     const key = flight.last.key;
     const dir = join(this.o.dir, key);
     await mkdir(dir, { recursive: true });
@@ -263,14 +323,30 @@ export class WeightsCache {
       const resume = meta !== null && (sha256 !== undefined || meta.url === peerUrl);
       try {
         const tls = this.o.peerTls?.();
-        const r = await transfer({ ...common, url: peerUrl, resume, tls: tls ? { ...tls, expectCn: peer.nodeId } : undefined, onProgress: this.reporter(flight, from) });
+        const r = await transfer({
+          ...common,
+          url: peerUrl,
+          resume,
+          tls: tls ? { ...tls, expectCn: peer.nodeId } : undefined,
+          onProgress: this.reporter(flight, from),
+        });
         const expected = sha256 ?? peer.sha256;
-        if (r.sha256 === expected) return { file: await this.finish(flight, final, part, url, r, sha256 !== undefined, from), r };
-        this.log('weights from a peer do not match, trying the next source', { key, peer: peer.nodeId, expected, got: r.sha256 });
+        if (r.sha256 === expected)
+          return { file: await this.finish(flight, final, part, url, r, sha256 !== undefined, from), r };
+        this.log('weights from a peer do not match, trying the next source', {
+          key,
+          peer: peer.nodeId,
+          expected,
+          got: r.sha256,
+        });
         await dropPart(part);
       } catch (err) {
         if (signal.aborted) throw aborted();
-        this.log('weights fetch from a peer failed, trying the next source', { key, peer: peer.nodeId, error: (err as Error).message });
+        this.log('weights fetch from a peer failed, trying the next source', {
+          key,
+          peer: peer.nodeId,
+          error: (err as Error).message,
+        });
       }
     }
 
@@ -281,12 +357,20 @@ export class WeightsCache {
     let r = await transfer({ ...common, url, resume, ifRange: sameOrigin ? meta?.validator : undefined, onProgress });
     if (sha256 && r.sha256 !== sha256 && r.resumedFrom > 0) {
       // The kept bytes may be what is wrong (another source's, or a file changed without a validator): once whole.
-      this.log('resumed weights do not match the catalog sha256, fetching them whole once more', { key, url, got: r.sha256 });
+      this.log('resumed weights do not match the catalog sha256, fetching them whole once more', {
+        key,
+        url,
+        got: r.sha256,
+      });
       r = await transfer({ ...common, url, resume: false, onProgress });
     }
     if (sha256 && r.sha256 !== sha256) {
       await dropPart(part);
-      throw new LlmgwError('LLMGW_WEIGHTS_SHA_MISMATCH', `weights ${url}: sha256 ${r.sha256} is not the catalog's ${sha256}; the file was deleted. Check the catalog's sha256 against the origin (sha256sum), or correct the URL`, { url, expected: sha256, actual: r.sha256, size: r.size, retryable: false });
+      throw new LlmgwError(
+        'LLMGW_WEIGHTS_SHA_MISMATCH',
+        `weights ${url}: sha256 ${r.sha256} is not the catalog's ${sha256}; the file was deleted. Check the catalog's sha256 against the origin (sha256sum), or correct the URL`,
+        { url, expected: sha256, actual: r.sha256, size: r.size, retryable: false },
+      );
     }
     return { file: await this.finish(flight, final, part, url, r, sha256 !== undefined, 'origin'), r };
   }
@@ -294,18 +378,40 @@ export class WeightsCache {
   private async candidates(key: string, sha256: string | undefined): Promise<PeerCandidate[]> {
     if (!this.o.peers) return [];
     try {
-      const all = (await this.o.peers(key)).filter((p) => p.nodeId !== this.o.nodeId && (!sha256 || p.sha256 === sha256));
+      const all = (await this.o.peers(key)).filter(
+        (p) => p.nodeId !== this.o.nodeId && (!sha256 || p.sha256 === sha256),
+      );
       return shuffle(all).slice(0, this.o.maxPeers ?? 2);
     } catch (err) {
-      this.log('could not ask the control plane for peers holding weights; fetching from the origin', { key, error: (err as Error).message });
+      this.log('could not ask the control plane for peers holding weights; fetching from the origin', {
+        key,
+        error: (err as Error).message,
+      });
       return [];
     }
   }
 
   /** Manifest first, then the rename: a file at its final path is whole, and its manifest is already there. */
-  private async finish(flight: Flight, final: string, part: string, url: string, r: TransferResult, verified: boolean, from: string): Promise<HeldFile> {
+  private async finish(
+    flight: Flight,
+    final: string,
+    part: string,
+    url: string,
+    r: TransferResult,
+    verified: boolean,
+    from: string,
+  ): Promise<HeldFile> {
     const key = flight.last.key;
-    const file: HeldFile = { key, url, path: final, size: r.size, sha256: r.sha256, verified, storedAt: new Date().toISOString(), from };
+    const file: HeldFile = {
+      key,
+      url,
+      path: final,
+      size: r.size,
+      sha256: r.sha256,
+      verified,
+      storedAt: new Date().toISOString(),
+      from,
+    };
     const manifest = join(this.o.dir, key, MANIFEST);
     await writeFile(`${manifest}.tmp`, JSON.stringify(file, null, 2));
     await rename(`${manifest}.tmp`, manifest);
@@ -316,8 +422,21 @@ export class WeightsCache {
     await d.sync().finally(() => d.close());
     flight.last = { ...flight.last, phase: 'done', bytesDone: r.size, total: r.size, rateBps: 0 };
     for (const l of flight.listeners) l(flight.last);
-    this.log('weights stored', { key, url, from, size: r.size, sha256: r.sha256, verified, transferred: r.transferred, resumedFrom: r.resumedFrom });
-    await this.o.onStored?.(file).catch((err: Error) => this.log('could not report stored weights to the control plane', { key, error: err.message }));
+    this.log('weights stored', {
+      key,
+      url,
+      from,
+      size: r.size,
+      sha256: r.sha256,
+      verified,
+      transferred: r.transferred,
+      resumedFrom: r.resumedFrom,
+    });
+    await this.o
+      .onStored?.(file)
+      .catch((err: Error) =>
+        this.log('could not report stored weights to the control plane', { key, error: err.message }),
+      );
     return file;
   }
 }

@@ -10,7 +10,14 @@ import { open, readFile, rm, stat, statfs, writeFile, rename, type FileHandle } 
 import { dirname } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { LlmgwError } from '../errors';
-import { describeTransportError, parseContentRange, rangeGet, TransportError, type PeerTls, type RangeResponse } from './http';
+import {
+  describeTransportError,
+  parseContentRange,
+  rangeGet,
+  TransportError,
+  type PeerTls,
+  type RangeResponse,
+} from './http';
 import { formatBytes, type WeightsPhase } from './progress';
 
 /** What a transfer reports as it goes (the cache adds where from and the rate). */
@@ -75,24 +82,48 @@ export async function dropPart(part: string): Promise<void> {
 }
 
 async function sizeOf(file: string): Promise<number> {
-  return stat(file).then((s) => s.size, () => 0);
+  return stat(file).then(
+    (s) => s.size,
+    () => 0,
+  );
 }
 
 /** Hashes the partial already on disk, reporting as it reads. */
-async function hashPartial(part: string, size: number, hash: Hash, onProgress: TransferInput['onProgress'], signal?: AbortSignal): Promise<void> {
+async function hashPartial(
+  part: string,
+  size: number,
+  hash: Hash,
+  onProgress: TransferInput['onProgress'],
+  signal?: AbortSignal,
+): Promise<void> {
   let done = 0;
-  await pipeline(createReadStream(part, { end: size - 1, highWaterMark: 1 << 20 }), async function* (src: AsyncIterable<Buffer>) {
-    for await (const chunk of src) {
-      hash.update(chunk);
-      done += chunk.length;
-      onProgress?.({ phase: 'hashing-partial', bytesDone: done, total: size, resumedFrom: 0 });
-    }
-    yield* [];
-  }, { signal });
+  await pipeline(
+    createReadStream(part, { end: size - 1, highWaterMark: 1 << 20 }),
+    async function* (src: AsyncIterable<Buffer>) {
+      for await (const chunk of src) {
+        hash.update(chunk);
+        done += chunk.length;
+        onProgress?.({ phase: 'hashing-partial', bytesDone: done, total: size, resumedFrom: 0 });
+      }
+      yield* [];
+    },
+    { signal },
+  );
 }
 
-function fetchFailed(url: string, cause: string, retryable: boolean, fix: string, context: Record<string, unknown> = {}): LlmgwError {
-  return new LlmgwError('LLMGW_WEIGHTS_FETCH_FAILED', `weights ${url}: ${cause}; ${fix}`, { url, cause, retryable, ...context });
+function fetchFailed(
+  url: string,
+  cause: string,
+  retryable: boolean,
+  fix: string,
+  context: Record<string, unknown> = {},
+): LlmgwError {
+  return new LlmgwError('LLMGW_WEIGHTS_FETCH_FAILED', `weights ${url}: ${cause}; ${fix}`, {
+    url,
+    cause,
+    retryable,
+    ...context,
+  });
 }
 
 /** Reads up to 300 characters of an error response's body, for the message. */
@@ -112,8 +143,13 @@ async function checkDiskRoom(part: string, need: number, url: string): Promise<v
 }
 
 function diskFull(dir: string, need: number, free: number | null, url: string): LlmgwError {
-  const room = free === null ? 'the disk is full (ENOSPC)' : `needs ${formatBytes(need)} more, ${formatBytes(free)} free`;
-  return new LlmgwError('LLMGW_WEIGHTS_DISK_FULL', `weights ${url}: no room in ${dir}: ${room}; free space there or start the agent with --weights-dir on a larger disk (the partial file is kept, the next attempt resumes)`, { url, dir, need, free, retryable: false });
+  const room =
+    free === null ? 'the disk is full (ENOSPC)' : `needs ${formatBytes(need)} more, ${formatBytes(free)} free`;
+  return new LlmgwError(
+    'LLMGW_WEIGHTS_DISK_FULL',
+    `weights ${url}: no room in ${dir}: ${room}; free space there or start the agent with --weights-dir on a larger disk (the partial file is kept, the next attempt resumes)`,
+    { url, dir, need, free, retryable: false },
+  );
 }
 
 /** A strong validator for If-Range (a weak ETag may not be used there). */
@@ -126,10 +162,19 @@ function validatorOf(res: RangeResponse): string | undefined {
 /** Resolves with the response to GET from `offset`, or throws naming the URL and the transport's cause. */
 async function get(input: TransferInput, offset: number): Promise<RangeResponse> {
   try {
-    return await rangeGet(input.url, { offset, ifRange: input.ifRange, tls: input.tls, signal: input.signal, idleTimeoutMs: input.idleTimeoutMs });
+    return await rangeGet(input.url, {
+      offset,
+      ifRange: input.ifRange,
+      tls: input.tls,
+      signal: input.signal,
+      idleTimeoutMs: input.idleTimeoutMs,
+    });
   } catch (err) {
     if (input.signal?.aborted) throw err;
-    if (err instanceof TransportError) throw fetchFailed(input.url, err.reason, true, 'it is retried; check the URL and that the server is up', { transport: true });
+    if (err instanceof TransportError)
+      throw fetchFailed(input.url, err.reason, true, 'it is retried; check the URL and that the server is up', {
+        transport: true,
+      });
     throw err;
   }
 }
@@ -154,7 +199,8 @@ export async function transfer(input: TransferInput): Promise<TransferResult> {
     res.body.resume();
     // The partial is the whole file already (a crash after the last byte, before the rename).
     const cr = parseContentRange(res.headers['content-range']);
-    if (cr?.total === offset) return { size: offset, sha256: hash.digest('hex'), transferred: 0, resumedFrom, restarted: false };
+    if (cr?.total === offset)
+      return { size: offset, sha256: hash.digest('hex'), transferred: 0, resumedFrom, restarted: false };
     restart();
     res = await get(input, 0);
   }
@@ -178,7 +224,11 @@ export async function transfer(input: TransferInput): Promise<TransferResult> {
     const status = res.statusCode ?? 0;
     const snippet = await bodySnippet(res).catch(() => '');
     const retryable = status >= 500 || status === 408 || status === 429;
-    const fix = retryable ? 'it is retried (the partial is kept)' : status === 404 ? 'check the catalog\'s source URL' : 'check the URL and the origin\'s access rules';
+    const fix = retryable
+      ? 'it is retried (the partial is kept)'
+      : status === 404
+        ? "check the catalog's source URL"
+        : "check the URL and the origin's access rules";
     throw fetchFailed(url, `HTTP ${status}${snippet ? ` (${snippet})` : ''}`, retryable, fix, { status });
   }
   await writeMetaAtomic(part, { url, validator: validatorOf(res), total });
@@ -228,7 +278,11 @@ export async function transfer(input: TransferInput): Promise<TransferResult> {
  * before the rename finds little left (writeback overlaps the transfer instead of following it: on a 256 MiB
  * file that fsync alone took 0.4-0.55 s here). A failed write rejects the next write() or flush() (`fromWriter`).
  */
-function batchedWriter(fh: FileHandle, batchBytes = 4 << 20, syncEvery = 64 << 20): { write(chunk: Buffer): Promise<void>; flush(): Promise<void> } {
+function batchedWriter(
+  fh: FileHandle,
+  batchBytes = 4 << 20,
+  syncEvery = 64 << 20,
+): { write(chunk: Buffer): Promise<void>; flush(): Promise<void> } {
   let batch: Buffer[] = [];
   let size = 0;
   let sinceSync = 0;
@@ -271,9 +325,21 @@ async function writeAll(fh: FileHandle, bufs: Buffer[], n: number): Promise<void
   }
 }
 
-function shortRead(input: TransferInput, done: number, total: number | null, transferred: number, why: string): LlmgwError {
+function shortRead(
+  input: TransferInput,
+  done: number,
+  total: number | null,
+  transferred: number,
+  why: string,
+): LlmgwError {
   const of = total === null ? '' : ` of ${total}`;
-  return fetchFailed(input.url, `the connection closed after ${done}${of} bytes (${transferred} this time: ${why})`, true, `it is retried and resumes from byte ${done}`, { done, total, transferred });
+  return fetchFailed(
+    input.url,
+    `the connection closed after ${done}${of} bytes (${transferred} this time: ${why})`,
+    true,
+    `it is retried and resumes from byte ${done}`,
+    { done, total, transferred },
+  );
 }
 
 async function writeMetaAtomic(part: string, meta: PartMeta): Promise<void> {

@@ -31,7 +31,10 @@ export interface RangeGetOptions {
 
 /** A transport failure (no HTTP answer, or the connection broke): `message` names the URL and the cause. */
 export class TransportError extends Error {
-  constructor(message: string, readonly reason: string) {
+  constructor(
+    message: string,
+    readonly reason: string,
+  ) {
     super(message);
   }
 }
@@ -47,20 +50,29 @@ export interface RangeResponse {
 export function describeTransportError(err: NodeJS.ErrnoException): string {
   const code = err.code ?? (err.cause as NodeJS.ErrnoException | undefined)?.code;
   switch (code) {
-    case 'ECONNREFUSED': return 'connection refused (nothing listens there)';
+    case 'ECONNREFUSED':
+      return 'connection refused (nothing listens there)';
     case 'ENOTFOUND':
-    case 'EAI_AGAIN': return 'host not found (DNS)';
-    case 'ECONNRESET': return 'connection reset by the server';
+    case 'EAI_AGAIN':
+      return 'host not found (DNS)';
+    case 'ECONNRESET':
+      return 'connection reset by the server';
     case 'ETIMEDOUT':
-    case 'UND_ERR_CONNECT_TIMEOUT': return 'connection timed out';
+    case 'UND_ERR_CONNECT_TIMEOUT':
+      return 'connection timed out';
     case 'EHOSTUNREACH':
-    case 'ENETUNREACH': return 'host unreachable';
-    case 'UND_ERR_SOCKET': return 'the server closed the connection';
+    case 'ENETUNREACH':
+      return 'host unreachable';
+    case 'UND_ERR_SOCKET':
+      return 'the server closed the connection';
     case 'UND_ERR_HEADERS_TIMEOUT':
-    case 'UND_ERR_BODY_TIMEOUT': return 'no data from the server for too long';
+    case 'UND_ERR_BODY_TIMEOUT':
+      return 'no data from the server for too long';
     case 'UND_ERR_REQ_CONTENT_LENGTH_MISMATCH':
-    case 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH': return 'the body was shorter than its Content-Length';
-    default: return code ? `${code}: ${err.message}` : err.message;
+    case 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH':
+      return 'the body was shorter than its Content-Length';
+    default:
+      return code ? `${code}: ${err.message}` : err.message;
   }
 }
 
@@ -70,9 +82,12 @@ function peerCertProblem(socket: TLSSocket, tls: PeerTls): string | null {
   if (!peer?.raw) return 'the peer sent no certificate';
   const info = certificateInfo(peer.raw);
   const now = new Date();
-  if (!info.issuerMatches(tls.caPem)) return `the peer's certificate (CN ${info.cn ?? '?'}) is not from this cluster's CA`;
-  if (now > info.notAfter || now < info.notBefore) return `the peer's certificate (CN ${info.cn ?? '?'}) is outside its validity`;
-  if (info.cn !== tls.expectCn) return `the peer's certificate is ${info.cn ?? 'without a CN'}'s, expected ${tls.expectCn}'s`;
+  if (!info.issuerMatches(tls.caPem))
+    return `the peer's certificate (CN ${info.cn ?? '?'}) is not from this cluster's CA`;
+  if (now > info.notAfter || now < info.notBefore)
+    return `the peer's certificate (CN ${info.cn ?? '?'}) is outside its validity`;
+  if (info.cn !== tls.expectCn)
+    return `the peer's certificate is ${info.cn ?? 'without a CN'}'s, expected ${tls.expectCn}'s`;
   return null;
 }
 
@@ -86,13 +101,14 @@ function dispatcherFor(o: RangeGetOptions): Dispatcher {
   const connector = buildConnector({ cert: tls.certPem, key: tls.keyPem, ca: tls.caPem, rejectUnauthorized: false });
   return new Agent({
     ...base,
-    connect: (opts, cb) => connector(opts, (err, socket) => {
-      if (err || !socket) return cb(err ?? new Error('no socket'), null);
-      const problem = peerCertProblem(socket as TLSSocket, tls);
-      if (!problem) return cb(null, socket);
-      socket.destroy();
-      return cb(Object.assign(new Error(`peer certificate refused: ${problem}`), { code: 'LLMGW_PEER_CERT' }), null);
-    }),
+    connect: (opts, cb) =>
+      connector(opts, (err, socket) => {
+        if (err || !socket) return cb(err ?? new Error('no socket'), null);
+        const problem = peerCertProblem(socket as TLSSocket, tls);
+        if (!problem) return cb(null, socket);
+        socket.destroy();
+        return cb(Object.assign(new Error(`peer certificate refused: ${problem}`), { code: 'LLMGW_PEER_CERT' }), null);
+      }),
   });
 }
 
@@ -126,5 +142,8 @@ export async function rangeGet(url: string, o: RangeGetOptions): Promise<RangeRe
 export function parseContentRange(h: string | undefined): { start: number | null; total: number | null } | null {
   const m = /^bytes (?:(\d+)-\d+|\*)\/(\d+|\*)$/.exec((h ?? '').trim());
   if (!m) return null;
-  return { start: m[1] === undefined ? null : Number(m[1]), total: m[2] === '*' || m[2] === undefined ? null : Number(m[2]) };
+  return {
+    start: m[1] === undefined ? null : Number(m[1]),
+    total: m[2] === '*' || m[2] === undefined ? null : Number(m[2]),
+  };
 }

@@ -31,7 +31,10 @@ export interface WeightsProgress {
 export class RateMeter {
   private readonly samples: { t: number; bytes: number }[] = [];
 
-  constructor(private readonly windowMs = 5000, private readonly now: () => number = Date.now) {}
+  constructor(
+    private readonly windowMs = 5000,
+    private readonly now: () => number = Date.now,
+  ) {}
 
   /** Records that `bytes` in all have been transferred by now; returns the current rate. */
   add(bytes: number): number {
@@ -64,7 +67,10 @@ export function formatBytes(n: number): string {
 
 /** "downloading from origin: 1.2 GiB of 4.0 GiB (30%), 85.3 MiB/s, resumed at 512 MiB". */
 export function formatProgress(p: WeightsProgress): string {
-  const of = p.total === null ? '' : ` of ${formatBytes(p.total)} (${p.total ? Math.floor((p.bytesDone * 100) / p.total) : 100}%)`;
+  const of =
+    p.total === null
+      ? ''
+      : ` of ${formatBytes(p.total)} (${p.total ? Math.floor((p.bytesDone * 100) / p.total) : 100}%)`;
   const rate = p.phase === 'downloading' ? `, ${formatBytes(Math.round(p.rateBps))}/s` : '';
   const resumed = p.resumedFrom > 0 ? `, resumed at ${formatBytes(p.resumedFrom)}` : '';
   const shared = p.waiters > 1 ? `, ${p.waiters} waiting on it` : '';
@@ -74,5 +80,11 @@ export function formatProgress(p: WeightsProgress): string {
 /** True for a value shaped like a WeightsProgress (heartbeat details read back from Temporal). */
 export function isWeightsProgress(v: unknown): v is WeightsProgress {
   const o = v as Partial<WeightsProgress> | null;
-  return typeof o === 'object' && o !== null && typeof o.key === 'string' && typeof o.bytesDone === 'number' && WEIGHTS_PHASES.includes(o.phase as WeightsPhase);
+  return (
+    typeof o === 'object' &&
+    o !== null &&
+    typeof o.key === 'string' &&
+    typeof o.bytesDone === 'number' &&
+    WEIGHTS_PHASES.includes(o.phase as WeightsPhase)
+  );
 }

@@ -67,11 +67,20 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
     const cn = peer.subject?.CN ?? '?';
     const serial = (peer.serialNumber ?? '').toLowerCase();
     if (!(await mayUse(serial, String(cn)))) {
-      log('weights request refused', { cn, serial, reason: 'the control plane does not honour this certificate (revoked?)' });
-      return send(res, 403, openAiError('LLMGW_CERT_REFUSED', `certificate ${serial} (CN ${cn}) is not honoured by the control plane`));
+      log('weights request refused', {
+        cn,
+        serial,
+        reason: 'the control plane does not honour this certificate (revoked?)',
+      });
+      return send(
+        res,
+        403,
+        openAiError('LLMGW_CERT_REFUSED', `certificate ${serial} (CN ${cn}) is not honoured by the control plane`),
+      );
     }
     const m = /^\/v1\/weights\/([^/?]+)$/.exec(req.url ?? '');
-    if (!m || (req.method !== 'GET' && req.method !== 'HEAD')) return send(res, 404, openAiError('LLMGW_BAD_REQUEST', 'only GET /v1/weights/<key> is served here'));
+    if (!m || (req.method !== 'GET' && req.method !== 'HEAD'))
+      return send(res, 404, openAiError('LLMGW_BAD_REQUEST', 'only GET /v1/weights/<key> is served here'));
     const key = m[1] as string;
     const file = await o.file(key);
     if (!file) return send(res, 404, openAiError('LLMGW_WEIGHTS_NOT_FOUND', `this node holds no whole file ${key}`));
@@ -83,7 +92,12 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
       return;
     }
     const { start, end } = range ?? { start: 0, end: file.size - 1 };
-    const headers: Record<string, string | number> = { 'content-type': 'application/octet-stream', 'content-length': end - start + 1, 'accept-ranges': 'bytes', etag };
+    const headers: Record<string, string | number> = {
+      'content-type': 'application/octet-stream',
+      'content-length': end - start + 1,
+      'accept-ranges': 'bytes',
+      etag,
+    };
     if (range) headers['content-range'] = `bytes ${start}-${end}/${file.size}`;
     res.writeHead(range ? 206 : 200, headers);
     if (req.method === 'HEAD' || file.size === 0) {
@@ -91,16 +105,28 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
       return;
     }
     log('weights served', { key, to: cn, from: start, bytes: end - start + 1 });
-    await pipeline(createReadStream(file.path, { start, end, highWaterMark: 1 << 20 }), res).catch((err: Error) => log('weights transfer to a peer ended early', { key, to: cn, error: err.message }));
+    await pipeline(createReadStream(file.path, { start, end, highWaterMark: 1 << 20 }), res).catch((err: Error) =>
+      log('weights transfer to a peer ended early', { key, to: cn, error: err.message }),
+    );
   };
 
-  const server: Server = createServer({ cert: o.tls.certPem, key: o.tls.keyPem, ca: o.tls.caPem, requestCert: true, rejectUnauthorized: true, handshakeTimeout: TLS_HANDSHAKE_MS }, (req, res) => {
-    handle(req, res).catch((err: Error) => {
-      log('weights request failed', { url: req.url, error: err.message });
-      if (!res.headersSent) send(res, 500, openAiError('LLMGW_WEIGHTS_FETCH_FAILED', err.message));
-      else res.destroy();
-    });
-  });
+  const server: Server = createServer(
+    {
+      cert: o.tls.certPem,
+      key: o.tls.keyPem,
+      ca: o.tls.caPem,
+      requestCert: true,
+      rejectUnauthorized: true,
+      handshakeTimeout: TLS_HANDSHAKE_MS,
+    },
+    (req, res) => {
+      handle(req, res).catch((err: Error) => {
+        log('weights request failed', { url: req.url, error: err.message });
+        if (!res.headersSent) send(res, 500, openAiError('LLMGW_WEIGHTS_FETCH_FAILED', err.message));
+        else res.destroy();
+      });
+    },
+  );
   server.on('tlsClientError', (err) => log('weights endpoint refused a TLS client', { error: err.message }));
   // closeAllConnections cuts HTTP connections; a handshake that stalls is not one yet, and would hold close().
   const connections = trackConnections(server);
@@ -111,9 +137,14 @@ export async function startWeightsServer(o: WeightsServerOptions): Promise<Weigh
   return {
     port: (server.address() as AddressInfo).port,
     useCredentials: (tls) => server.setSecureContext({ cert: tls.certPem, key: tls.keyPem, ca: tls.caPem }),
-    close: () => connections.closeWithin(0, () => new Promise<void>((resolve) => {
-      server.close(() => resolve());
-      server.closeAllConnections();
-    })),
+    close: () =>
+      connections.closeWithin(
+        0,
+        () =>
+          new Promise<void>((resolve) => {
+            server.close(() => resolve());
+            server.closeAllConnections();
+          }),
+      ),
   };
 }

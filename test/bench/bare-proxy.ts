@@ -15,10 +15,20 @@ const endToEnd = (h: IncomingHttpHeaders): IncomingHttpHeaders => {
 };
 
 const server = createServer((req, res) => {
-  const out = request({ agent: pool, host: upstream.hostname, port: upstream.port, method: req.method, path: req.url, headers: { ...endToEnd(req.headers), host: upstream.host } }, (answer) => {
-    res.writeHead(answer.statusCode ?? 502, endToEnd(answer.headers));
-    answer.pipe(res);
-  });
+  const out = request(
+    {
+      agent: pool,
+      host: upstream.hostname,
+      port: upstream.port,
+      method: req.method,
+      path: req.url,
+      headers: { ...endToEnd(req.headers), host: upstream.host },
+    },
+    (answer) => {
+      res.writeHead(answer.statusCode ?? 502, endToEnd(answer.headers));
+      answer.pipe(res);
+    },
+  );
   out.on('socket', (s) => s.setNoDelay(true));
   out.on('error', () => (res.headersSent ? res.destroy() : res.writeHead(502).end()));
   res.on('close', () => void (res.writableFinished || out.destroy())); // a client that left takes its upstream request along

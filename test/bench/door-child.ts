@@ -9,7 +9,11 @@ import { startTemporalDoor } from '../../gateway/door/door';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 
-interface Settings { mysqlUrl: string; upstream: string; tls: { caPem: string; certPem: string; keyPem: string } }
+interface Settings {
+  mysqlUrl: string;
+  upstream: string;
+  tls: { caPem: string; certPem: string; keyPem: string };
+}
 
 async function main(): Promise<void> {
   const s = JSON.parse(process.env.DOOR_BENCH ?? '{}') as Settings;
@@ -26,13 +30,23 @@ async function main(): Promise<void> {
     log: () => undefined,
   });
   await gate.start();
-  const door = await startTemporalDoor({ host: '127.0.0.1', port: 0, upstream: s.upstream, namespace: 'default', tls: s.tls, gate, log: (msg, f) => process.stderr.write(`${JSON.stringify({ msg, ...f })}\n`) });
+  const door = await startTemporalDoor({
+    host: '127.0.0.1',
+    port: 0,
+    upstream: s.upstream,
+    namespace: 'default',
+    tls: s.tls,
+    gate,
+    log: (msg, f) => process.stderr.write(`${JSON.stringify({ msg, ...f })}\n`),
+  });
   process.stdout.write(`${JSON.stringify({ ready: door.port })}\n`);
   for await (const line of createInterface({ input: process.stdin })) {
     if (line.trim() !== 'stats') continue;
     for (let i = 0; i < 3; i++) (globalThis as { gc?: () => void }).gc?.();
     const m = process.memoryUsage();
-    process.stdout.write(`${JSON.stringify({ rss: m.rss, heapUsed: m.heapUsed, external: m.external, arrayBuffers: m.arrayBuffers, door: door.stats(), tokens: door.tokens.stats() })}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ rss: m.rss, heapUsed: m.heapUsed, external: m.external, arrayBuffers: m.arrayBuffers, door: door.stats(), tokens: door.tokens.stats() })}\n`,
+    );
   }
 }
 

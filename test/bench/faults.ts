@@ -13,7 +13,12 @@ const DOWN_MS = Number(process.env.FAULT_DOWN_MS ?? 30_000);
 /** Engine processes (not their shims) listening on `ports`. */
 function enginePidsOn(ports: number[]): number[] {
   const ps = execFileSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' });
-  return ps.split('\n').filter((l) => l.includes('sim-engine') && !l.includes('engine-shim') && ports.some((p) => l.includes(`--port ${p} `))).map((l) => Number(l.trim().split(/\s+/)[0]));
+  return ps
+    .split('\n')
+    .filter(
+      (l) => l.includes('sim-engine') && !l.includes('engine-shim') && ports.some((p) => l.includes(`--port ${p} `)),
+    )
+    .map((l) => Number(l.trim().split(/\s+/)[0]));
 }
 
 /** The real failures: llmgw must notice them and serve elsewhere. */
@@ -34,7 +39,9 @@ const FAILURES: Record<string, (fc: FaultCluster) => Promise<void>> = {
 async function main(): Promise<void> {
   const t0 = Date.now();
   const fc = await startFaultCluster();
-  process.stderr.write(`cluster up in ${((Date.now() - t0) / 1000).toFixed(1)} s; outages last ${DOWN_MS / 1000} s each\n`);
+  process.stderr.write(
+    `cluster up in ${((Date.now() - t0) / 1000).toFixed(1)} s; outages last ${DOWN_MS / 1000} s each\n`,
+  );
   const results: FaultResult[] = [];
   try {
     for (const [name, outage] of Object.entries(OUTAGES)) {
@@ -48,13 +55,26 @@ async function main(): Promise<void> {
   } finally {
     await fc.close();
   }
-  const rows = results.map((r) => [r.name, `${r.load.failed} of ${r.load.sent}`, String(r.rebuilds.length), String(r.replacedEngines.length), `${(r.servingAgainMs / 1000).toFixed(1)} s`]);
-  const head = ['scenario (both cores busy, load on 2 models)', 'failed requests', 'rebuilt', 'engines replaced', 'all desired ready again'];
+  const rows = results.map((r) => [
+    r.name,
+    `${r.load.failed} of ${r.load.sent}`,
+    String(r.rebuilds.length),
+    String(r.replacedEngines.length),
+    `${(r.servingAgainMs / 1000).toFixed(1)} s`,
+  ]);
+  const head = [
+    'scenario (both cores busy, load on 2 models)',
+    'failed requests',
+    'rebuilt',
+    'engines replaced',
+    'all desired ready again',
+  ];
   const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]): string => `| ${cells.map((c, i) => c.padEnd(w[i] ?? 0)).join(' | ')} |`;
   process.stdout.write(`${line(head)}\n${line(w.map((n) => '-'.repeat(n)))}\n${rows.map(line).join('\n')}\n`);
   for (const r of results) {
-    if (r.load.failures.length) process.stdout.write(`\n${r.name}: first failures:\n  ${r.load.failures.slice(0, 3).join('\n  ')}\n`);
+    if (r.load.failures.length)
+      process.stdout.write(`\n${r.name}: first failures:\n  ${r.load.failures.slice(0, 3).join('\n  ')}\n`);
     if (r.rebuilds.length) process.stdout.write(`\n${r.name}: rebuilds:\n  ${r.rebuilds.slice(0, 4).join('\n  ')}\n`);
   }
 }

@@ -16,7 +16,9 @@ import { simEngineArgv } from '../../lib/sim/argv';
 const MODEL = 'bench-model';
 const N = Number(process.argv[2] ?? 1000);
 const WARMUP = 200;
-const BODY = Buffer.from(JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello in five words.' }], max_tokens: 16 }));
+const BODY = Buffer.from(
+  JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello in five words.' }], max_tokens: 16 }),
+);
 
 /** The upstream: the sim engine as its own process, as engines run in production (its GC is not the gateway's). */
 async function startUpstream(): Promise<{ url: string; kind: string; close(): Promise<void> }> {
@@ -27,11 +29,21 @@ async function startUpstream(): Promise<{ url: string; kind: string; close(): Pr
     });
   });
   const [bin, ...prefix] = simEngineArgv();
-  const child = spawn(bin as string, [...prefix, '--model', MODEL, '--port', String(port), '--tokens-per-second', '0'], { stdio: 'ignore' });
+  const child = spawn(
+    bin as string,
+    [...prefix, '--model', MODEL, '--port', String(port), '--tokens-per-second', '0'],
+    { stdio: 'ignore' },
+  );
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; ; i++) {
     if (child.exitCode !== null) throw new Error(`sim engine exited with code ${child.exitCode}`);
-    if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) break;
+    if (
+      await fetch(`${url}/health`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      break;
     if (i > 300) throw new Error('sim engine did not answer /health within 30 s');
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -43,11 +55,21 @@ function timedPost(agent: Agent, base: string): Promise<number> {
   const url = new URL('/v1/chat/completions', base);
   return new Promise((resolve, reject) => {
     const t0 = process.hrtime.bigint();
-    const req = request({ agent, host: url.hostname, port: url.port, path: url.pathname, method: 'POST', headers: { 'content-type': 'application/json', 'content-length': BODY.length } }, (res) => {
-      if (res.statusCode !== 200) reject(new Error(`${base} answered ${res.statusCode}`));
-      res.resume();
-      res.on('end', () => resolve(Number(process.hrtime.bigint() - t0) / 1e6));
-    });
+    const req = request(
+      {
+        agent,
+        host: url.hostname,
+        port: url.port,
+        path: url.pathname,
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'content-length': BODY.length },
+      },
+      (res) => {
+        if (res.statusCode !== 200) reject(new Error(`${base} answered ${res.statusCode}`));
+        res.resume();
+        res.on('end', () => resolve(Number(process.hrtime.bigint() - t0) / 1e6));
+      },
+    );
     req.on('socket', (s) => s.setNoDelay(true));
     req.on('error', reject);
     req.end(BODY);
@@ -62,7 +84,13 @@ const f3 = (x: number): string => x.toFixed(3);
 
 async function main(): Promise<void> {
   const up = await startUpstream();
-  const routing = new RoutingTable(async () => ({ models: [MODEL], replicas: [{ id: `${MODEL}-0`, model: MODEL, state: 'ready', endpoint: up.url, reason: null }] }), { refreshMs: 60_000 });
+  const routing = new RoutingTable(
+    async () => ({
+      models: [MODEL],
+      replicas: [{ id: `${MODEL}-0`, model: MODEL, state: 'ready', endpoint: up.url, reason: null }],
+    }),
+    { refreshMs: 60_000 },
+  );
   const gw = await startGateway({ host: '127.0.0.1', port: 0, routing, apiKeys: [] });
   // One keep-alive agent per path, as a client library would hold.
   const directAgent = new Agent({ keepAlive: true, maxSockets: 1 });
@@ -86,19 +114,39 @@ async function main(): Promise<void> {
     }
     const added = viaGw.map((g, i) => g - direct[i]);
     const r = {
-      requests: N, upstream: up.kind, node: process.version,
+      requests: N,
+      upstream: up.kind,
+      node: process.version,
       direct: { median: quantile(direct, 0.5), p90: quantile(direct, 0.9), p99: quantile(direct, 0.99) },
       gateway: { median: quantile(viaGw, 0.5), p90: quantile(viaGw, 0.9), p99: quantile(viaGw, 0.99) },
-      added: { median: quantile(added, 0.5), p90: quantile(added, 0.9), p99: quantile(added, 0.99), medianOfMedians: quantile(viaGw, 0.5) - quantile(direct, 0.5) },
+      added: {
+        median: quantile(added, 0.5),
+        p90: quantile(added, 0.9),
+        p99: quantile(added, 0.99),
+        medianOfMedians: quantile(viaGw, 0.5) - quantile(direct, 0.5),
+      },
     };
-    console.log([
-      `gateway latency: ${N} sequential non-streamed chat completions per path, interleaved (upstream: ${up.kind}, node ${process.version})`,
-      `  direct         median ${f3(r.direct.median)} ms   p90 ${f3(r.direct.p90)} ms   p99 ${f3(r.direct.p99)} ms`,
-      `  via gateway    median ${f3(r.gateway.median)} ms   p90 ${f3(r.gateway.p90)} ms   p99 ${f3(r.gateway.p99)} ms`,
-      `  added (paired) median ${f3(r.added.median)} ms   p90 ${f3(r.added.p90)} ms   p99 ${f3(r.added.p99)} ms   (difference of medians ${f3(r.added.medianOfMedians)} ms)`,
-    ].join('\n'));
-    const round = (o: { median: number; p90: number; p99: number }): { median: number; p90: number; p99: number } => ({ median: +f3(o.median), p90: +f3(o.p90), p99: +f3(o.p99) });
-    console.log(JSON.stringify({ ...r, direct: round(r.direct), gateway: round(r.gateway), added: { ...round(r.added), medianOfMedians: +f3(r.added.medianOfMedians) } }));
+    console.log(
+      [
+        `gateway latency: ${N} sequential non-streamed chat completions per path, interleaved (upstream: ${up.kind}, node ${process.version})`,
+        `  direct         median ${f3(r.direct.median)} ms   p90 ${f3(r.direct.p90)} ms   p99 ${f3(r.direct.p99)} ms`,
+        `  via gateway    median ${f3(r.gateway.median)} ms   p90 ${f3(r.gateway.p90)} ms   p99 ${f3(r.gateway.p99)} ms`,
+        `  added (paired) median ${f3(r.added.median)} ms   p90 ${f3(r.added.p90)} ms   p99 ${f3(r.added.p99)} ms   (difference of medians ${f3(r.added.medianOfMedians)} ms)`,
+      ].join('\n'),
+    );
+    const round = (o: { median: number; p90: number; p99: number }): { median: number; p90: number; p99: number } => ({
+      median: +f3(o.median),
+      p90: +f3(o.p90),
+      p99: +f3(o.p99),
+    });
+    console.log(
+      JSON.stringify({
+        ...r,
+        direct: round(r.direct),
+        gateway: round(r.gateway),
+        added: { ...round(r.added), medianOfMedians: +f3(r.added.medianOfMedians) },
+      }),
+    );
   } finally {
     directAgent.destroy();
     gwAgent.destroy();

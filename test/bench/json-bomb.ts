@@ -24,11 +24,16 @@ async function serve(): Promise<void> {
       loop.enable();
     } else if (req.url !== '/hits') hits++;
     req.resume();
-    req.on('end', () => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ hits, stallMs: loop.max / 1e6 })));
+    req.on('end', () =>
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ hits, stallMs: loop.max / 1e6 })),
+    );
   });
   await new Promise<void>((r) => engine.listen(0, '127.0.0.1', r));
   const endpoint = `http://127.0.0.1:${(engine.address() as AddressInfo).port}`;
-  const routing = new RoutingTable(async () => ({ models: ['m'], replicas: [{ id: 'm-0', model: 'm', state: 'ready', endpoint, reason: null }] }), { refreshMs: 60_000 });
+  const routing = new RoutingTable(
+    async () => ({ models: ['m'], replicas: [{ id: 'm-0', model: 'm', state: 'ready', endpoint, reason: null }] }),
+    { refreshMs: 60_000 },
+  );
   const gw = await startGateway({ host: '127.0.0.1', port: 0, routing, apiKeys: [] });
   process.send?.({ url: gw.url, engine: endpoint });
 }
@@ -39,7 +44,10 @@ const quantile = (xs: number[], q: number): number => {
 };
 
 async function main(): Promise<void> {
-  const child = fork(__filename, ['--serve'], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(__filename, ['--serve'], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   try {
     const { url, engine } = await new Promise<{ url: string; engine: string }>((resolve, reject) => {
       child.once('message', (m) => resolve(m as { url: string; engine: string }));
@@ -69,29 +77,37 @@ async function main(): Promise<void> {
     const answers: string[] = [];
     for (let i = 0; i < BOMBS; i++) {
       const t0 = performance.now();
-      const r = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: bomb });
+      const r = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: bomb,
+      });
       const text = await r.text();
       answers.push(`${r.status} in ${(performance.now() - t0).toFixed(0)} ms: ${text.slice(0, 160)}`);
     }
     running = false;
     await poll;
     const { hits, stallMs } = (await (await fetch(`${engine}/hits`)).json()) as { hits: number; stallMs: number };
-    const stats = (xs: number[]): string => `median ${quantile(xs, 0.5).toFixed(1)} ms, p99 ${quantile(xs, 0.99).toFixed(1)} ms, worst ${Math.max(...xs).toFixed(1)} ms`;
-    console.log([
-      `JSON nesting bomb: ${BOMBS} bodies of ${(bomb.length / 1e6).toFixed(1)} MB (depth ${depth}) to a gateway in its own process`,
-      ...answers.map((a, i) => `  bomb ${i + 1}: ${a}`),
-      `  GET /health before the bombs: ${idle.length} requests, ${stats(idle)}`,
-      `  GET /health meanwhile: ${health.length} requests, ${stats(health)}`,
-      `  the gateway's longest event-loop stall while bombs came: ${stallMs.toFixed(1)} ms`,
-      `  bombs that reached the engine: ${hits}`,
-    ].join('\n'));
+    const stats = (xs: number[]): string =>
+      `median ${quantile(xs, 0.5).toFixed(1)} ms, p99 ${quantile(xs, 0.99).toFixed(1)} ms, worst ${Math.max(...xs).toFixed(1)} ms`;
+    console.log(
+      [
+        `JSON nesting bomb: ${BOMBS} bodies of ${(bomb.length / 1e6).toFixed(1)} MB (depth ${depth}) to a gateway in its own process`,
+        ...answers.map((a, i) => `  bomb ${i + 1}: ${a}`),
+        `  GET /health before the bombs: ${idle.length} requests, ${stats(idle)}`,
+        `  GET /health meanwhile: ${health.length} requests, ${stats(health)}`,
+        `  the gateway's longest event-loop stall while bombs came: ${stallMs.toFixed(1)} ms`,
+        `  bombs that reached the engine: ${hits}`,
+      ].join('\n'),
+    );
   } finally {
     child.kill('SIGKILL');
   }
 }
 
 if (process.argv.includes('--serve')) void serve();
-else main().catch((err: Error) => {
-  console.error(`bench failed: ${err.message}`);
-  process.exit(1);
-});
+else
+  main().catch((err: Error) => {
+    console.error(`bench failed: ${err.message}`);
+    process.exit(1);
+  });

@@ -41,11 +41,20 @@ export async function streamOnce(leg: Leg, maxTokens: number, prompt: string): P
   const r = await fetch(`${leg.baseUrl}/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...leg.headers },
-    body: JSON.stringify({ model: leg.model, messages: [{ role: 'user', content: prompt }], max_tokens: maxTokens, stream: true, stream_options: { include_usage: true } }),
+    body: JSON.stringify({
+      model: leg.model,
+      messages: [{ role: 'user', content: prompt }],
+      max_tokens: maxTokens,
+      stream: true,
+      stream_options: { include_usage: true },
+    }),
   });
   if (r.status !== 200 || !r.body) throw new Error(`${leg.name}: HTTP ${r.status} ${await r.text()}`);
   let buf = '';
-  let first = 0, last = 0, tokens = 0, deltas = 0;
+  let first = 0,
+    last = 0,
+    tokens = 0,
+    deltas = 0;
   let serverTps: number | null = null;
   const decoder = new TextDecoder();
   for await (const chunk of r.body) {
@@ -56,7 +65,11 @@ export async function streamOnce(leg: Leg, maxTokens: number, prompt: string): P
       buf = buf.slice(i + 2);
       for (const line of event.split('\n')) {
         if (!line.startsWith('data: ') || line === 'data: [DONE]') continue;
-        const d = JSON.parse(line.slice(6)) as { choices?: { delta?: { content?: string } }[]; usage?: { completion_tokens: number }; timings?: { predicted_per_second?: number } };
+        const d = JSON.parse(line.slice(6)) as {
+          choices?: { delta?: { content?: string } }[];
+          usage?: { completion_tokens: number };
+          timings?: { predicted_per_second?: number };
+        };
         if (d.choices?.[0]?.delta?.content) {
           const now = performance.now();
           if (!first) first = now;
@@ -80,7 +93,10 @@ const median = (xs: number[]): number => {
 };
 
 /** Runs `n` completions on every leg, interleaved, after `warmup` each; returns each leg's samples. */
-export async function runLegs(legs: Leg[], o: { n: number; warmup: number; maxTokens: number }): Promise<Map<string, Sample[]>> {
+export async function runLegs(
+  legs: Leg[],
+  o: { n: number; warmup: number; maxTokens: number },
+): Promise<Map<string, Sample[]>> {
   const out = new Map<string, Sample[]>(legs.map((l) => [l.name, []]));
   for (let i = 0; i < o.warmup + o.n; i++) {
     for (const leg of legs) {
@@ -98,22 +114,45 @@ export function report(results: Map<string, Sample[]>): string {
     ['completions', (s) => String(s.length)],
     ['tokens per completion (median)', (s) => String(median(s.map((x) => x.tokens)))],
     ['end-to-end tokens/s (median)', (s) => median(s.map((x) => (x.tokens * 1000) / x.totalMs)).toFixed(1)],
-    ['decode tokens/s, first to last token (median)', (s) => median(s.map((x) => ((x.tokens - 1) * 1000) / Math.max(x.decodeMs, 0.001))).toFixed(1)],
+    [
+      'decode tokens/s, first to last token (median)',
+      (s) => median(s.map((x) => ((x.tokens - 1) * 1000) / Math.max(x.decodeMs, 0.001))).toFixed(1),
+    ],
     ['time to first token ms (median)', (s) => median(s.map((x) => x.ttftMs)).toFixed(1)],
     ['request ms (median)', (s) => median(s.map((x) => x.totalMs)).toFixed(1)],
-    ["llama-server's own decode tokens/s (median)", (s) => { const v = s.map((x) => x.serverTps).filter((x): x is number => x !== null); return v.length ? median(v).toFixed(1) : '-'; }],
+    [
+      "llama-server's own decode tokens/s (median)",
+      (s) => {
+        const v = s.map((x) => x.serverTps).filter((x): x is number => x !== null);
+        return v.length ? median(v).toFixed(1) : '-';
+      },
+    ],
   ];
   const w0 = Math.max(...rows.map(([n]) => n.length));
   const cols = legs.map((l) => Math.max(l.length, 10));
-  const line = (a: string, cells: string[]): string => `${a.padEnd(w0)}  ${cells.map((c, i) => c.padStart(cols[i] as number)).join('  ')}`;
-  return [line('', legs), ...rows.map(([name, f]) => line(name, legs.map((l) => f(results.get(l) ?? []))))].join('\n');
+  const line = (a: string, cells: string[]): string =>
+    `${a.padEnd(w0)}  ${cells.map((c, i) => c.padStart(cols[i] as number)).join('  ')}`;
+  return [
+    line('', legs),
+    ...rows.map(([name, f]) =>
+      line(
+        name,
+        legs.map((l) => f(results.get(l) ?? [])),
+      ),
+    ),
+  ].join('\n');
 }
 
 async function main(): Promise<void> {
   const { values: a } = parseArgs({
     options: {
-      n: { type: 'string', default: '20' }, 'max-tokens': { type: 'string', default: '64' }, warmup: { type: 'string', default: '2' },
-      gateway: { type: 'string' }, model: { type: 'string', default: 'tiny-llama' }, 'api-key': { type: 'string' }, 'llama-server': { type: 'string' },
+      n: { type: 'string', default: '20' },
+      'max-tokens': { type: 'string', default: '64' },
+      warmup: { type: 'string', default: '2' },
+      gateway: { type: 'string' },
+      model: { type: 'string', default: 'tiny-llama' },
+      'api-key': { type: 'string' },
+      'llama-server': { type: 'string' },
     },
   });
   const o = { n: Number(a.n), warmup: Number(a.warmup), maxTokens: Number(a['max-tokens']) };
@@ -130,8 +169,16 @@ async function main(): Promise<void> {
       console.log(`llama-server ${server.url} on the tiny model (${(bytes / 1024).toFixed(0)} KiB GGUF)`);
     }
     const legs: Leg[] = [{ name: 'direct', baseUrl: direct, model: a.model as string }];
-    if (a.gateway) legs.push({ name: 'gateway', baseUrl: a.gateway, model: a.model as string, headers: a['api-key'] ? { authorization: `Bearer ${a['api-key']}` } : {} });
-    console.log(`${o.n} streamed completions per leg (after ${o.warmup} warm-up), max_tokens ${o.maxTokens}, sequential, legs interleaved`);
+    if (a.gateway)
+      legs.push({
+        name: 'gateway',
+        baseUrl: a.gateway,
+        model: a.model as string,
+        headers: a['api-key'] ? { authorization: `Bearer ${a['api-key']}` } : {},
+      });
+    console.log(
+      `${o.n} streamed completions per leg (after ${o.warmup} warm-up), max_tokens ${o.maxTokens}, sequential, legs interleaved`,
+    );
     console.log(report(await runLegs(legs, o)));
   } finally {
     await server?.stop();

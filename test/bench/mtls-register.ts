@@ -27,15 +27,23 @@ async function main(): Promise<void> {
   const config = { tls: testTls({ caKeyBits: 3072 }) }; // the size llmgw ca init makes
   const read = (f: string): string => readFileSync(f, 'utf8');
   const { app } = await buildControlServer({
-    store, tls: { caPem: read(config.tls.ca), certPem: read(config.tls.serverCert), keyPem: read(config.tls.serverKey) },
-    log: () => undefined, temporal: { address: '127.0.0.1:7233', namespace: 'default' }, heartbeatMs: 2000,
+    store,
+    tls: { caPem: read(config.tls.ca), certPem: read(config.tls.serverCert), keyPem: read(config.tls.serverKey) },
+    log: () => undefined,
+    temporal: { address: '127.0.0.1:7233', namespace: 'default' },
+    heartbeatMs: 2000,
   });
   const url = await app.listen({ host: '127.0.0.1', port: 0 });
   const { cert } = await certClient(config, store, 'bench-01');
   const body = JSON.stringify({ nodeId: 'bench-01', inventory: simInventory({ gpus: 8 }) });
   const register = async (dispatcher: Agent): Promise<number> => {
     const t0 = performance.now();
-    const res = await fetch(`${url}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, dispatcher });
+    const res = await fetch(`${url}/v1/agent/register`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+      dispatcher,
+    });
     await res.arrayBuffer();
     if (res.status !== 200) throw new Error(`register answered ${res.status}`);
     return performance.now() - t0;
@@ -52,11 +60,14 @@ async function main(): Promise<void> {
     await a.destroy();
     warm.push(await register(kept));
   }
-  const line = (name: string, xs: number[]): string => `${name.padEnd(44)} median ${pct(xs, 50).toFixed(2)} ms   p90 ${pct(xs, 90).toFixed(2)} ms`;
+  const line = (name: string, xs: number[]): string =>
+    `${name.padEnd(44)} median ${pct(xs, 50).toFixed(2)} ms   p90 ${pct(xs, 90).toFixed(2)} ms`;
   console.log(`mTLS registration, ${N} rounds (interleaved), loopback, RSA-2048 node and server keys, RSA-3072 CA`);
   console.log(line('new connection: TLS handshake + register', fresh));
   console.log(line('open connection: register only', warm));
-  console.log(`${'handshake + gate (difference of medians)'.padEnd(44)} ${(pct(fresh, 50) - pct(warm, 50)).toFixed(2)} ms`);
+  console.log(
+    `${'handshake + gate (difference of medians)'.padEnd(44)} ${(pct(fresh, 50) - pct(warm, 50)).toFixed(2)} ms`,
+  );
   await kept.destroy();
   await closeCertClients();
   await app.close();

@@ -10,14 +10,26 @@ import { RoutingTable } from '../../gateway/inference/routing';
 import { startGateway } from '../../gateway/inference/server';
 import { ready } from '../helpers/gateway';
 
-interface Settings { upstream: string; model: string; apiKeys: string[] }
+interface Settings {
+  upstream: string;
+  model: string;
+  apiKeys: string[];
+}
 
 async function main(): Promise<void> {
   const s = JSON.parse(process.env.PEERS_GATEWAY ?? '{}') as Settings;
   const { gateway } = DEFAULT_CONFIG;
   const rows = { models: [s.model], replicas: [ready(`${s.model}-0`, s.model, s.upstream)] };
   const routing = new RoutingTable(async () => rows, { refreshMs: gateway.refreshMs });
-  const gw = await startGateway({ host: '127.0.0.1', port: 0, routing, apiKeys: s.apiKeys, log: makeLog('gateway'), timeouts: gateway.timeouts, accessLog: gateway.accessLog });
+  const gw = await startGateway({
+    host: '127.0.0.1',
+    port: 0,
+    routing,
+    apiKeys: s.apiKeys,
+    log: makeLog('gateway'),
+    timeouts: gateway.timeouts,
+    accessLog: gateway.accessLog,
+  });
   process.stdout.write(`${JSON.stringify({ ready: gw.url })}\n`);
   process.once('SIGTERM', () => void gw.close().then(() => process.exit(0)));
 }

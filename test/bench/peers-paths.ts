@@ -23,7 +23,10 @@ export interface BenchPath {
 }
 
 /** A path that could not run here, and why. */
-export interface SkippedPath { name: string; skipped: string }
+export interface SkippedPath {
+  name: string;
+  skipped: string;
+}
 
 const ROOT = resolve(__dirname, '../..');
 const TSX = ['-r', require.resolve('tsx/cjs')];
@@ -32,7 +35,11 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 const tail = (s: string): string => s.trim().split('\n').slice(-5).join(' | ');
 
 /** Spawns a process, keeping its output for error messages; stop() ends exactly it (SIGTERM, then SIGKILL). */
-function launch(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): { child: ChildProcess; output: () => string; stop: () => Promise<void> } {
+function launch(
+  cmd: string,
+  args: string[],
+  env: NodeJS.ProcessEnv = {},
+): { child: ChildProcess; output: () => string; stop: () => Promise<void> } {
   const child = spawn(cmd, args, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   const keep = (b: Buffer): void => void (out = (out + b.toString()).slice(-20_000));
@@ -42,14 +49,22 @@ function launch(cmd: string, args: string[], env: NodeJS.ProcessEnv = {}): { chi
 }
 
 /** Waits until `url` answers a one-token chat completion of `model` with 200 (the process must stay up). */
-async function untilServes(url: string, model: string, key: string, p: ReturnType<typeof launch>, timeoutMs = 60_000): Promise<void> {
+async function untilServes(
+  url: string,
+  model: string,
+  key: string,
+  p: ReturnType<typeof launch>,
+  timeoutMs = 60_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last = '';
   while (Date.now() < deadline) {
     if (p.child.exitCode !== null) throw new Error(`exited ${p.child.exitCode}: ${tail(p.output())}`);
     const res = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
-      body: JSON.stringify({ model, max_tokens: 1, messages: [{ role: 'user', content: 'up?' }] }), signal: AbortSignal.timeout(5000),
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` },
+      body: JSON.stringify({ model, max_tokens: 1, messages: [{ role: 'user', content: 'up?' }] }),
+      signal: AbortSignal.timeout(5000),
     }).catch((err: Error) => ({ status: 0, text: async () => err.message }));
     if (res.status === 200) return;
     last = `${res.status} ${(await res.text()).slice(0, 200)}`;
@@ -60,13 +75,22 @@ async function untilServes(url: string, model: string, key: string, p: ReturnTyp
 }
 
 /** A Node process of this project that prints {"ready":url} once it listens. */
-async function nodeChild(name: string, about: string, file: string, args: string[], env: NodeJS.ProcessEnv, model: string, key: string): Promise<BenchPath> {
+async function nodeChild(
+  name: string,
+  about: string,
+  file: string,
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  model: string,
+  key: string,
+): Promise<BenchPath> {
   const p = launch(process.execPath, [...TSX, join(ROOT, file), ...args], env);
   let url = '';
   const deadline = Date.now() + 30_000;
   while (!url) {
     url = (/\{"ready":"([^"]+)"\}/.exec(p.output()) ?? [])[1] ?? '';
-    if (p.child.exitCode !== null || Date.now() > deadline) throw new Error(`${name} did not start: ${tail(p.output())}`);
+    if (p.child.exitCode !== null || Date.now() > deadline)
+      throw new Error(`${name} did not start: ${tail(p.output())}`);
     if (!url) await sleep(50);
   }
   await untilServes(url, model, key, p);
@@ -77,21 +101,51 @@ async function nodeChild(name: string, about: string, file: string, args: string
 export async function startEngine(model: string, tokensPerSecond: number, key: string): Promise<BenchPath> {
   const port = await freePort();
   const [cmd, ...pre] = simEngineArgv();
-  const p = launch(cmd as string, [...pre, '--model', model, '--port', String(port), '--tokens-per-second', String(tokensPerSecond)]);
+  const p = launch(cmd as string, [
+    ...pre,
+    '--model',
+    model,
+    '--port',
+    String(port),
+    '--tokens-per-second',
+    String(tokensPerSecond),
+  ]);
   const url = `http://127.0.0.1:${port}`;
   await untilServes(url, model, key, p);
-  return { name: 'direct', url, pid: p.child.pid ?? null, about: `the sim engine, ${tokensPerSecond} tokens/s`, stop: p.stop };
+  return {
+    name: 'direct',
+    url,
+    pid: p.child.pid ?? null,
+    about: `the sim engine, ${tokensPerSecond} tokens/s`,
+    stop: p.stop,
+  };
 }
 
 /** The bare Node floor (test/bench/bare-proxy.ts). */
 export function startBareNode(upstream: string, model: string, key: string): Promise<BenchPath> {
-  return nodeChild('bare Node', 'test/bench/bare-proxy.ts: node:http in and out, keep-alive pool, nothing else', 'test/bench/bare-proxy.ts', [upstream], {}, model, key);
+  return nodeChild(
+    'bare Node',
+    'test/bench/bare-proxy.ts: node:http in and out, keep-alive pool, nothing else',
+    'test/bench/bare-proxy.ts',
+    [upstream],
+    {},
+    model,
+    key,
+  );
 }
 
 /** llmgw's gateway (test/bench/peers-gateway.ts); with `apiKeys` its key check is on. */
 export function startLlmgw(upstream: string, model: string, apiKeys: string[], key: string): Promise<BenchPath> {
   const about = `the gateway's server over a one-replica routing table, ${apiKeys.length ? 'API key check on' : 'no API keys'}`;
-  return nodeChild('llmgw', about, 'test/bench/peers-gateway.ts', [], { PEERS_GATEWAY: JSON.stringify({ upstream, model, apiKeys }) }, model, key);
+  return nodeChild(
+    'llmgw',
+    about,
+    'test/bench/peers-gateway.ts',
+    [],
+    { PEERS_GATEWAY: JSON.stringify({ upstream, model, apiKeys }) },
+    model,
+    key,
+  );
 }
 
 /** The nginx binary's version line, or null when there is none. */
@@ -102,10 +156,12 @@ function nginxVersion(): string | null {
 
 /** Installs nginx-light with apt (as root only); the reason it could not, or null. */
 function installNginx(): string | null {
-  if (process.getuid?.() !== 0) return 'nginx is not installed, and installing it (apt-get install nginx-light) needs root';
+  if (process.getuid?.() !== 0)
+    return 'nginx is not installed, and installing it (apt-get install nginx-light) needs root';
   process.stderr.write('nginx is not installed: apt-get install nginx-light …\n');
   const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
-  const install = (): ReturnType<typeof spawnSync> => spawnSync('apt-get', ['install', '-y', '-q', '--no-install-recommends', 'nginx-light'], { encoding: 'utf8', env });
+  const install = (): ReturnType<typeof spawnSync> =>
+    spawnSync('apt-get', ['install', '-y', '-q', '--no-install-recommends', 'nginx-light'], { encoding: 'utf8', env });
   let r = install();
   if (r.status !== 0) {
     spawnSync('apt-get', ['update', '-qq'], { env });
@@ -115,7 +171,12 @@ function installNginx(): string | null {
 }
 
 /** nginx as a plain reverse proxy: one worker, a keep-alive upstream pool, no buffering (SSE passes as it comes), no access log. */
-export async function startNginx(upstream: string, dir: string, model: string, key: string): Promise<BenchPath | SkippedPath> {
+export async function startNginx(
+  upstream: string,
+  dir: string,
+  model: string,
+  key: string,
+): Promise<BenchPath | SkippedPath> {
   let version = nginxVersion();
   if (!version) {
     const why = installNginx();
@@ -124,8 +185,12 @@ export async function startNginx(upstream: string, dir: string, model: string, k
   }
   const port = await freePort();
   const conf = join(dir, 'nginx.conf');
-  const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi'].map((t) => `  ${t}_temp_path ${dir}/${t};`).join('\n');
-  writeFileSync(conf, `# npm run bench:peers: nginx in front of the sim engine, in the foreground.
+  const temp = ['client_body', 'proxy', 'fastcgi', 'uwsgi', 'scgi']
+    .map((t) => `  ${t}_temp_path ${dir}/${t};`)
+    .join('\n');
+  writeFileSync(
+    conf,
+    `# npm run bench:peers: nginx in front of the sim engine, in the foreground.
 daemon off;
 worker_processes 1;
 pid ${dir}/nginx.pid;
@@ -152,34 +217,84 @@ ${temp}
     }
   }
 }
-`);
+`,
+  );
   const p = launch('nginx', ['-p', dir, '-e', join(dir, 'error.log'), '-c', conf]);
   const url = `http://127.0.0.1:${port}`;
   await untilServes(url, model, key, p);
-  return { name: 'nginx', url, pid: p.child.pid ?? null, about: `${version}, 1 worker, keep-alive upstream pool, proxy_buffering off`, stop: p.stop };
+  return {
+    name: 'nginx',
+    url,
+    pid: p.child.pid ?? null,
+    about: `${version}, 1 worker, keep-alive upstream pool, proxy_buffering off`,
+    stop: p.stop,
+  };
 }
 
 /** LiteLLM's proxy (1 worker, production settings, no database) when python3 can import litellm; never installed here. */
-export async function startLitellm(upstream: string, dir: string, model: string, key: string): Promise<BenchPath | SkippedPath> {
-  const probe = spawnSync('python3', ['-c', 'import litellm, importlib.metadata as m; print(m.version("litellm"))'], { encoding: 'utf8' });
-  if (probe.status !== 0) return { name: 'LiteLLM', skipped: 'python3 cannot import litellm (this bench never installs it: pip install "litellm[proxy]" to include it)' };
+export async function startLitellm(
+  upstream: string,
+  dir: string,
+  model: string,
+  key: string,
+): Promise<BenchPath | SkippedPath> {
+  const probe = spawnSync('python3', ['-c', 'import litellm, importlib.metadata as m; print(m.version("litellm"))'], {
+    encoding: 'utf8',
+  });
+  if (probe.status !== 0)
+    return {
+      name: 'LiteLLM',
+      skipped:
+        'python3 cannot import litellm (this bench never installs it: pip install "litellm[proxy]" to include it)',
+    };
   const config = join(dir, 'litellm.yaml');
-  writeFileSync(config, stringify({
-    model_list: [{ model_name: model, litellm_params: { model: `openai/${model}`, api_base: `${upstream}/v1`, api_key: 'none' } }],
-    general_settings: { master_key: key, disable_spend_logs: true, disable_error_logs: true },
-    litellm_settings: { drop_params: true },
-  }));
+  writeFileSync(
+    config,
+    stringify({
+      model_list: [
+        {
+          model_name: model,
+          litellm_params: { model: `openai/${model}`, api_base: `${upstream}/v1`, api_key: 'none' },
+        },
+      ],
+      general_settings: { master_key: key, disable_spend_logs: true, disable_error_logs: true },
+      litellm_settings: { drop_params: true },
+    }),
+  );
   const port = await freePort();
   // `litellm` is the console script of litellm:run_server; run it through python3 so the interpreter that imported it runs it.
-  const p = launch('python3', ['-c', 'import sys, litellm; sys.exit(litellm.run_server())', '--config', config, '--host', '127.0.0.1', '--port', String(port), '--num_workers', '1'],
-    { LITELLM_MODE: 'PRODUCTION', LITELLM_LOG: 'ERROR', LITELLM_LOCAL_MODEL_COST_MAP: 'True' });
+  const p = launch(
+    'python3',
+    [
+      '-c',
+      'import sys, litellm; sys.exit(litellm.run_server())',
+      '--config',
+      config,
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--num_workers',
+      '1',
+    ],
+    { LITELLM_MODE: 'PRODUCTION', LITELLM_LOG: 'ERROR', LITELLM_LOCAL_MODEL_COST_MAP: 'True' },
+  );
   const url = `http://127.0.0.1:${port}`;
   try {
     await untilServes(url, model, key, p, 120_000);
   } catch (err) {
-    return { name: 'LiteLLM', skipped: `litellm ${probe.stdout.trim()} is importable but its proxy did not serve: ${(err as Error).message}` };
+    return {
+      name: 'LiteLLM',
+      skipped: `litellm ${probe.stdout.trim()} is importable but its proxy did not serve: ${(err as Error).message}`,
+    };
   }
-  return { name: 'LiteLLM', url, pid: p.child.pid ?? null, about: `LiteLLM ${probe.stdout.trim()}, 1 worker, no database`, stop: p.stop };
+  return {
+    name: 'LiteLLM',
+    url,
+    pid: p.child.pid ?? null,
+    about: `LiteLLM ${probe.stdout.trim()}, 1 worker, no database`,
+    stop: p.stop,
+  };
 }
 
 let clockTicks = 0;

@@ -17,7 +17,16 @@ import { requestBodies } from '../../lib/bench/prompt';
 import { makeTarget, sendOne, type Target } from '../../lib/bench/request';
 import type { BenchReport } from '../../lib/bench/run';
 import { seededRandom } from '../../lib/random';
-import { startBareNode, startEngine, startLitellm, startLlmgw, startNginx, treeCpuSeconds, type BenchPath, type SkippedPath } from './peers-paths';
+import {
+  startBareNode,
+  startEngine,
+  startLitellm,
+  startLlmgw,
+  startNginx,
+  treeCpuSeconds,
+  type BenchPath,
+  type SkippedPath,
+} from './peers-paths';
 import { peersReport, type CpuFigures, type Rounds } from './peers-report';
 
 const USAGE = `
@@ -38,10 +47,20 @@ const MODEL = 'sim-peers';
 const LLMGW = resolve(__dirname, '../../bin/llmgw.js');
 const run = promisify(execFile);
 
-const load = (): string => loadavg().map((x) => x.toFixed(2)).join(', ');
+const load = (): string =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(', ');
 
 /** Interleaved rounds: each round sends one request to every path, in a fresh random order; per path, one figure per round (NaN if it failed). */
-async function rounds(paths: BenchPath[], targets: Map<string, Target>, n: number, stream: boolean, seed: number, pick: (o: Awaited<ReturnType<typeof sendOne>>) => number[]): Promise<Rounds> {
+async function rounds(
+  paths: BenchPath[],
+  targets: Map<string, Target>,
+  n: number,
+  stream: boolean,
+  seed: number,
+  pick: (o: Awaited<ReturnType<typeof sendOne>>) => number[],
+): Promise<Rounds> {
   const body = requestBodies({ model: MODEL, promptTokens: 1, maxTokens: stream ? 16 : 1, stream });
   const rnd = seededRandom(seed);
   const by = new Map(paths.map((p) => [p.name, [] as number[][]]));
@@ -62,29 +81,70 @@ async function rounds(paths: BenchPath[], targets: Map<string, Target>, n: numbe
 }
 
 /** One `llmgw bench` run (non-streamed, one-token answers) against `url`; the proxy's and the engine's CPU seconds over it. */
-async function loadRun(url: string, seconds: number, concurrency: number, key: string, pids: { proxy: number | null; engine: number }): Promise<{ report: BenchReport; proxyCpuS: number; engineCpuS: number }> {
-  const args = [LLMGW, 'bench', url, '--model', MODEL, '--api-key', key, '--duration', String(seconds), '--concurrency', String(concurrency), '--prompt-tokens', '1', '--max-tokens', '1', '--json', '--quiet'];
+async function loadRun(
+  url: string,
+  seconds: number,
+  concurrency: number,
+  key: string,
+  pids: { proxy: number | null; engine: number },
+): Promise<{ report: BenchReport; proxyCpuS: number; engineCpuS: number }> {
+  const args = [
+    LLMGW,
+    'bench',
+    url,
+    '--model',
+    MODEL,
+    '--api-key',
+    key,
+    '--duration',
+    String(seconds),
+    '--concurrency',
+    String(concurrency),
+    '--prompt-tokens',
+    '1',
+    '--max-tokens',
+    '1',
+    '--json',
+    '--quiet',
+  ];
   const cpu = (): [number, number] => [pids.proxy ? treeCpuSeconds(pids.proxy) : 0, treeCpuSeconds(pids.engine)];
   const before = cpu();
   // Exit status 1 means some requests failed: the report says which, so it is read all the same.
-  const out = await run(process.execPath, args, { maxBuffer: 1 << 24 }).catch((err: { stdout?: string; stderr?: string }) => ({ stdout: err.stdout ?? '', stderr: err.stderr ?? '' }));
+  const out = await run(process.execPath, args, { maxBuffer: 1 << 24 }).catch(
+    (err: { stdout?: string; stderr?: string }) => ({ stdout: err.stdout ?? '', stderr: err.stderr ?? '' }),
+  );
   const after = cpu();
   if (!out.stdout.trim()) throw new Error(`llmgw bench ${url} printed no report: ${out.stderr.trim()}`);
-  return { report: JSON.parse(out.stdout) as BenchReport, proxyCpuS: after[0] - before[0], engineCpuS: after[1] - before[1] };
+  return {
+    report: JSON.parse(out.stdout) as BenchReport,
+    proxyCpuS: after[0] - before[0],
+    engineCpuS: after[1] - before[1],
+  };
 }
 
 async function main(): Promise<void> {
   const { values } = parse(process.argv.slice(2), {
     usage: USAGE,
     options: {
-      rounds: { type: 'string' }, streams: { type: 'string' }, 'cpu-seconds': { type: 'string' }, 'cpu-concurrency': { type: 'string' },
-      'throughput-seconds': { type: 'string' }, 'throughput-concurrency': { type: 'string' }, 'tokens-per-second': { type: 'string' }, 'api-key': { type: 'string' },
+      rounds: { type: 'string' },
+      streams: { type: 'string' },
+      'cpu-seconds': { type: 'string' },
+      'cpu-concurrency': { type: 'string' },
+      'throughput-seconds': { type: 'string' },
+      'throughput-concurrency': { type: 'string' },
+      'tokens-per-second': { type: 'string' },
+      'api-key': { type: 'string' },
     },
   });
   const num = (v: string | undefined, d: number): number => (v === undefined ? d : Number(v));
   const o = {
-    rounds: num(values.rounds, 1000), streams: num(values.streams, 200), cpuS: num(values['cpu-seconds'], 10), cpuC: num(values['cpu-concurrency'], 32),
-    tputS: num(values['throughput-seconds'], 60), tputC: num(values['throughput-concurrency'], 64), tps: num(values['tokens-per-second'], 200),
+    rounds: num(values.rounds, 1000),
+    streams: num(values.streams, 200),
+    cpuS: num(values['cpu-seconds'], 10),
+    cpuC: num(values['cpu-concurrency'], 32),
+    tputS: num(values['throughput-seconds'], 60),
+    tputC: num(values['throughput-concurrency'], 64),
+    tps: num(values['tokens-per-second'], 200),
     key: values['api-key'] ?? (process.env.LLMGW_BENCH_API_KEY || 'sk-llmgw-peers-bench'),
   };
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-peers-'));
@@ -97,14 +157,19 @@ async function main(): Promise<void> {
     started.push(engine);
     started.push(await startBareNode(engine.url, MODEL, o.key));
     started.push(await startLlmgw(engine.url, MODEL, [o.key], o.key));
-    for (const peer of [await startNginx(engine.url, dir, MODEL, o.key), await startLitellm(engine.url, dir, MODEL, o.key)]) {
+    for (const peer of [
+      await startNginx(engine.url, dir, MODEL, o.key),
+      await startLitellm(engine.url, dir, MODEL, o.key),
+    ]) {
       if ('skipped' in peer) skipped.push(peer);
       else started.push(peer);
     }
     const order = ['direct', 'nginx', 'bare Node', 'llmgw', 'LiteLLM'];
     const paths = order.map((n) => started.find((p) => p.name === n)).filter((p): p is BenchPath => Boolean(p));
     const targets = new Map(paths.map((p) => [p.name, makeTarget(new URL(`${p.url}/v1/chat/completions`), o.key, 1)]));
-    say(`paths: ${paths.map((p) => p.name).join(', ')}${skipped.length ? `; skipped: ${skipped.map((s) => s.name).join(', ')}` : ''}`);
+    say(
+      `paths: ${paths.map((p) => p.name).join(', ')}${skipped.length ? `; skipped: ${skipped.map((s) => s.name).join(', ')}` : ''}`,
+    );
 
     say(`warm-up, then ${o.rounds} interleaved non-streamed rounds …`);
     await rounds(paths, targets, 100, false, 1, (r) => [r.total]);
@@ -133,7 +198,9 @@ async function main(): Promise<void> {
         c.clientPct.push((r.report.clientCpuS / r.report.durationS) * 100);
         c.failed += r.report.requests.failed;
         cpu.set(p.name, c);
-        say(`  ${p.name}: ${r.report.requestsPerS.toFixed(0)} req/s, proxy ${((r.proxyCpuS / n) * 1e6).toFixed(1)} µs/req`);
+        say(
+          `  ${p.name}: ${r.report.requestsPerS.toFixed(0)} req/s, proxy ${((r.proxyCpuS / n) * 1e6).toFixed(1)} µs/req`,
+        );
       }
     }
     loads.push(`after the CPU runs ${load()}`);
@@ -146,7 +213,9 @@ async function main(): Promise<void> {
       loads.push(`after the throughput run ${load()}`);
     }
 
-    process.stdout.write(`${peersReport({ settings: o, paths, skipped, latency: lat, streams: st, cpu, throughput: tput, loads })}\n`);
+    process.stdout.write(
+      `${peersReport({ settings: o, paths, skipped, latency: lat, streams: st, cpu, throughput: tput, loads })}\n`,
+    );
   } finally {
     for (const p of started.reverse()) await p.stop();
     rmSync(dir, { recursive: true, force: true });

@@ -22,11 +22,24 @@ const MODEL = 'sim-small';
 async function main(): Promise<void> {
   const stateDir = mkdtempSync(join(tmpdir(), 'llmgw-bench-'));
   const mysqlUrl = testMysqlUrl();
-  const cluster = await startCluster({ stateDir, basePort: (await freePort()) % 20000 + 30000, mysqlUrl, progress: () => undefined });
+  const cluster = await startCluster({
+    stateDir,
+    basePort: ((await freePort()) % 20000) + 30000,
+    mysqlUrl,
+    progress: () => undefined,
+  });
   const { tls } = cluster.config;
-  const operator = new TlsClient({ caPem: readFileSync(tls.ca, 'utf8'), certPem: readFileSync(tls.clientCert, 'utf8'), keyPem: readFileSync(tls.clientKey, 'utf8') });
-  const api = async <T>(path: string, init?: { method?: string }): Promise<T> => (await (await operator.fetch(`${cluster.controlUrl}${path}`, init)).json()) as T;
-  const replicas = async (): Promise<ReplicaRecord[]> => (await api<{ replicas: ReplicaRecord[] }>(`/v1/replicas?model=${MODEL}`)).replicas.filter((r) => r.state !== 'stopped');
+  const operator = new TlsClient({
+    caPem: readFileSync(tls.ca, 'utf8'),
+    certPem: readFileSync(tls.clientCert, 'utf8'),
+    keyPem: readFileSync(tls.clientKey, 'utf8'),
+  });
+  const api = async <T>(path: string, init?: { method?: string }): Promise<T> =>
+    (await (await operator.fetch(`${cluster.controlUrl}${path}`, init)).json()) as T;
+  const replicas = async (): Promise<ReplicaRecord[]> =>
+    (await api<{ replicas: ReplicaRecord[] }>(`/v1/replicas?model=${MODEL}`)).replicas.filter(
+      (r) => r.state !== 'stopped',
+    );
   const until = async (what: string, ok: () => Promise<boolean>, ms = 120_000): Promise<number> => {
     const t0 = Date.now();
     while (!(await ok())) {
@@ -39,19 +52,28 @@ async function main(): Promise<void> {
   const enginePidsOn = (ports: number[]): number[] => {
     const ps = execFileSync('ps', ['-eo', 'pid=,args='], { encoding: 'utf8' });
     // The engine itself, not the shim that runs it (whose argv carries the engine's command after `--`).
-    return ps.split('\n').filter((l) => l.includes('sim-engine') && !l.includes('engine-shim') && ports.some((p) => l.includes(`--port ${p} `))).map((l) => Number(l.trim().split(/\s+/)[0]));
+    return ps
+      .split('\n')
+      .filter(
+        (l) => l.includes('sim-engine') && !l.includes('engine-shim') && ports.some((p) => l.includes(`--port ${p} `)),
+      )
+      .map((l) => Number(l.trim().split(/\s+/)[0]));
   };
   const lines: string[] = [];
   try {
     // Put both sim-small replicas on sim-a (sim-large out of the way), then drain sim-a: two replicas to move.
-    const ctl = (...args: string[]): Promise<void> => runCli(['ctl', ...args, '--config', cluster.configFile], () => undefined);
+    const ctl = (...args: string[]): Promise<void> =>
+      runCli(['ctl', ...args, '--config', cluster.configFile], () => undefined);
     await ctl('scale', 'sim-large', '0');
     await ctl('scale', 'sim-small', '0');
     await until('sim-small to stop', async () => (await replicas()).length === 0);
     await ctl('cordon', 'sim-b');
     await ctl('cordon', 'sim-c');
     await ctl('scale', 'sim-small', '2');
-    await until('two sim-small replicas on sim-a', async () => (await allReady()) && (await replicas()).every((r) => r.shards[0]?.nodeId === 'sim-a'));
+    await until(
+      'two sim-small replicas on sim-a',
+      async () => (await allReady()) && (await replicas()).every((r) => r.shards[0]?.nodeId === 'sim-a'),
+    );
     await ctl('uncordon', 'sim-b');
     await ctl('uncordon', 'sim-c');
     await waitRoutable(cluster.gatewayUrl, MODEL);
@@ -64,11 +86,14 @@ async function main(): Promise<void> {
     const drainMs = Date.now() - t0;
     const during = load.stats();
     const { events } = await api<{ events: { at: string; kind: string; replicaId?: string }[] }>('/v1/events');
-    const at = (kind: string, id: string | undefined): number => Date.parse(events.find((e) => e.kind === kind && e.replicaId === id)?.at ?? 'x');
+    const at = (kind: string, id: string | undefined): number =>
+      Date.parse(events.find((e) => e.kind === kind && e.replicaId === id)?.at ?? 'x');
     const moved = events.filter((e) => e.kind === 'replica.starting' && Date.parse(e.at) >= t0).map((e) => e.replicaId);
     const starts = moved.map((id) => at('replica.ready', id) - at('replica.starting', id));
-    lines.push(`drain sim-a: ${moved.length} replicas moved in ${drainMs} ms, ${Math.round(drainMs / Math.max(moved.length, 1))} ms per replica; ` +
-      `each replacement's own start (placed → serving): ${starts.join(', ')} ms; the rest per replica is the original's 2 s drain and stop`);
+    lines.push(
+      `drain sim-a: ${moved.length} replicas moved in ${drainMs} ms, ${Math.round(drainMs / Math.max(moved.length, 1))} ms per replica; ` +
+        `each replacement's own start (placed → serving): ${starts.join(', ')} ms; the rest per replica is the original's 2 s drain and stop`,
+    );
     lines.push(`  requests during the drain: ${during.ok - before.ok} ok, ${during.failed - before.failed} failed`);
     await ctl('uncordon', 'sim-a');
 
@@ -79,14 +104,23 @@ async function main(): Promise<void> {
     const f0 = load.stats().failed;
     process.kill(pid as number, 'SIGKILL');
     const killed = Date.now();
-    await until('the replica to leave ready', async () => !(await replicas()).some((r) => r.id === victim?.id && r.state === 'ready' && r.endpoint?.endsWith(`:${port}`)));
+    await until(
+      'the replica to leave ready',
+      async () =>
+        !(await replicas()).some((r) => r.id === victim?.id && r.state === 'ready' && r.endpoint?.endsWith(`:${port}`)),
+    );
     const unroutable = Date.now() - killed;
     await until('the rebuilt replica to serve', allReady);
-    lines.push(`engine kill -9: unroutable after ${unroutable} ms, rebuilt and serving after ${Date.now() - killed} ms; ${load.stats().failed - f0} failed requests`);
+    lines.push(
+      `engine kill -9: unroutable after ${unroutable} ms, rebuilt and serving after ${Date.now() - killed} ms; ${load.stats().failed - f0} failed requests`,
+    );
 
     // Node loss: the agent and every engine of a node holding a sim-small replica.
     const node = (await replicas()).find((r) => r.state === 'ready')?.shards[0]?.nodeId ?? 'sim-c';
-    const shardPorts = (await replicas()).flatMap((r) => r.shards).filter((s) => s.nodeId === node).map((s) => s.port);
+    const shardPorts = (await replicas())
+      .flatMap((r) => r.shards)
+      .filter((s) => s.nodeId === node)
+      .map((s) => s.port);
     const nodeReplicas = (await replicas()).filter((r) => r.shards.some((s) => s.nodeId === node)).map((r) => r.id);
     const f1 = load.stats().failed;
     cluster.processes.get(node)?.kill('SIGKILL');
@@ -98,13 +132,21 @@ async function main(): Promise<void> {
     });
     const servedAt = Date.now();
     const ev = (await api<{ events: { at: string; kind: string; replicaId?: string }[] }>('/v1/events')).events
-      .filter((e) => e.replicaId === nodeReplicas[0] && Date.parse(e.at) >= lost).map((e) => ({ kind: e.kind, t: Date.parse(e.at) - lost }));
-    const first = (kind: string): number | undefined => ev.filter((e) => e.kind === kind).sort((a, b) => a.t - b.t)[0]?.t;
-    lines.push(`node loss (${node}: agent + engines kill -9, holding ${nodeReplicas.join(', ')}): serving elsewhere after ${servedAt - lost} ms; ${load.stats().failed - f1} failed requests`);
+      .filter((e) => e.replicaId === nodeReplicas[0] && Date.parse(e.at) >= lost)
+      .map((e) => ({ kind: e.kind, t: Date.parse(e.at) - lost }));
+    const first = (kind: string): number | undefined =>
+      ev.filter((e) => e.kind === kind).sort((a, b) => a.t - b.t)[0]?.t;
+    lines.push(
+      `node loss (${node}: agent + engines kill -9, holding ${nodeReplicas.join(', ')}): serving elsewhere after ${servedAt - lost} ms; ${load.stats().failed - f1} failed requests`,
+    );
     if (process.env.LLMGW_BENCH_EVENTS) lines.push(JSON.stringify(ev));
-    lines.push(`  ${nodeReplicas[0]}: heartbeat timeout noticed (rebuilding) at ${first('replica.rebuilding')} ms, placed again at ${first('replica.starting')} ms, serving at ${first('replica.ready')} ms (shard heartbeat timeout: 5 s)`);
+    lines.push(
+      `  ${nodeReplicas[0]}: heartbeat timeout noticed (rebuilding) at ${first('replica.rebuilding')} ms, placed again at ${first('replica.starting')} ms, serving at ${first('replica.ready')} ms (shard heartbeat timeout: 5 s)`,
+    );
     const s = await load.stop();
-    lines.push(`load: ${s.ok} ok, ${s.failed} failed in ${s.durationMs} ms${s.failures.length ? `; first failures: ${s.failures.slice(0, 3).join(' | ')}` : ''}`);
+    lines.push(
+      `load: ${s.ok} ok, ${s.failed} failed in ${s.durationMs} ms${s.failures.length ? `; first failures: ${s.failures.slice(0, 3).join(' | ')}` : ''}`,
+    );
     console.log(lines.join('\n'));
   } finally {
     await cluster.close();

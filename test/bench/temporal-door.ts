@@ -28,7 +28,14 @@ import { testTls } from '../helpers/tls';
 const WORKERS = Number(process.env.WORKERS ?? 100);
 const BLOCKS = 10;
 const PER_BLOCK = 100;
-const quiet = { info: () => undefined, warn: () => undefined, error: console.error, debug: () => undefined, trace: () => undefined, log: () => undefined };
+const quiet = {
+  info: () => undefined,
+  warn: () => undefined,
+  error: console.error,
+  debug: () => undefined,
+  trace: () => undefined,
+  log: () => undefined,
+};
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const pct = (xs: number[], p: number): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -36,7 +43,14 @@ const pct = (xs: number[], p: number): number => {
 };
 const mib = (b: number): string => `${(b / 1048576).toFixed(1)} MiB`;
 
-interface Stats { rss: number; heapUsed: number; external: number; arrayBuffers: number; door: { passed: number; refused: number; open: number }; tokens: { tokens: number } }
+interface Stats {
+  rss: number;
+  heapUsed: number;
+  external: number;
+  arrayBuffers: number;
+  door: { passed: number; refused: number; open: number };
+  tokens: { tokens: number };
+}
 
 async function main(): Promise<void> {
   const temporal = await startTestTemporal();
@@ -50,13 +64,20 @@ async function main(): Promise<void> {
   const ops = createCaOperations({ caDir: dirname(tlsFiles.ca), store });
   const { csrPem, keyPem } = makeNodeCsr('bench-0');
   const creds: TlsCredentials[] = [];
-  for (let i = 0; i < WORKERS; i++) creds.push({ certPem: (await ops.signNodeCsr({ csrPem, identity: `bench-${i}` })).certPem, keyPem, caPem: tls.caPem });
+  for (let i = 0; i < WORKERS; i++)
+    creds.push({
+      certPem: (await ops.signNodeCsr({ csrPem, identity: `bench-${i}` })).certPem,
+      keyPem,
+      caPem: tls.caPem,
+    });
 
   const child = spawn(process.execPath, ['--expose-gc', '--import', 'tsx', join(__dirname, 'door-child.ts')], {
-    env: { ...process.env, DOOR_BENCH: JSON.stringify({ mysqlUrl, upstream: temporal.address, tls }) }, stdio: ['pipe', 'pipe', 'inherit'],
+    env: { ...process.env, DOOR_BENCH: JSON.stringify({ mysqlUrl, upstream: temporal.address, tls }) },
+    stdio: ['pipe', 'pipe', 'inherit'],
   });
   const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]();
-  const nextLine = async (): Promise<Record<string, unknown>> => JSON.parse(String((await lines.next()).value)) as Record<string, unknown>;
+  const nextLine = async (): Promise<Record<string, unknown>> =>
+    JSON.parse(String((await lines.next()).value)) as Record<string, unknown>;
   const port = Number((await nextLine()).ready);
   const door = `127.0.0.1:${port}`;
   const stats = async (): Promise<Stats> => {
@@ -71,7 +92,12 @@ async function main(): Promise<void> {
   const fleet: { worker: Worker; running: Promise<void>; conn: NativeConnection }[] = [];
   for (let i = 0; i < WORKERS; i++) {
     const conn = await nodeConnection({ address: door, namespace: 'default', mtls: true }, creds[i] as TlsCredentials);
-    const worker = await Worker.create({ ...NODE_WORKER_OPTIONS, connection: conn, taskQueue: nodeQueue(`bench-${i}`), activities: { echo: async (s: string) => s } });
+    const worker = await Worker.create({
+      ...NODE_WORKER_OPTIONS,
+      connection: conn,
+      taskQueue: nodeQueue(`bench-${i}`),
+      activities: { echo: async (s: string) => s },
+    });
     fleet.push({ worker, running: worker.run(), conn });
   }
   let open = 0;
@@ -81,10 +107,18 @@ async function main(): Promise<void> {
     open = now;
   }
   const loaded = await stats();
-  console.log(`Temporal door memory, its own process, ${WORKERS} node workers (real Workers, one NativeConnection and certificate each), connected in ${((Date.now() - t0) / 1000).toFixed(1)} s`);
-  console.log(`  open long polls through the door: ${loaded.door.open} (${(loaded.door.open / WORKERS).toFixed(0)} per worker)`);
-  console.log(`  RSS   ${mib(before.rss)} -> ${mib(loaded.rss)}   (+${mib(loaded.rss - before.rss)}, ${((loaded.rss - before.rss) / WORKERS / 1024).toFixed(0)} KiB per worker)`);
-  console.log(`  heap  ${mib(before.heapUsed)} -> ${mib(loaded.heapUsed)}   (+${mib(loaded.heapUsed - before.heapUsed)}, ${((loaded.heapUsed - before.heapUsed) / WORKERS / 1024).toFixed(0)} KiB per worker); external +${mib(loaded.external - before.external)}`);
+  console.log(
+    `Temporal door memory, its own process, ${WORKERS} node workers (real Workers, one NativeConnection and certificate each), connected in ${((Date.now() - t0) / 1000).toFixed(1)} s`,
+  );
+  console.log(
+    `  open long polls through the door: ${loaded.door.open} (${(loaded.door.open / WORKERS).toFixed(0)} per worker)`,
+  );
+  console.log(
+    `  RSS   ${mib(before.rss)} -> ${mib(loaded.rss)}   (+${mib(loaded.rss - before.rss)}, ${((loaded.rss - before.rss) / WORKERS / 1024).toFixed(0)} KiB per worker)`,
+  );
+  console.log(
+    `  heap  ${mib(before.heapUsed)} -> ${mib(loaded.heapUsed)}   (+${mib(loaded.heapUsed - before.heapUsed)}, ${((loaded.heapUsed - before.heapUsed) / WORKERS / 1024).toFixed(0)} KiB per worker); external +${mib(loaded.external - before.external)}`,
+  );
   for (const w of fleet.slice(1)) w.worker.shutdown();
   await Promise.all(fleet.slice(1).map((w) => w.running.catch(() => undefined)));
   for (const w of fleet.slice(1)) await w.conn.close();
@@ -96,25 +130,45 @@ async function main(): Promise<void> {
     starts[side].push(performance.now());
     return s;
   };
-  const directWorker = await Worker.create({ ...NODE_WORKER_OPTIONS, connection: direct, taskQueue: 'node-direct', activities: { echo: async (s: string) => stamp('direct', s) } });
+  const directWorker = await Worker.create({
+    ...NODE_WORKER_OPTIONS,
+    connection: direct,
+    taskQueue: 'node-direct',
+    activities: { echo: async (s: string) => stamp('direct', s) },
+  });
   const directRunning = directWorker.run();
   const viaDoor = fleet[0] as (typeof fleet)[0];
   viaDoor.worker.shutdown();
   await viaDoor.running.catch(() => undefined);
-  const doorWorker = await Worker.create({ ...NODE_WORKER_OPTIONS, connection: viaDoor.conn, taskQueue: nodeQueue('bench-0'), activities: { echo: async (s: string) => stamp('door', s) } });
+  const doorWorker = await Worker.create({
+    ...NODE_WORKER_OPTIONS,
+    connection: viaDoor.conn,
+    taskQueue: nodeQueue('bench-0'),
+    activities: { echo: async (s: string) => stamp('door', s) },
+  });
   const doorRunning = doorWorker.run();
-  const { code } = await bundleWorkflowCode({ workflowsPath: require.resolve('../helpers/door-workflow'), logger: quiet });
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: require.resolve('../helpers/door-workflow'),
+    logger: quiet,
+  });
   const wfConn = await NativeConnection.connect({ address: temporal.address });
   const wfWorker = await Worker.create({ connection: wfConn, taskQueue: 'bench-wf', workflowBundle: { code } });
   const wfRunning = wfWorker.run();
   const client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
   const run = async (queue: string, n: number): Promise<void> =>
-    void (await client.workflow.execute<typeof echoOnNode>('echoOnNode', { taskQueue: 'bench-wf', workflowId: `bench-${queue}-${Date.now()}`, args: [queue, 'x', n] }));
+    void (await client.workflow.execute<typeof echoOnNode>('echoOnNode', {
+      taskQueue: 'bench-wf',
+      workflowId: `bench-${queue}-${Date.now()}`,
+      args: [queue, 'x', n],
+    }));
   await run(nodeQueue('bench-0'), 50);
   await run('node-direct', 50);
   const gaps = { door: [] as number[], direct: [] as number[] };
   for (let b = 0; b < BLOCKS; b++) {
-    for (const [side, queue] of [['door', nodeQueue('bench-0')], ['direct', 'node-direct']] as const) {
+    for (const [side, queue] of [
+      ['door', nodeQueue('bench-0')],
+      ['direct', 'node-direct'],
+    ] as const) {
       starts[side] = [];
       await run(queue, PER_BLOCK + 1);
       const s = starts[side];
@@ -122,7 +176,9 @@ async function main(): Promise<void> {
     }
   }
   const { door: d, direct: r } = gaps;
-  console.log(`Activity round trip (completion + next task's delivery), ${d.length} through the door, ${r.length} direct, interleaved in blocks of ${PER_BLOCK}`);
+  console.log(
+    `Activity round trip (completion + next task's delivery), ${d.length} through the door, ${r.length} direct, interleaved in blocks of ${PER_BLOCK}`,
+  );
   console.log(`  through the door  median ${pct(d, 50).toFixed(2)} ms   p90 ${pct(d, 90).toFixed(2)} ms`);
   console.log(`  direct            median ${pct(r, 50).toFixed(2)} ms   p90 ${pct(r, 90).toFixed(2)} ms`);
   console.log(`  the door adds     ${(pct(d, 50) - pct(r, 50)).toFixed(2)} ms per round trip (difference of medians)`);
@@ -139,12 +195,22 @@ async function main(): Promise<void> {
     await describe('door', viaDoor.conn);
     await describe('direct', direct);
   }
-  console.log(`One unary call (DescribeNamespace, gzip, on a NativeConnection), ${calls.door.length} each way, interleaved`);
-  console.log(`  through the door  median ${pct(calls.door, 50).toFixed(3)} ms   p90 ${pct(calls.door, 90).toFixed(3)} ms`);
-  console.log(`  direct            median ${pct(calls.direct, 50).toFixed(3)} ms   p90 ${pct(calls.direct, 90).toFixed(3)} ms`);
-  console.log(`  the door adds     ${(pct(calls.door, 50) - pct(calls.direct, 50)).toFixed(3)} ms per call (an activity round trip crosses it twice: the completion and the next poll's answer)`);
+  console.log(
+    `One unary call (DescribeNamespace, gzip, on a NativeConnection), ${calls.door.length} each way, interleaved`,
+  );
+  console.log(
+    `  through the door  median ${pct(calls.door, 50).toFixed(3)} ms   p90 ${pct(calls.door, 90).toFixed(3)} ms`,
+  );
+  console.log(
+    `  direct            median ${pct(calls.direct, 50).toFixed(3)} ms   p90 ${pct(calls.direct, 90).toFixed(3)} ms`,
+  );
+  console.log(
+    `  the door adds     ${(pct(calls.door, 50) - pct(calls.direct, 50)).toFixed(3)} ms per call (an activity round trip crosses it twice: the completion and the next poll's answer)`,
+  );
   const after = await stats();
-  console.log(`  door after: ${after.door.passed} calls passed, ${after.door.refused} refused, ${after.tokens.tokens} task tokens held`);
+  console.log(
+    `  door after: ${after.door.passed} calls passed, ${after.door.refused} refused, ${after.tokens.tokens} task tokens held`,
+  );
 
   for (const w of [doorWorker, directWorker, wfWorker]) w.shutdown();
   await Promise.all([doorRunning, directRunning, wfRunning].map((p) => p.catch(() => undefined)));

@@ -28,7 +28,13 @@ const SIZE = MB * 2 ** 20;
 const run = promisify(execFile);
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] as number;
 
-interface Served { url: string; sha256: string; peerPort: number; caPem: string; client: { certPem: string; keyPem: string } }
+interface Served {
+  url: string;
+  sha256: string;
+  peerPort: number;
+  caPem: string;
+  client: { certPem: string; keyPem: string };
+}
 
 /** The child: the origin, and a node (bench-a) that fetched the file from it and serves it to peers. */
 async function serve(): Promise<void> {
@@ -39,8 +45,19 @@ async function serve(): Promise<void> {
   const b = issueNodeCertificate(ca, 'bench-b');
   const holder = new WeightsCache({ dir: join(dir, 'holder'), nodeId: 'bench-a' });
   await holder.ensure({ source: origin.fileUrl, sha256: origin.sha256 });
-  const server = await startWeightsServer({ file: (k) => holder.file(k), tls: { ...a, caPem: ca.certPem }, host: '127.0.0.1', port: 0 });
-  const served: Served = { url: origin.fileUrl, sha256: origin.sha256, peerPort: server.port, caPem: ca.certPem, client: b };
+  const server = await startWeightsServer({
+    file: (k) => holder.file(k),
+    tls: { ...a, caPem: ca.certPem },
+    host: '127.0.0.1',
+    port: 0,
+  });
+  const served: Served = {
+    url: origin.fileUrl,
+    sha256: origin.sha256,
+    peerPort: server.port,
+    caPem: ca.certPem,
+    client: b,
+  };
   process.stdout.write(`${JSON.stringify(served)}\n`);
   process.once('SIGTERM', () => {
     void Promise.all([origin.close(), server.close()]).finally(() => {
@@ -52,7 +69,10 @@ async function serve(): Promise<void> {
 
 async function main(): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-weights-bench-'));
-  const child = spawn(process.execPath, [...process.execArgv, __filename, '--serve'], { stdio: ['ignore', 'pipe', 'inherit'], env: process.env });
+  const child = spawn(process.execPath, [...process.execArgv, __filename, '--serve'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+    env: process.env,
+  });
   const served = await new Promise<Served>((resolve, reject) => {
     let buf = '';
     child.stdout.on('data', (d: Buffer) => {
@@ -73,21 +93,22 @@ async function main(): Promise<void> {
     rmSync(f, { force: true, recursive: true });
     return f;
   };
-  const stream = (file: string, hash: boolean): Promise<void> => new Promise((resolve, reject) => {
-    get(served.url, (res) => {
-      const h = createHash('sha256');
-      const tap = async function* (src: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
-        for await (const c of src) {
-          if (hash) h.update(c);
-          yield c;
-        }
-      };
-      pipeline(res, tap, createWriteStream(file, { highWaterMark: 1 << 20 })).then(() => {
-        if (hash && h.digest('hex') !== served.sha256) reject(new Error('hash mismatch'));
-        else resolve();
-      }, reject);
-    }).on('error', reject);
-  });
+  const stream = (file: string, hash: boolean): Promise<void> =>
+    new Promise((resolve, reject) => {
+      get(served.url, (res) => {
+        const h = createHash('sha256');
+        const tap = async function* (src: AsyncIterable<Buffer>): AsyncGenerator<Buffer> {
+          for await (const c of src) {
+            if (hash) h.update(c);
+            yield c;
+          }
+        };
+        pipeline(res, tap, createWriteStream(file, { highWaterMark: 1 << 20 })).then(() => {
+          if (hash && h.digest('hex') !== served.sha256) reject(new Error('hash mismatch'));
+          else resolve();
+        }, reject);
+      }).on('error', reject);
+    });
   try {
     try {
       // Not execFileSync: keep this process free while curl runs (it only waits).
@@ -109,8 +130,11 @@ async function main(): Promise<void> {
     });
     await measure('weights fetch from a peer (mTLS, sha256, fsync)', async (i) => {
       const cache = new WeightsCache({
-        dir: fresh('peer', i), nodeId: 'bench-b',
-        peers: async () => [{ nodeId: 'bench-a', endpoint: `https://127.0.0.1:${served.peerPort}`, sha256: served.sha256, size: SIZE }],
+        dir: fresh('peer', i),
+        nodeId: 'bench-b',
+        peers: async () => [
+          { nodeId: 'bench-a', endpoint: `https://127.0.0.1:${served.peerPort}`, sha256: served.sha256, size: SIZE },
+        ],
         peerTls: () => ({ ...served.client, caPem: served.caPem }),
       });
       const r = await cache.ensure({ source: served.url, sha256: served.sha256 });
@@ -134,11 +158,18 @@ async function main(): Promise<void> {
   const mibs = (ms: number): string => (SIZE / (1 << 20) / (ms / 1000)).toFixed(0);
   const curl = results.find((r) => r.what.startsWith('curl'));
   const node = results.find((r) => r.what.startsWith('node stream to'));
-  const pct = (base: { ms: number } | undefined, r: { ms: number }): string => (base ? `${((base.ms / r.ms) * 100).toFixed(0)}%` : '-');
-  console.log(`\n${MB} MiB over loopback, ${RUNS} rounds (node ${process.version}, ${cpus().length} CPUs, load ${loadavg()[0]?.toFixed(2)} at the end)`);
-  console.log(`${'way'.padEnd(52)} ${'median'.padStart(8)} ${'MiB/s'.padStart(6)} ${'best'.padStart(7)} ${'MiB/s'.padStart(6)}  vs curl  vs node`);
+  const pct = (base: { ms: number } | undefined, r: { ms: number }): string =>
+    base ? `${((base.ms / r.ms) * 100).toFixed(0)}%` : '-';
+  console.log(
+    `\n${MB} MiB over loopback, ${RUNS} rounds (node ${process.version}, ${cpus().length} CPUs, load ${loadavg()[0]?.toFixed(2)} at the end)`,
+  );
+  console.log(
+    `${'way'.padEnd(52)} ${'median'.padStart(8)} ${'MiB/s'.padStart(6)} ${'best'.padStart(7)} ${'MiB/s'.padStart(6)}  vs curl  vs node`,
+  );
   for (const r of results) {
-    console.log(`${r.what.padEnd(52)} ${(r.ms / 1000).toFixed(2).padStart(6)} s ${mibs(r.ms).padStart(6)} ${(r.best / 1000).toFixed(2).padStart(5)} s ${mibs(r.best).padStart(6)}  ${pct(curl, r).padStart(7)} ${pct(node, r).padStart(7)}`);
+    console.log(
+      `${r.what.padEnd(52)} ${(r.ms / 1000).toFixed(2).padStart(6)} s ${mibs(r.ms).padStart(6)} ${(r.best / 1000).toFixed(2).padStart(5)} s ${mibs(r.best).padStart(6)}  ${pct(curl, r).padStart(7)} ${pct(node, r).padStart(7)}`,
+    );
   }
 }
 

@@ -20,9 +20,16 @@ const run = promisify(execFile);
 const LLMGW = resolve(__dirname, '../../bin/llmgw.js');
 
 /** `llmgw cluster` as the README runs it: its own process group, as a terminal's foreground job. */
-interface Running { child: ChildProcess; lines: string[] }
+interface Running {
+  child: ChildProcess;
+  lines: string[];
+}
 function startClusterProcess(stateDir: string, basePort: number, mysqlUrl: string, extra: string[] = []): Running {
-  const child = spawn(process.execPath, [LLMGW, 'cluster', '--state-dir', stateDir, '--base-port', String(basePort), '--mysql-url', mysqlUrl, ...extra], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const child = spawn(
+    process.execPath,
+    [LLMGW, 'cluster', '--state-dir', stateDir, '--base-port', String(basePort), '--mysql-url', mysqlUrl, ...extra],
+    { stdio: ['ignore', 'pipe', 'pipe'], detached: true },
+  );
   const lines: string[] = [];
   let buf = '';
   const feed = (b: Buffer): void => {
@@ -36,16 +43,22 @@ function startClusterProcess(stateDir: string, basePort: number, mysqlUrl: strin
   return { child, lines };
 }
 const up = (r: Running): Promise<string[]> =>
-  waitFor(() => {
-    if (r.child.exitCode !== null) throw new Error(`llmgw cluster exited with code ${r.child.exitCode}:\n${r.lines.join('\n')}`);
-    return r.lines.some((l) => l.includes('llmgw local cluster is up')) ? r.lines : undefined;
-  }, { timeoutMs: 180_000, what: 'llmgw cluster to come up' }).catch((err: Error) => {
+  waitFor(
+    () => {
+      if (r.child.exitCode !== null)
+        throw new Error(`llmgw cluster exited with code ${r.child.exitCode}:\n${r.lines.join('\n')}`);
+      return r.lines.some((l) => l.includes('llmgw local cluster is up')) ? r.lines : undefined;
+    },
+    { timeoutMs: 180_000, what: 'llmgw cluster to come up' },
+  ).catch((err: Error) => {
     throw new Error(`${err.message}\noutput:\n${r.lines.join('\n')}`);
   });
 /** Its exit code, once it exited of itself (null: killed by a signal). */
 const exitCode = (r: Running, what: string): Promise<number | null> =>
-  waitFor(() => (r.child.exitCode !== null || r.child.signalCode !== null ? { code: r.child.exitCode } : undefined), { timeoutMs: 60_000, what })
-    .then((e) => e.code);
+  waitFor(() => (r.child.exitCode !== null || r.child.signalCode !== null ? { code: r.child.exitCode } : undefined), {
+    timeoutMs: 60_000,
+    what,
+  }).then((e) => e.code);
 /** Every process below `root` (the roles, the Temporal server, the agents' engines). */
 async function descendants(root: number): Promise<number[]> {
   const { stdout } = await run('ps', ['-eo', 'pid=,ppid=']);
@@ -55,7 +68,11 @@ async function descendants(root: number): Promise<number[]> {
     if (pid !== undefined && ppid !== undefined) kids.set(ppid, [...(kids.get(ppid) ?? []), pid]);
   }
   const out: number[] = [];
-  const walk = (p: number): void => (kids.get(p) ?? []).forEach((k) => { out.push(k); walk(k); });
+  const walk = (p: number): void =>
+    (kids.get(p) ?? []).forEach((k) => {
+      out.push(k);
+      walk(k);
+    });
   walk(root);
   return out;
 }
@@ -77,7 +94,7 @@ describe('the local cluster', () => {
 
   beforeAll(async () => {
     // A block of ports of its own, so the test passes beside a running local cluster.
-    basePort = (await freePort()) % 20000 + 30000;
+    basePort = ((await freePort()) % 20000) + 30000;
     first = startClusterProcess(stateDir, basePort, mysqlUrl);
     progress = await up(first);
     gatewayUrl = /OpenAI base URL\s+(\S+)\/v1/.exec(progress.join('\n'))?.[1] ?? '';
@@ -86,7 +103,13 @@ describe('the local cluster', () => {
   }, 240_000);
 
   afterAll(async () => {
-    for (const r of [first, again, third, fourth]) if (r && r.child.exitCode === null) try { process.kill(-(r.child.pid as number), 'SIGKILL'); } catch { /* gone */ }
+    for (const r of [first, again, third, fourth])
+      if (r && r.child.exitCode === null)
+        try {
+          process.kill(-(r.child.pid as number), 'SIGKILL');
+        } catch {
+          /* gone */
+        }
     await dropDatabase(mysqlUrl);
     // KEEP_E2E=1 keeps the state dir (logs, temporal.db) for a post-mortem.
     if (!process.env.KEEP_E2E) rmSync(stateDir, { recursive: true, force: true });
@@ -101,8 +124,11 @@ describe('the local cluster', () => {
     expect(progress.some((l) => /sim-small: 2 of 2 replicas ready/.test(l))).toBe(true);
   });
 
-  test('the llmgw-ca worker runs over the CA directory and published a CRL; the control plane\'s tls.ca has no key beside it', async () => {
-    const crl = await waitFor(() => existsSync(join(stateDir, 'ca/crl.pem')) && readFileSync(join(stateDir, 'ca/crl.pem'), 'utf8'), { timeoutMs: 20_000, what: 'the CA worker to write ca/crl.pem' });
+  test("the llmgw-ca worker runs over the CA directory and published a CRL; the control plane's tls.ca has no key beside it", async () => {
+    const crl = await waitFor(
+      () => existsSync(join(stateDir, 'ca/crl.pem')) && readFileSync(join(stateDir, 'ca/crl.pem'), 'utf8'),
+      { timeoutMs: 20_000, what: 'the CA worker to write ca/crl.pem' },
+    );
     expect(crl).toMatch(/^-----BEGIN X509 CRL-----/);
     expect(readFileSync(join(stateDir, 'logs/ca-worker.log'), 'utf8')).toMatch(/ca worker running/);
     expect(existsSync(join(stateDir, 'certs/ca.crt'))).toBe(true);
@@ -112,8 +138,16 @@ describe('the local cluster', () => {
   test('a chat completion streams through the gateway from the 2-node model', async () => {
     const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey: 'local' });
     const models = await client.models.list();
-    expect(models.data.map((m) => m.id).sort()).toEqual(llama ? ['sim-large', 'sim-small', 'tiny-llama'] : ['sim-large', 'sim-small']);
-    const stream = await client.chat.completions.create({ model: 'sim-large', stream: true, max_tokens: 8, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hello there' }] });
+    expect(models.data.map((m) => m.id).sort()).toEqual(
+      llama ? ['sim-large', 'sim-small', 'tiny-llama'] : ['sim-large', 'sim-small'],
+    );
+    const stream = await client.chat.completions.create({
+      model: 'sim-large',
+      stream: true,
+      max_tokens: 8,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: 'hello there' }],
+    });
     let text = '';
     let chunks = 0;
     let usage: { completion_tokens: number } | null | undefined;
@@ -125,20 +159,32 @@ describe('the local cluster', () => {
     expect(chunks).toBeGreaterThanOrEqual(8);
     expect(text.split(' ').length).toBe(8);
     expect(usage?.completion_tokens).toBe(8);
-    await expect(client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] })).rejects.toMatchObject({ status: 404 });
+    await expect(
+      client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }),
+    ).rejects.toMatchObject({ status: 404 });
   });
 
   test('with llama.cpp built here the cluster offers tiny-llama on a real llama-server, and says so either way', async () => {
     // Whether this machine has built llama.cpp (set-up's background build may finish at any time): the cluster's
     // own line says what it found, exactly one of the two.
-    const found = progress.filter((l) => /llama\.cpp b\d+ found \(.*\): every node offers it, and the catalog adds tiny-llama/.test(l));
-    const missing = progress.filter((l) => /llama\.cpp not built here: tiny-llama is left out \(bash scripts\/llama-cpp\.sh builds it/.test(l));
+    const found = progress.filter((l) =>
+      /llama\.cpp b\d+ found \(.*\): every node offers it, and the catalog adds tiny-llama/.test(l),
+    );
+    const missing = progress.filter((l) =>
+      /llama\.cpp not built here: tiny-llama is left out \(bash scripts\/llama-cpp\.sh builds it/.test(l),
+    );
     expect(found.length + missing.length).toBe(1);
     expect(llama).toBe(found.length === 1);
     if (!llama) return;
     expect(progress.some((l) => /tiny-llama: 1 of 1 replicas ready/.test(l))).toBe(true);
     const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey: 'local', maxRetries: 0 });
-    const stream = await client.chat.completions.create({ model: 'tiny-llama', stream: true, max_tokens: 8, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'hello' }] });
+    const stream = await client.chat.completions.create({
+      model: 'tiny-llama',
+      stream: true,
+      max_tokens: 8,
+      stream_options: { include_usage: true },
+      messages: [{ role: 'user', content: 'hello' }],
+    });
     let text = '';
     let usage: { completion_tokens: number } | null | undefined;
     for await (const c of stream) {
@@ -150,31 +196,49 @@ describe('the local cluster', () => {
   });
 
   test('ctl drain of a node whose replica fits nowhere else waits, says why, and times out naming it', async () => {
-    const ctl = (...args: string[]): Promise<{ stdout: string; stderr: string }> => run(process.execPath, [LLMGW, 'ctl', ...args, '--config', configFile]);
+    const ctl = (...args: string[]): Promise<{ stdout: string; stderr: string }> =>
+      run(process.execPath, [LLMGW, 'ctl', ...args, '--config', configFile]);
     // Single-node replicas take the island first: sim-small's two sit on sim-c. Two more take the GPU sim-large left
     // free on sim-a and on sim-b, and then every GPU of the cluster is held.
     await ctl('scale', 'sim-small', '4');
-    await waitFor(async () => {
-      const { stdout } = await ctl('replicas', '--json');
-      const ready = (JSON.parse(stdout) as { model: string; state: string; shards: { nodeId: string }[] }[]).filter((r) => r.model === 'sim-small' && r.state === 'ready');
-      return ready.length === 4 && ready.filter((r) => r.shards[0]?.nodeId === 'sim-c').length === 2;
-    }, { timeoutMs: 30_000, what: '4 sim-small replicas ready, 2 of them on sim-c' });
-    const err = await ctl('drain', 'sim-c', '--timeout', '4').then(() => null, (e: { code: number; stdout: string; stderr: string }) => e);
+    await waitFor(
+      async () => {
+        const { stdout } = await ctl('replicas', '--json');
+        const ready = (JSON.parse(stdout) as { model: string; state: string; shards: { nodeId: string }[] }[]).filter(
+          (r) => r.model === 'sim-small' && r.state === 'ready',
+        );
+        return ready.length === 4 && ready.filter((r) => r.shards[0]?.nodeId === 'sim-c').length === 2;
+      },
+      { timeoutMs: 30_000, what: '4 sim-small replicas ready, 2 of them on sim-c' },
+    );
+    const err = await ctl('drain', 'sim-c', '--timeout', '4').then(
+      () => null,
+      (e: { code: number; stdout: string; stderr: string }) => e,
+    );
     expect(err).not.toBeNull();
     expect(err?.code).toBe(1);
     expect(err?.stdout).toMatch(/workflow drain\/sim-c/);
     // With llama.cpp built, tiny-llama (no GPU) sits on the island too, and moves (to a fabric node) before or after.
-    expect(err?.stdout).toMatch(llama
-      ? /sim-c: moving, moved [01] of 3; moving sim-small-\d → sim-small-\d waiting — no node can take sim-small\/default/
-      : /sim-c: moving, moved 0 of 2; moving sim-small-\d → sim-small-\d waiting — no node can take sim-small\/default/);
-    expect(err?.stderr).toMatch(/drain of sim-c timed out after 4s moving sim-small-\d: its replacement sim-small-\d is waiting — .*0 of 1 GPUs free.*the node stays cordoned \(llmgw ctl uncordon sim-c to undo\)/);
+    expect(err?.stdout).toMatch(
+      llama
+        ? /sim-c: moving, moved [01] of 3; moving sim-small-\d → sim-small-\d waiting — no node can take sim-small\/default/
+        : /sim-c: moving, moved 0 of 2; moving sim-small-\d → sim-small-\d waiting — no node can take sim-small\/default/,
+    );
+    expect(err?.stderr).toMatch(
+      /drain of sim-c timed out after 4s moving sim-small-\d: its replacement sim-small-\d is waiting — .*0 of 1 GPUs free.*the node stays cordoned \(llmgw ctl uncordon sim-c to undo\)/,
+    );
     expect((await ctl('uncordon', 'sim-c')).stdout).toBe('sim-c: ready\n');
     await ctl('scale', 'sim-small', '2');
-    await waitFor(async () => {
-      const { stdout } = await ctl('replicas', '--json');
-      const live = (JSON.parse(stdout) as { id: string; model: string; state: string }[]).filter((r) => r.model === 'sim-small' && r.state !== 'stopped');
-      return live.length === 2 && live.every((r) => r.state === 'ready');
-    }, { timeoutMs: 30_000, what: 'sim-small back to 2 ready replicas' });
+    await waitFor(
+      async () => {
+        const { stdout } = await ctl('replicas', '--json');
+        const live = (JSON.parse(stdout) as { id: string; model: string; state: string }[]).filter(
+          (r) => r.model === 'sim-small' && r.state !== 'stopped',
+        );
+        return live.length === 2 && live.every((r) => r.state === 'ready');
+      },
+      { timeoutMs: 30_000, what: 'sim-small back to 2 ready replicas' },
+    );
   }, 90_000);
 
   test('the CLI lists the nodes with their fabric, GPUs and replicas', async () => {
@@ -194,7 +258,8 @@ describe('the local cluster', () => {
     const tree = await descendants(first.child.pid as number);
     expect(tree.length).toBeGreaterThanOrEqual(7); // temporal, control plane, gateway, 3 agents, engines
     const connection = await Connection.connect({ address: `127.0.0.1:${basePort}` });
-    const runId = async (): Promise<string> => (await new WorkflowClient({ connection }).getHandle(workflowIds.model('sim-small')).describe()).runId;
+    const runId = async (): Promise<string> =>
+      (await new WorkflowClient({ connection }).getHandle(workflowIds.model('sim-small')).describe()).runId;
     const before = await runId();
     await connection.close();
 
@@ -209,9 +274,15 @@ describe('the local cluster', () => {
     await up(again);
     console.log(`second start (state reused): up in ${Date.now() - restartedAt}ms`);
     const conn2 = await Connection.connect({ address: `127.0.0.1:${basePort}` });
-    expect((await new WorkflowClient({ connection: conn2 }).getHandle(workflowIds.model('sim-small')).describe()).runId).toBe(before);
+    expect(
+      (await new WorkflowClient({ connection: conn2 }).getHandle(workflowIds.model('sim-small')).describe()).runId,
+    ).toBe(before);
     await conn2.close();
-    const res = await fetch(`${gatewayUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'sim-small', max_tokens: 3, messages: [{ role: 'user', content: 'again' }] }) });
+    const res = await fetch(`${gatewayUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-small', max_tokens: 3, messages: [{ role: 'user', content: 'again' }] }),
+    });
     expect(res.status).toBe(200);
     // Killed outright (no Ctrl-C): each role notices its parent is gone and stops itself with its engines;
     // the Temporal server outlives it, and the next start stops that one first.
@@ -219,8 +290,12 @@ describe('the local cluster', () => {
     const temporalPid = Number(readFileSync(join(stateDir, 'temporal.pid'), 'utf8'));
     expect(tree2).toContain(temporalPid);
     process.kill(again.child.pid as number, 'SIGKILL');
-    await waitFor(() => leftOver(tree2.filter((p) => p !== temporalPid)).length === 0, { timeoutMs: 20_000, what: 'the roles and engines of a killed llmgw cluster to stop themselves (all but Temporal)' })
-      .catch((err: Error) => { throw new Error(`${err.message}; still running: ${leftOver(tree2).join('; ')}`); });
+    await waitFor(() => leftOver(tree2.filter((p) => p !== temporalPid)).length === 0, {
+      timeoutMs: 20_000,
+      what: 'the roles and engines of a killed llmgw cluster to stop themselves (all but Temporal)',
+    }).catch((err: Error) => {
+      throw new Error(`${err.message}; still running: ${leftOver(tree2).join('; ')}`);
+    });
     // Temporal outlives it (it logs to a file, so no closed pipe takes it down).
     expect(alive(temporalPid)).toBe(true);
 
@@ -228,7 +303,15 @@ describe('the local cluster', () => {
     const lines = await up(third);
     expect(lines.join('\n')).toContain(`stopping the Temporal server an earlier run left behind (pid ${temporalPid})`);
     expect(alive(temporalPid)).toBe(false);
-    const res2 = await fetch(`${gatewayUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'sim-large', max_tokens: 3, messages: [{ role: 'user', content: 'after a crash' }] }) });
+    const res2 = await fetch(`${gatewayUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model: 'sim-large',
+        max_tokens: 3,
+        messages: [{ role: 'user', content: 'after a crash' }],
+      }),
+    });
     expect(res2.status).toBe(200);
     const tree3 = await descendants(third.child.pid as number);
     ctrlC(third);
@@ -236,17 +319,24 @@ describe('the local cluster', () => {
     expect(leftOver(tree3)).toEqual([]);
 
     // --reset: from empty state, its own database and state dir only, each named before it goes.
-    writeFileSync(join(stateDir, 'notes.txt'), 'not the cluster\'s');
+    writeFileSync(join(stateDir, 'notes.txt'), "not the cluster's");
     fourth = startClusterProcess(stateDir, basePort, mysqlUrl, ['--reset']);
     const resetLines = await up(fourth);
     const database = new URL(mysqlUrl).pathname.slice(1);
-    const said = resetLines.find((l) => l.startsWith(`      --reset: dropping database ${database} on 127.0.0.1:3306 and removing from ${stateDir}: `)) ?? '';
-    expect(said.split(': ').at(-1)?.split(', ')).toEqual(expect.arrayContaining(['temporal.db', 'server.yaml', 'ca', 'certs', 'logs', 'engines', 'weights']));
+    const said =
+      resetLines.find((l) =>
+        l.startsWith(`      --reset: dropping database ${database} on 127.0.0.1:3306 and removing from ${stateDir}: `),
+      ) ?? '';
+    expect(said.split(': ').at(-1)?.split(', ')).toEqual(
+      expect.arrayContaining(['temporal.db', 'server.yaml', 'ca', 'certs', 'logs', 'engines', 'weights']),
+    );
     expect(said).not.toContain('notes.txt');
     expect(resetLines.some((l) => l.includes(`created the CA in ${join(stateDir, 'ca')}`))).toBe(true);
     expect(existsSync(join(stateDir, 'notes.txt'))).toBe(true);
     const conn4 = await Connection.connect({ address: `127.0.0.1:${basePort}` });
-    expect((await new WorkflowClient({ connection: conn4 }).getHandle(workflowIds.model('sim-small')).describe()).runId).not.toBe(before);
+    expect(
+      (await new WorkflowClient({ connection: conn4 }).getHandle(workflowIds.model('sim-small')).describe()).runId,
+    ).not.toBe(before);
     await conn4.close();
     const tree4 = await descendants(fourth.child.pid as number);
     ctrlC(fourth);

@@ -9,7 +9,7 @@ import { OUTAGES, startFaultCluster, runFault, type FaultCluster } from '../help
 /** How long each outage lasts (the issue's 30 s: longer than every liveness window, shorter than the backstops). */
 const DOWN_MS = 30_000;
 
-describe('outages of llmgw\'s own path cost nothing (both cores busy, load on sim-small and sim-large)', () => {
+describe("outages of llmgw's own path cost nothing (both cores busy, load on sim-small and sim-large)", () => {
   let fc: FaultCluster;
   beforeAll(async () => {
     fc = await startFaultCluster();
@@ -19,13 +19,19 @@ describe('outages of llmgw\'s own path cost nothing (both cores busy, load on si
   }, 120_000);
 
   for (const [name, outage] of Object.entries(OUTAGES)) {
-    test(name, async () => {
-      const r = await runFault(fc, name, () => outage(fc, DOWN_MS));
-      console.log(`${name}: ${r.load.ok} ok, ${r.load.failed} failed; rebuilds ${r.rebuilds.length}; engines replaced ${r.replacedEngines.length}; serving again ${r.servingAgainMs} ms`);
-      expect(r.load.ok).toBeGreaterThan(50);
-      expect({ failed: r.load.failed, failures: r.load.failures }).toEqual({ failed: 0, failures: [] });
-      expect(r.rebuilds).toEqual([]);
-      expect(r.replacedEngines).toEqual([]);
-    }, 240_000);
+    test(
+      name,
+      async () => {
+        const r = await runFault(fc, name, () => outage(fc, DOWN_MS));
+        console.log(
+          `${name}: ${r.load.ok} ok, ${r.load.failed} failed; rebuilds ${r.rebuilds.length}; engines replaced ${r.replacedEngines.length}; serving again ${r.servingAgainMs} ms`,
+        );
+        expect(r.load.ok).toBeGreaterThan(50);
+        expect({ failed: r.load.failed, failures: r.load.failures }).toEqual({ failed: 0, failures: [] });
+        expect(r.rebuilds).toEqual([]);
+        expect(r.replacedEngines).toEqual([]);
+      },
+      240_000,
+    );
   }
 });

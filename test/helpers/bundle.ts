@@ -17,10 +17,21 @@ function tsFiles(dir: string): string[] {
 /** Path of a bundle of workflows/ for Worker's `workflowBundle: { codePath }`. */
 export async function workflowBundlePath(): Promise<string> {
   const h = createHash('sha256');
-  for (const f of [...tsFiles(join(ROOT, 'workflows')), ...tsFiles(join(ROOT, 'lib'))].sort()) h.update(f).update(readFileSync(f));
+  for (const f of [...tsFiles(join(ROOT, 'workflows')), ...tsFiles(join(ROOT, 'lib'))].sort())
+    h.update(f).update(readFileSync(f));
   const file = join(tmpdir(), `llmgw-workflows-${h.digest('hex').slice(0, 16)}.js`);
   if (existsSync(file)) return file;
-  const { code } = await bundleWorkflowCode({ workflowsPath: join(ROOT, 'workflows'), logger: { info: () => undefined, warn: () => undefined, error: console.error, debug: () => undefined, trace: () => undefined, log: () => undefined } });
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: join(ROOT, 'workflows'),
+    logger: {
+      info: () => undefined,
+      warn: () => undefined,
+      error: console.error,
+      debug: () => undefined,
+      trace: () => undefined,
+      log: () => undefined,
+    },
+  });
   const tmp = `${file}.${process.pid}`;
   writeFileSync(tmp, code);
   renameSync(tmp, file);

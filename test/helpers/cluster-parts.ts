@@ -28,7 +28,11 @@ export async function dropDatabase(url: string): Promise<void> {
 }
 
 /** A ServerConfig for tests: the defaults with this test's servers and ports, and a CA of its own (tls). */
-export async function testConfig(o: { temporalAddress: string; mysqlUrl: string; catalog?: ModelSpec[] }): Promise<ServerConfig> {
+export async function testConfig(o: {
+  temporalAddress: string;
+  mysqlUrl: string;
+  catalog?: ModelSpec[];
+}): Promise<ServerConfig> {
   const cp = await freePort();
   const gw = await freePort();
   const door = await freePort();
@@ -39,7 +43,11 @@ export async function testConfig(o: { temporalAddress: string; mysqlUrl: string;
     ...DEFAULT_CONFIG,
     temporal: { ...DEFAULT_CONFIG.temporal, address: o.temporalAddress },
     mysql: { url: o.mysqlUrl },
-    listeners: { controlPlane: { host: '127.0.0.1', port: cp }, gateway: { host: '127.0.0.1', port: gw }, temporalDoor: { host: '127.0.0.1', port: door } },
+    listeners: {
+      controlPlane: { host: '127.0.0.1', port: cp },
+      gateway: { host: '127.0.0.1', port: gw },
+      temporalDoor: { host: '127.0.0.1', port: door },
+    },
     tls: testTls(),
     enginePorts: { base: engineBase, count: 100 },
     catalog: o.catalog ?? DEFAULT_CONFIG.catalog,

@@ -11,7 +11,12 @@ export interface EchoActivities {
 
 /** Runs `count` echo activities one after another on `queue`; returns the last answer. */
 export async function echoOnNode(queue: string, input: string, count = 1): Promise<string> {
-  const { echo } = proxyActivities<EchoActivities>({ taskQueue: queue, startToCloseTimeout: '2m', scheduleToStartTimeout: '2m', retry: { maximumAttempts: 3, initialInterval: '200ms' } });
+  const { echo } = proxyActivities<EchoActivities>({
+    taskQueue: queue,
+    startToCloseTimeout: '2m',
+    scheduleToStartTimeout: '2m',
+    retry: { maximumAttempts: 3, initialInterval: '200ms' },
+  });
   let out = '';
   for (let i = 0; i < count; i++) out = await echo(`${input}#${i}`);
   return out;

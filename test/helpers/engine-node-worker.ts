@@ -12,13 +12,22 @@ import { NODE_WORKER_OPTIONS } from '../../workers/agent/worker';
 async function main(): Promise<void> {
   const [address, nodeId, stateDir] = process.argv.slice(2);
   if (!address || !nodeId || !stateDir) throw new Error('usage: engine-node-worker ADDRESS NODE_ID STATE_DIR');
-  const line = (msg: string, fields?: Record<string, unknown>): void => void process.stdout.write(`${JSON.stringify({ msg, ...fields })}\n`);
+  const line = (msg: string, fields?: Record<string, unknown>): void =>
+    void process.stdout.write(`${JSON.stringify({ msg, ...fields })}\n`);
   // As the agent: our SIGTERM handler, not the runtime's, starts the shutdown.
   Runtime.install({ shutdownSignals: [] });
   const connection = await NativeConnection.connect({ address });
   const worker = await Worker.create({
-    ...NODE_WORKER_OPTIONS, connection, taskQueue: nodeQueue(nodeId),
-    activities: createNodeActivities({ nodeId, engineArgv: () => simEngineArgv(), stateDir, stopGraceMs: 3000, log: line }),
+    ...NODE_WORKER_OPTIONS,
+    connection,
+    taskQueue: nodeQueue(nodeId),
+    activities: createNodeActivities({
+      nodeId,
+      engineArgv: () => simEngineArgv(),
+      stateDir,
+      stopGraceMs: 3000,
+      log: line,
+    }),
   });
   const running = worker.run();
   process.once('SIGTERM', () => {

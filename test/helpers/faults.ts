@@ -36,7 +36,13 @@ export async function startFaultCluster(progress: (line: string) => void = () =>
   const stateDir = join(dir, 'state');
   let cluster: Cluster;
   try {
-    cluster = await startCluster({ stateDir, basePort: (await freePort()) % 20000 + 30000, mysqlUrl: mysql.url, progress, llama: false });
+    cluster = await startCluster({
+      stateDir,
+      basePort: ((await freePort()) % 20000) + 30000,
+      mysqlUrl: mysql.url,
+      progress,
+      llama: false,
+    });
   } catch (err) {
     await mysql.stop();
     throw err;
@@ -45,7 +51,9 @@ export async function startFaultCluster(progress: (line: string) => void = () =>
   const store = new Store(pool);
   for (const m of LOADED_MODELS) await waitRoutable(cluster.gatewayUrl, m, 30_000);
   return {
-    cluster, mysql, store,
+    cluster,
+    mysql,
+    store,
     enginePids: () => {
       const pids = new Map<string, number>();
       for (const n of SIM_NODES) {
@@ -68,7 +76,9 @@ export async function startFaultCluster(progress: (line: string) => void = () =>
 
 /** Two busy loops at normal priority: both cores saturated, as on a loaded host. */
 export function burnCpu(loops = 2): { stop(): void } {
-  const children: ChildProcess[] = Array.from({ length: loops }, () => spawn('sh', ['-c', 'while :; do :; done'], { stdio: 'ignore' }));
+  const children: ChildProcess[] = Array.from({ length: loops }, () =>
+    spawn('sh', ['-c', 'while :; do :; done'], { stdio: 'ignore' }),
+  );
   return { stop: () => children.forEach((c) => c.kill('SIGKILL')) };
 }
 
@@ -89,7 +99,12 @@ export interface FaultResult {
  * Runs one scenario: load on LOADED_MODELS and both cores busy; `fault` breaks something (and, for an outage,
  * waits and restores it); then waits until every model serves its desired replicas again and `settleMs` more.
  */
-export async function runFault(fc: FaultCluster, name: string, fault: () => Promise<void>, o: { settleMs?: number; clients?: number; expectRebuild?: boolean } = {}): Promise<FaultResult> {
+export async function runFault(
+  fc: FaultCluster,
+  name: string,
+  fault: () => Promise<void>,
+  o: { settleMs?: number; clients?: number; expectRebuild?: boolean } = {},
+): Promise<FaultResult> {
   const before = fc.enginePids();
   const burn = burnCpu();
   const loads = LOADED_MODELS.map((m) => startLoad(fc.cluster.gatewayUrl, m, { clients: o.clients ?? 2 }));
@@ -102,25 +117,41 @@ export async function runFault(fc: FaultCluster, name: string, fault: () => Prom
     const faultAt = Date.now();
     // A real failure: wait until llmgw noticed it (a rebuild), then until it serves again.
     if (o.expectRebuild) {
-      await waitFor(async () => (await fc.store.recentEvents(200)).some((e) => e.kind === 'replica.rebuilding' && e.at.getTime() >= startedAt),
-        { timeoutMs: 60_000, what: `a rebuild after ${name}` });
+      await waitFor(
+        async () =>
+          (await fc.store.recentEvents(200)).some(
+            (e) => e.kind === 'replica.rebuilding' && e.at.getTime() >= startedAt,
+          ),
+        { timeoutMs: 60_000, what: `a rebuild after ${name}` },
+      );
     }
-    await waitFor(async () => {
-      for (const m of LOADED_MODELS) {
-        const rs = (await fc.store.listReplicas(m)).filter((r) => r.state !== 'stopped');
-        const desired = (await fc.store.listModels()).find((x) => x.name === m)?.replicas ?? 0;
-        if (rs.filter((r) => r.state === 'ready').length < desired) return false;
-      }
-      return true;
-    }, { timeoutMs: 120_000, what: `every loaded model serving again after ${name}` });
+    await waitFor(
+      async () => {
+        for (const m of LOADED_MODELS) {
+          const rs = (await fc.store.listReplicas(m)).filter((r) => r.state !== 'stopped');
+          const desired = (await fc.store.listModels()).find((x) => x.name === m)?.replicas ?? 0;
+          if (rs.filter((r) => r.state === 'ready').length < desired) return false;
+        }
+        return true;
+      },
+      { timeoutMs: 120_000, what: `every loaded model serving again after ${name}` },
+    );
     servingAgainMs = o.expectRebuild ? await readyAfterRebuilds(fc, faultAt) : Date.now() - faultAt;
     await new Promise((r) => setTimeout(r, o.settleMs ?? 3000));
   } finally {
     burn.stop();
   }
   const stats = await Promise.all(loads.map((l) => l.stop()));
-  const load = stats.reduce((a, s) => ({ sent: a.sent + s.sent, ok: a.ok + s.ok, failed: a.failed + s.failed, failures: [...a.failures, ...s.failures].slice(0, 10), durationMs: Math.max(a.durationMs, s.durationMs) }));
-  const rebuilds = (await fc.store.recentEvents(500)).filter((e) => e.kind === 'replica.rebuilding' && e.at.getTime() >= t0).map((e) => `${e.replicaId}: ${e.message}`);
+  const load = stats.reduce((a, s) => ({
+    sent: a.sent + s.sent,
+    ok: a.ok + s.ok,
+    failed: a.failed + s.failed,
+    failures: [...a.failures, ...s.failures].slice(0, 10),
+    durationMs: Math.max(a.durationMs, s.durationMs),
+  }));
+  const rebuilds = (await fc.store.recentEvents(500))
+    .filter((e) => e.kind === 'replica.rebuilding' && e.at.getTime() >= t0)
+    .map((e) => `${e.replicaId}: ${e.message}`);
   const after = fc.enginePids();
   const replacedEngines = [...before].filter(([k, pid]) => after.get(k) !== pid).map(([k, pid]) => `${k} (pid ${pid})`);
   return { name, load, rebuilds, replacedEngines, servingAgainMs };

@@ -12,6 +12,13 @@ const HISTORIES = join(__dirname, '../fixtures/histories');
  */
 export function recordHistory(address: string, file: string, id: string, runId?: string): boolean {
   if (!process.env.LLMGW_RECORD_HISTORIES) return false;
-  writeFileSync(join(HISTORIES, file), execFileSync(TEMPORAL_BIN, ['workflow', 'show', '--address', address, '-w', id, ...(runId ? ['-r', runId] : []), '--output', 'json'], { encoding: 'utf8' }));
+  writeFileSync(
+    join(HISTORIES, file),
+    execFileSync(
+      TEMPORAL_BIN,
+      ['workflow', 'show', '--address', address, '-w', id, ...(runId ? ['-r', runId] : []), '--output', 'json'],
+      { encoding: 'utf8' },
+    ),
+  );
   return true;
 }

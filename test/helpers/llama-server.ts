@@ -27,14 +27,17 @@ export interface EngineProc {
 
 const LOG = join(TOOLS_DIR, 'llama-cpp.log');
 const PID = join(TOOLS_DIR, 'llama-cpp.pid');
-const tail = (file: string): string => (existsSync(file) ? readFileSync(file, 'utf8').split('\n').slice(-15).join('\n') : '(no log)');
+const tail = (file: string): string =>
+  existsSync(file) ? readFileSync(file, 'utf8').split('\n').slice(-15).join('\n') : '(no log)';
 
 /** The pinned build's two programs in this machine's install; throws with the fix when set-up has not built them. */
 export function llamacppPrograms(): { 'llama-server': string; 'ggml-rpc-server': string } {
   const l = localLlamacpp(PINNED_ENGINES.llamacpp);
   // scripts/llama-cpp.sh writes .llmgw-key last: without it an install is missing or half made.
   if (!existsSync(join(l.venv, '.llmgw-key')) || !existsSync(l['llama-server']) || !existsSync(l['ggml-rpc-server'])) {
-    throw new Error(`llama.cpp ${PINNED_ENGINES.llamacpp} is not installed in ${l.venv}: run bash scripts/llama-cpp.sh (scripts/setup.sh starts it in the background); ${LOG}:\n${tail(LOG)}`);
+    throw new Error(
+      `llama.cpp ${PINNED_ENGINES.llamacpp} is not installed in ${l.venv}: run bash scripts/llama-cpp.sh (scripts/setup.sh starts it in the background); ${LOG}:\n${tail(LOG)}`,
+    );
   }
   return l;
 }
@@ -45,7 +48,9 @@ export function llamacppPrograms(): { 'llama-server': string; 'ggml-rpc-server':
  * at most `timeoutMs` (20 min: past that, CI's budget is gone anyway); fails at once when no build runs, and when
  * the build ended without an install, with its log's tail.
  */
-export async function awaitLlamacpp(timeoutMs = 20 * 60_000): Promise<{ 'llama-server': string; 'ggml-rpc-server': string }> {
+export async function awaitLlamacpp(
+  timeoutMs = 20 * 60_000,
+): Promise<{ 'llama-server': string; 'ggml-rpc-server': string }> {
   const building = (): boolean => {
     const pid = existsSync(PID) ? Number(readFileSync(PID, 'utf8').trim()) : 0;
     return pid > 0 && pidAlive(pid);
@@ -57,9 +62,16 @@ export async function awaitLlamacpp(timeoutMs = 20 * 60_000): Promise<{ 'llama-s
     } catch (e) {
       if (!building()) {
         // The build may have finished between the two looks.
-        try { return llamacppPrograms(); } catch { throw e; }
+        try {
+          return llamacppPrograms();
+        } catch {
+          throw e;
+        }
       }
-      if (Date.now() - started > timeoutMs) throw new Error(`llama.cpp's build (pid ${readFileSync(PID, 'utf8').trim()}) still runs after ${Math.round(timeoutMs / 60_000)} min; ${LOG}:\n${tail(LOG)}`);
+      if (Date.now() - started > timeoutMs)
+        throw new Error(
+          `llama.cpp's build (pid ${readFileSync(PID, 'utf8').trim()}) still runs after ${Math.round(timeoutMs / 60_000)} min; ${LOG}:\n${tail(LOG)}`,
+        );
       await new Promise((r) => setTimeout(r, 2000));
     }
   }
@@ -74,15 +86,34 @@ function start(bin: string, args: string[], port: number): EngineProc {
 }
 
 /** Starts llama-server on the model at `model`, served as `alias`, and waits until /health answers 200 (model loaded). */
-export async function startLlamaServer(o: { model: string; alias: string; args?: readonly string[]; timeoutMs?: number }): Promise<EngineProc> {
+export async function startLlamaServer(o: {
+  model: string;
+  alias: string;
+  args?: readonly string[];
+  timeoutMs?: number;
+}): Promise<EngineProc> {
   const port = await freePort();
-  const args = ['-m', o.model, '--host', '127.0.0.1', '--port', String(port), '--alias', o.alias, ...(o.args ?? TINY_MODEL_ARGS)];
+  const args = [
+    '-m',
+    o.model,
+    '--host',
+    '127.0.0.1',
+    '--port',
+    String(port),
+    '--alias',
+    o.alias,
+    ...(o.args ?? TINY_MODEL_ARGS),
+  ];
   const p = start(llamacppPrograms()['llama-server'], args, port);
   try {
-    await waitFor(async () => {
-      if (p.child.exitCode !== null || p.child.signalCode !== null) throw new Error(`llama-server exited (${p.child.exitCode ?? p.child.signalCode})`);
-      return (await fetch(`${p.url}/health`, { signal: AbortSignal.timeout(2000) })).status === 200;
-    }, { timeoutMs: o.timeoutMs ?? 60_000, intervalMs: 100, what: `llama-server /health 200 on :${port}` });
+    await waitFor(
+      async () => {
+        if (p.child.exitCode !== null || p.child.signalCode !== null)
+          throw new Error(`llama-server exited (${p.child.exitCode ?? p.child.signalCode})`);
+        return (await fetch(`${p.url}/health`, { signal: AbortSignal.timeout(2000) })).status === 200;
+      },
+      { timeoutMs: o.timeoutMs ?? 60_000, intervalMs: 100, what: `llama-server /health 200 on :${port}` },
+    );
   } catch (e) {
     await p.stop();
     throw new Error(`${(e as Error).message}\nllama-server ${args.join(' ')}\nstderr:\n${p.stderr().slice(-4000)}`);
@@ -93,17 +124,26 @@ export async function startLlamaServer(o: { model: string; alias: string; args?:
 /** Starts ggml-rpc-server (a worker rank of a model spread over nodes) and waits until it accepts a TCP connection. */
 export async function startRpcServer(o: { threads?: number; timeoutMs?: number } = {}): Promise<EngineProc> {
   const port = await freePort();
-  const p = start(llamacppPrograms()['ggml-rpc-server'], ['--host', '127.0.0.1', '--port', String(port), '-t', String(o.threads ?? 1)], port);
-  const accepts = (): Promise<boolean> => new Promise((resolve) => {
-    const s = connect(port, '127.0.0.1');
-    s.once('connect', () => (s.destroy(), resolve(true)));
-    s.once('error', () => resolve(false));
-  });
+  const p = start(
+    llamacppPrograms()['ggml-rpc-server'],
+    ['--host', '127.0.0.1', '--port', String(port), '-t', String(o.threads ?? 1)],
+    port,
+  );
+  const accepts = (): Promise<boolean> =>
+    new Promise((resolve) => {
+      const s = connect(port, '127.0.0.1');
+      s.once('connect', () => (s.destroy(), resolve(true)));
+      s.once('error', () => resolve(false));
+    });
   try {
-    await waitFor(async () => {
-      if (p.child.exitCode !== null || p.child.signalCode !== null) throw new Error(`ggml-rpc-server exited (${p.child.exitCode ?? p.child.signalCode})`);
-      return accepts();
-    }, { timeoutMs: o.timeoutMs ?? 30_000, intervalMs: 100, what: `ggml-rpc-server accepting on :${port}` });
+    await waitFor(
+      async () => {
+        if (p.child.exitCode !== null || p.child.signalCode !== null)
+          throw new Error(`ggml-rpc-server exited (${p.child.exitCode ?? p.child.signalCode})`);
+        return accepts();
+      },
+      { timeoutMs: o.timeoutMs ?? 30_000, intervalMs: 100, what: `ggml-rpc-server accepting on :${port}` },
+    );
   } catch (e) {
     await p.stop();
     throw new Error(`${(e as Error).message}\nstderr:\n${p.stderr().slice(-4000)}`);

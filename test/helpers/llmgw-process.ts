@@ -28,7 +28,10 @@ export type AgentProc = LlmgwProc & { node: string };
 
 /** Spawns `llmgw ARGS…` (it stops itself if this process dies); its output is split into whole lines as it comes. */
 export function spawnLlmgw(args: string[], env: Record<string, string> = {}): LlmgwProc {
-  const child = spawn(process.execPath, [LLMGW, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env, [EXIT_WITH_PARENT]: '1' } });
+  const child = spawn(process.execPath, [LLMGW, ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env, [EXIT_WITH_PARENT]: '1' },
+  });
   const p: LlmgwProc = { child, lines: [], stderr: [] };
   const reader = (also?: string[]): ((b: Buffer) => void) => {
     let rest = '';
@@ -46,7 +49,12 @@ export function spawnLlmgw(args: string[], env: Record<string, string> = {}): Ll
 }
 
 /** `--cert`, `--key` and `--ca` for `node`: its certificate files under `dir`, issued (and recorded in `store`) once. */
-export async function agentCertFlags(dir: string, config: Pick<ServerConfig, 'tls'>, store: Store, node: string): Promise<string[]> {
+export async function agentCertFlags(
+  dir: string,
+  config: Pick<ServerConfig, 'tls'>,
+  store: Store,
+  node: string,
+): Promise<string[]> {
   const d = join(dir, 'certs', node);
   if (!existsSync(d)) {
     const { cert } = await certClient(config, store, node);
@@ -59,23 +67,36 @@ export async function agentCertFlags(dir: string, config: Pick<ServerConfig, 'tl
 
 /** Spawns `llmgw agent --node NODE ARGS…` with `gpus` fake GPUs (default 1); resolves once it logs `agent running`. */
 export async function spawnAgent(node: string, args: string[], o: { gpus?: number } = {}): Promise<AgentProc> {
-  const a = { node, ...spawnLlmgw(['agent', '--node', node, ...args, '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi')], { FAKE_NVIDIA_GPUS: String(o.gpus ?? 1), FAKE_NVIDIA_SEED: node }) };
+  const a = {
+    node,
+    ...spawnLlmgw(['agent', '--node', node, ...args, '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi')], {
+      FAKE_NVIDIA_GPUS: String(o.gpus ?? 1),
+      FAKE_NVIDIA_SEED: node,
+    }),
+  };
   await untilLogged(a, 'agent running', 30_000, `agent ${node} to run`);
   return a;
 }
 
 /** Waits until `p` writes a line containing `text` (the line); fails naming `what` and the output if it exits first. */
 export function untilLogged(p: LlmgwProc, text: string, timeoutMs: number, what: string): Promise<string> {
-  return waitFor(() => {
-    const line = p.lines.find((l) => l.includes(text));
-    if (!line && p.child.exitCode !== null) throw new Error(`${what}: the process exited ${p.child.exitCode}:\n${p.lines.join('\n')}`);
-    return line;
-  }, { timeoutMs, what });
+  return waitFor(
+    () => {
+      const line = p.lines.find((l) => l.includes(text));
+      if (!line && p.child.exitCode !== null)
+        throw new Error(`${what}: the process exited ${p.child.exitCode}:\n${p.lines.join('\n')}`);
+      return line;
+    },
+    { timeoutMs, what },
+  );
 }
 
 /** Resolves when the process has exited (fails the test after 20 s). */
 export function processExited(child: ChildProcess): Promise<unknown> {
-  return waitFor(() => child.exitCode !== null || child.signalCode !== null, { timeoutMs: 20_000, what: 'the process to exit' });
+  return waitFor(() => child.exitCode !== null || child.signalCode !== null, {
+    timeoutMs: 20_000,
+    what: 'the process to exit',
+  });
 }
 
 /**
@@ -87,7 +108,12 @@ export function notJsonLog(lines: string[]): string[] {
     if (l.includes('\u001b') || l.includes('\\u001b')) return true;
     try {
       const o = JSON.parse(l) as Record<string, unknown>;
-      return !(typeof o.t === 'string' && ['info', 'warn', 'error'].includes(o.level as string) && typeof o.c === 'string' && typeof o.msg === 'string');
+      return !(
+        typeof o.t === 'string' &&
+        ['info', 'warn', 'error'].includes(o.level as string) &&
+        typeof o.c === 'string' &&
+        typeof o.msg === 'string'
+      );
     } catch {
       return true;
     }

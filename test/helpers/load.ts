@@ -15,11 +15,20 @@ export interface Load {
 }
 
 /** Starts `clients` loops against `${gatewayUrl}/v1/chat/completions` for `model`; stop() waits for the last ones. */
-export function startLoad(gatewayUrl: string, model: string, o: { clients?: number; stream?: boolean; maxTokens?: number } = {}): Load {
+export function startLoad(
+  gatewayUrl: string,
+  model: string,
+  o: { clients?: number; stream?: boolean; maxTokens?: number } = {},
+): Load {
   const started = Date.now();
   const s = { sent: 0, ok: 0, failed: 0, failures: [] as string[] };
   let running = true;
-  const body = JSON.stringify({ model, stream: o.stream ?? false, max_tokens: o.maxTokens ?? 4, messages: [{ role: 'user', content: 'load' }] });
+  const body = JSON.stringify({
+    model,
+    stream: o.stream ?? false,
+    max_tokens: o.maxTokens ?? 4,
+    messages: [{ role: 'user', content: 'load' }],
+  });
   const fail = (why: string): void => {
     s.failed++;
     if (s.failures.length < 10) s.failures.push(why);
@@ -27,7 +36,12 @@ export function startLoad(gatewayUrl: string, model: string, o: { clients?: numb
   const one = async (): Promise<void> => {
     s.sent++;
     try {
-      const res = await fetch(`${gatewayUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(30_000) });
+      const res = await fetch(`${gatewayUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body,
+        signal: AbortSignal.timeout(30_000),
+      });
       const text = await res.text();
       // A streamed answer that broke off midway has no [DONE]; a whole one does.
       if (res.status === 200 && (!o.stream || text.includes('data: [DONE]'))) s.ok++;
@@ -55,7 +69,11 @@ export async function waitRoutable(gatewayUrl: string, model: string, timeoutMs 
   const deadline = Date.now() + timeoutMs;
   let last = '';
   while (Date.now() < deadline) {
-    const res = await fetch(`${gatewayUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, max_tokens: 1, messages: [{ role: 'user', content: 'probe' }] }) });
+    const res = await fetch(`${gatewayUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model, max_tokens: 1, messages: [{ role: 'user', content: 'probe' }] }),
+    });
     last = `${res.status} ${(await res.text()).slice(0, 200)}`;
     if (res.status === 200) return;
     await new Promise((r) => setTimeout(r, 100));

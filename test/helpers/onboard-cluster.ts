@@ -45,12 +45,22 @@ export interface OnboardCluster {
   /** onboarding input for a test host at `addr` (what the CLI would send) */
   input(nodeId: string, addr: string, o?: Partial<OnboardInput>): OnboardInput;
   /** runs `llmgw ARGS…` from the checkout; resolves with its exit and output */
-  cli(args: string[], o?: { onOutput?: (s: string, kill: (sig: NodeJS.Signals) => void) => void; onErrOutput?: (s: string, kill: (sig: NodeJS.Signals) => void) => void; timeoutMs?: number }): Promise<{ code: number | null; out: string; err: string }>;
+  cli(
+    args: string[],
+    o?: {
+      onOutput?: (s: string, kill: (sig: NodeJS.Signals) => void) => void;
+      onErrOutput?: (s: string, kill: (sig: NodeJS.Signals) => void) => void;
+      timeoutMs?: number;
+    },
+  ): Promise<{ code: number | null; out: string; err: string }>;
   close(): Promise<void>;
 }
 
 /** Starts everything; `catalog` (and `engines`, default sim only) are the control plane's. */
-export async function startOnboardCluster(o: { catalog: ModelSpec[]; engines?: ServerConfig['engines'] }): Promise<OnboardCluster> {
+export async function startOnboardCluster(o: {
+  catalog: ModelSpec[];
+  engines?: ServerConfig['engines'];
+}): Promise<OnboardCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-onboard-'));
   const artefact = testArtefact(); // building (or found) meanwhile
   const lan = await startTestNetwork();
@@ -64,57 +74,118 @@ export async function startOnboardCluster(o: { catalog: ModelSpec[]; engines?: S
     return join(dir, name);
   };
   // Every listener on the test network's address: the nodes reach the control plane and the Temporal door there.
-  const listeners = Object.fromEntries(await Promise.all(Object.keys(DEFAULT_CONFIG.listeners).map(async (k) => [k, { host: lan.gateway, port: await freePort() }]))) as ServerConfig['listeners'];
+  const listeners = Object.fromEntries(
+    await Promise.all(
+      Object.keys(DEFAULT_CONFIG.listeners).map(async (k) => [k, { host: lan.gateway, port: await freePort() }]),
+    ),
+  ) as ServerConfig['listeners'];
   const config: ServerConfig = {
     ...DEFAULT_CONFIG,
     temporal: { ...DEFAULT_CONFIG.temporal, address: temporal.address },
     mysql: { url: testMysqlUrl() },
     listeners,
-    tls: { ca: join(caDir, 'ca.crt'), serverCert: file('server.crt', server.certPem), serverKey: file('server.key', server.keyPem), clientCert: file('operator.crt', operator.certPem), clientKey: file('operator.key', operator.keyPem) },
+    tls: {
+      ca: join(caDir, 'ca.crt'),
+      serverCert: file('server.crt', server.certPem),
+      serverKey: file('server.key', server.keyPem),
+      clientCert: file('operator.crt', operator.certPem),
+      clientKey: file('operator.key', operator.keyPem),
+    },
     enginePorts: { base: 22000 + Math.floor(Math.random() * 107) * 100, count: 100 },
     catalog: o.catalog,
     ...(o.engines ? { engines: o.engines } : {}),
   };
   const configFile = join(dir, 'server.yaml');
-  writeFileSync(configFile, [
-    'temporal:', `  address: ${JSON.stringify(temporal.address)}`, 'mysql:', `  url: ${JSON.stringify(config.mysql.url)}`,
-    'tls:', ...Object.entries(config.tls).map(([k, v]) => `  ${k}: ${JSON.stringify(v)}`),
-    'listeners:', ...Object.entries(listeners).map(([k, v]) => `  ${k}: { host: ${JSON.stringify(v.host)}, port: ${v.port} }`), '',
-  ].join('\n'));
+  writeFileSync(
+    configFile,
+    [
+      'temporal:',
+      `  address: ${JSON.stringify(temporal.address)}`,
+      'mysql:',
+      `  url: ${JSON.stringify(config.mysql.url)}`,
+      'tls:',
+      ...Object.entries(config.tls).map(([k, v]) => `  ${k}: ${JSON.stringify(v)}`),
+      'listeners:',
+      ...Object.entries(listeners).map(([k, v]) => `  ${k}: { host: ${JSON.stringify(v.host)}, port: ${v.port} }`),
+      '',
+    ].join('\n'),
+  );
   const cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
   // The operator certificate the CLI presents (ctl, add-node's CPU check) is one this cluster issued: recorded.
-  await cp.store.recordCertificate({ serial: operator.serial, cn: operator.cn, role: operator.role, notBefore: operator.notBefore, notAfter: operator.notAfter, pem: operator.certPem });
+  await cp.store.recordCertificate({
+    serial: operator.serial,
+    cn: operator.cn,
+    role: operator.role,
+    notBefore: operator.notBefore,
+    notAfter: operator.notAfter,
+    pem: operator.certPem,
+  });
   const caWorker = await startCaWorker({ config, caDir });
-  const gateway = await startGateway({ host: '127.0.0.1', port: 0, routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }), apiKeys: [] });
+  const gateway = await startGateway({
+    host: '127.0.0.1',
+    port: 0,
+    routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }),
+    apiKeys: [],
+  });
   const sshKey = join(dir, 'id_ed25519');
   execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'llmgw CA host', '-f', sshKey]);
   const art = await artefact;
   return {
-    lan, temporal, config, configFile, cp, ca: caWorker, gateway, artefact: art, sshKey, sshPub: readFileSync(`${sshKey}.pub`, 'utf8').trim(), dir,
+    lan,
+    temporal,
+    config,
+    configFile,
+    cp,
+    ca: caWorker,
+    gateway,
+    artefact: art,
+    sshKey,
+    sshPub: readFileSync(`${sshKey}.pub`, 'utf8').trim(),
+    dir,
     input: (nodeId, addr, extra = {}) => ({
-      nodeId: parseNodeId(nodeId), addr, sshPort: 22, sshUser: 'root', sshKeyPath: sshKey, server: cp.url, advertiseHost: addr, fabrics: [], noGpu: false,
-      nvidiaSmi: '/usr/local/bin/nvidia-smi', bins: {},
-      artefact: { path: art.file, sha256: art.sha256, name: art.info.name, version: art.info.version, platform: art.platform },
-      sshDeadlineS: 60, registerTimeoutS: 60, ...extra,
+      nodeId: parseNodeId(nodeId),
+      addr,
+      sshPort: 22,
+      sshUser: 'root',
+      sshKeyPath: sshKey,
+      server: cp.url,
+      advertiseHost: addr,
+      fabrics: [],
+      noGpu: false,
+      nvidiaSmi: '/usr/local/bin/nvidia-smi',
+      bins: {},
+      artefact: {
+        path: art.file,
+        sha256: art.sha256,
+        name: art.info.name,
+        version: art.info.version,
+        platform: art.platform,
+      },
+      sshDeadlineS: 60,
+      registerTimeoutS: 60,
+      ...extra,
     }),
-    cli: (args, co = {}) => new Promise((res) => {
-      const child = spawn(process.execPath, [join(ROOT, 'bin/llmgw.js'), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-      let out = '';
-      let err = '';
-      const timer = setTimeout(() => child.kill('SIGKILL'), co.timeoutMs ?? 120_000);
-      child.stdout.on('data', (b: Buffer) => {
-        out += b.toString();
-        co.onOutput?.(out, (sig) => child.kill(sig));
-      });
-      child.stderr.on('data', (b: Buffer) => {
-        err += b.toString();
-        co.onErrOutput?.(err, (sig) => child.kill(sig));
-      });
-      child.on('close', (code) => {
-        clearTimeout(timer);
-        res({ code, out, err });
-      });
-    }),
+    cli: (args, co = {}) =>
+      new Promise((res) => {
+        const child = spawn(process.execPath, [join(ROOT, 'bin/llmgw.js'), ...args], {
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+        let out = '';
+        let err = '';
+        const timer = setTimeout(() => child.kill('SIGKILL'), co.timeoutMs ?? 120_000);
+        child.stdout.on('data', (b: Buffer) => {
+          out += b.toString();
+          co.onOutput?.(out, (sig) => child.kill(sig));
+        });
+        child.stderr.on('data', (b: Buffer) => {
+          err += b.toString();
+          co.onErrOutput?.(err, (sig) => child.kill(sig));
+        });
+        child.on('close', (code) => {
+          clearTimeout(timer);
+          res({ code, out, err });
+        });
+      }),
     async close() {
       await gateway.close().catch(() => undefined);
       await caWorker.close().catch(() => undefined);
@@ -128,8 +199,13 @@ export async function startOnboardCluster(o: { catalog: ModelSpec[]; engines?: S
 }
 
 /** Puts the fake nvidia-smi (one GPU) where the onboarding input says it is. */
-export async function fakeGpu(host: { exec(c: string, o?: { stdin?: string }): Promise<{ code: number }> }): Promise<void> {
+export async function fakeGpu(host: {
+  exec(c: string, o?: { stdin?: string }): Promise<{ code: number }>;
+}): Promise<void> {
   const script = readFileSync(join(ROOT, 'test/fixtures/nvidia-smi'), 'utf8');
-  const r = await host.exec('mkdir -p /usr/local/bin && cat > /usr/local/bin/nvidia-smi && chmod 755 /usr/local/bin/nvidia-smi', { stdin: script });
+  const r = await host.exec(
+    'mkdir -p /usr/local/bin && cat > /usr/local/bin/nvidia-smi && chmod 755 /usr/local/bin/nvidia-smi',
+    { stdin: script },
+  );
   if (r.code !== 0) throw new Error('could not put nvidia-smi on the test host');
 }

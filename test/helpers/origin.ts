@@ -66,7 +66,9 @@ export async function startOrigin(o: { size?: number; data?: Buffer; name?: stri
     const partial = m !== null && !behave.ignoreRange;
     rec.status = partial ? 206 : 200;
     res.writeHead(rec.status, {
-      'content-length': data.length - start, 'accept-ranges': 'bytes', etag: '"v1"',
+      'content-length': data.length - start,
+      'accept-ranges': 'bytes',
+      etag: '"v1"',
       ...(partial ? { 'content-range': `bytes ${start}-${data.length - 1}/${data.length}` } : {}),
     });
     const cut = behave.cutAfter;
@@ -112,9 +114,10 @@ export async function startOrigin(o: { size?: number; data?: Buffer; name?: stri
     requests,
     bytesSent: () => requests.reduce((a, r) => a + r.sent, 0),
     behave,
-    close: () => new Promise<void>((r) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => r());
-    }),
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
   };
 }

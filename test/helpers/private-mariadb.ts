@@ -29,19 +29,45 @@ export async function startPrivateMariadb(dir: string, database = 'llmgw'): Prom
   const datadir = join(dir, 'data');
   mkdirSync(dir, { recursive: true });
   const user = process.getuid?.() === 0 ? 'root' : (process.env.USER ?? 'root');
-  const init = spawnSync('mariadb-install-db', ['--no-defaults', `--datadir=${datadir}`, `--user=${user}`, '--auth-root-authentication-method=normal', '--skip-test-db'], { encoding: 'utf8' });
+  const init = spawnSync(
+    'mariadb-install-db',
+    [
+      '--no-defaults',
+      `--datadir=${datadir}`,
+      `--user=${user}`,
+      '--auth-root-authentication-method=normal',
+      '--skip-test-db',
+    ],
+    { encoding: 'utf8' },
+  );
   if (init.status !== 0) throw new Error(`mariadb-install-db failed (${init.status}): ${init.stderr || init.stdout}`);
   const port = await freePort();
   let child: ChildProcess | null = null;
   const start = async (): Promise<void> => {
-    child = spawn(MARIADBD, ['--no-defaults', `--datadir=${datadir}`, `--port=${port}`, '--bind-address=127.0.0.1', `--socket=${join(dir, 'sock')}`,
-      `--pid-file=${join(dir, 'pid')}`, `--user=${user}`, '--skip-log-bin', '--innodb-buffer-pool-size=32M'], { stdio: 'ignore' });
-    await waitFor(async () => {
-      const c = await createConnection({ host: '127.0.0.1', port, user: 'root' });
-      await c.query(`CREATE DATABASE IF NOT EXISTS \`${database}\``);
-      await c.end();
-      return true;
-    }, { timeoutMs: 60_000, what: `the private MariaDB on port ${port} to answer` });
+    child = spawn(
+      MARIADBD,
+      [
+        '--no-defaults',
+        `--datadir=${datadir}`,
+        `--port=${port}`,
+        '--bind-address=127.0.0.1',
+        `--socket=${join(dir, 'sock')}`,
+        `--pid-file=${join(dir, 'pid')}`,
+        `--user=${user}`,
+        '--skip-log-bin',
+        '--innodb-buffer-pool-size=32M',
+      ],
+      { stdio: 'ignore' },
+    );
+    await waitFor(
+      async () => {
+        const c = await createConnection({ host: '127.0.0.1', port, user: 'root' });
+        await c.query(`CREATE DATABASE IF NOT EXISTS \`${database}\``);
+        await c.end();
+        return true;
+      },
+      { timeoutMs: 60_000, what: `the private MariaDB on port ${port} to answer` },
+    );
   };
   await start();
   return {

@@ -6,7 +6,11 @@
 
 /** A PVE API error: the HTTP status, the message (the reason phrase), and per-parameter errors for a 400. */
 export class PveError extends Error {
-  constructor(readonly status: number, message: string, readonly errors?: Record<string, string>) {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly errors?: Record<string, string>,
+  ) {
     super(message);
   }
 }
@@ -15,7 +19,8 @@ export class PveError extends Error {
 export type Params = Record<string, string | string[]>;
 
 /** 400 "Parameter verification failed." with `errors`. */
-export const paramError = (errors: Record<string, string>): PveError => new PveError(400, 'Parameter verification failed.', errors);
+export const paramError = (errors: Record<string, string>): PveError =>
+  new PveError(400, 'Parameter verification failed.', errors);
 
 /** A parameter's single value (the last one, were it repeated). */
 export const one = (p: Params, k: string): string | undefined => {
@@ -25,18 +30,67 @@ export const one = (p: Params, k: string): string | undefined => {
 
 /** Keys the fake's create and config calls accept; anything else is "not defined in schema", as PVE says. */
 const VM_KEYS = new Set([
-  'vmid', 'name', 'cores', 'sockets', 'memory', 'cpu', 'scsihw', 'scsi0', 'scsi1', 'virtio0', 'ide2', 'boot', 'net0', 'serial0',
-  'vga', 'agent', 'ostype', 'ciuser', 'cipassword', 'sshkeys', 'ipconfig0', 'nameserver', 'searchdomain', 'ciupgrade', 'tags',
-  'description', 'onboot', 'numa', 'machine', 'bios', 'start',
+  'vmid',
+  'name',
+  'cores',
+  'sockets',
+  'memory',
+  'cpu',
+  'scsihw',
+  'scsi0',
+  'scsi1',
+  'virtio0',
+  'ide2',
+  'boot',
+  'net0',
+  'serial0',
+  'vga',
+  'agent',
+  'ostype',
+  'ciuser',
+  'cipassword',
+  'sshkeys',
+  'ipconfig0',
+  'nameserver',
+  'searchdomain',
+  'ciupgrade',
+  'tags',
+  'description',
+  'onboot',
+  'numa',
+  'machine',
+  'bios',
+  'start',
 ]);
 /** CPU models qemu-server knows built in (CPUConfig.pm), the ones llmgw could name. */
-const CPU_MODELS = new Set(['host', 'max', 'kvm64', 'kvm32', 'qemu64', 'qemu32', 'x86-64-v2', 'x86-64-v2-AES', 'x86-64-v3', 'x86-64-v4',
-  'Broadwell', 'Cascadelake-Server', 'EPYC', 'EPYC-Rome', 'EPYC-Milan', 'Haswell', 'Icelake-Server', 'IvyBridge', 'SandyBridge', 'Skylake-Server']);
+const CPU_MODELS = new Set([
+  'host',
+  'max',
+  'kvm64',
+  'kvm32',
+  'qemu64',
+  'qemu32',
+  'x86-64-v2',
+  'x86-64-v2-AES',
+  'x86-64-v3',
+  'x86-64-v4',
+  'Broadwell',
+  'Cascadelake-Server',
+  'EPYC',
+  'EPYC-Rome',
+  'EPYC-Milan',
+  'Haswell',
+  'Icelake-Server',
+  'IvyBridge',
+  'SandyBridge',
+  'Skylake-Server',
+]);
 const DNS_NAME = /^(([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)\.)*([A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)$/;
 const IPV4 = /^(25[0-5]|2[0-4]\d|1?\d?\d)(\.(25[0-5]|2[0-4]\d|1?\d?\d)){3}$/;
 const URLENCODED = /^[-%a-zA-Z0-9_.!~*'()]*$/;
 const TAG = /^[a-z0-9_][a-z0-9_\-+.]*$/i;
-const SSH_KEY = /^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) [A-Za-z0-9+/]+={0,3}( .*)?$/;
+const SSH_KEY =
+  /^(ssh-(ed25519|rsa|dss)|ecdsa-sha2-nistp(256|384|521)|sk-(ssh-ed25519|ecdsa-sha2-nistp256)@openssh\.com) [A-Za-z0-9+/]+={0,3}( .*)?$/;
 
 /** A drive's property string: `<volume>` then `key=value`s. */
 export function parseDrive(s: string): { volume: string; opts: Map<string, string> } {
@@ -58,11 +112,19 @@ export function cpuModel(cpu: string | undefined): string {
 
 /** The decoded keys of a stored `sshkeys` value (PVE stores it URL-encoded). */
 export const decodeSshKeys = (stored: string | undefined): string[] =>
-  stored ? decodeURIComponent(stored).split('\n').map((l) => l.trim()).filter(Boolean) : [];
+  stored
+    ? decodeURIComponent(stored)
+        .split('\n')
+        .map((l) => l.trim())
+        .filter(Boolean)
+    : [];
 
 /** The address part of `ipconfig0`'s `ip=A/P` (undefined for dhcp or none). */
 export function ipOf(ipconfig: string | undefined): string | undefined {
-  const ip = ipconfig?.split(',').find((kv) => kv.startsWith('ip='))?.slice(3);
+  const ip = ipconfig
+    ?.split(',')
+    .find((kv) => kv.startsWith('ip='))
+    ?.slice(3);
   return ip && ip !== 'dhcp' ? ip.split('/')[0] : undefined;
 }
 
@@ -72,7 +134,8 @@ export function checkVmParams(p: Params, create: boolean): Record<string, string
   const out: Record<string, string> = {};
   const allowed = create ? VM_KEYS : new Set([...VM_KEYS, 'delete', 'digest', 'revert', 'skiplock']);
   for (const k of Object.keys(p)) {
-    if (!allowed.has(k) || (!create && k === 'vmid')) errors[k] = 'property is not defined in schema and the schema does not allow additional properties';
+    if (!allowed.has(k) || (!create && k === 'vmid'))
+      errors[k] = 'property is not defined in schema and the schema does not allow additional properties';
     else if (Array.isArray(p[k])) errors[k] = `type check ('string') failed - got ARRAY`;
     else out[k] = p[k];
   }
@@ -83,7 +146,8 @@ export function checkVmParams(p: Params, create: boolean): Record<string, string
     else if (Number(v) < min) errors[k] = `value must have a minimum value of ${min}`;
   };
   const bool = (k: string): void => {
-    if (out[k] !== undefined && !/^(0|1|true|false|yes|no|on|off)$/i.test(out[k])) errors[k] = `type check ('boolean') failed - got '${out[k]}'`;
+    if (out[k] !== undefined && !/^(0|1|true|false|yes|no|on|off)$/i.test(out[k]))
+      errors[k] = `type check ('boolean') failed - got '${out[k]}'`;
   };
   if (create && out.vmid === undefined) errors.vmid = 'property is missing and it is not optional';
   int('vmid', 100);
@@ -95,21 +159,30 @@ export function checkVmParams(p: Params, create: boolean): Record<string, string
     else if (Number(m) < 16) errors.memory = 'invalid format - value must have a minimum value of 16';
   }
   for (const k of ['ciupgrade', 'onboot', 'numa', 'start']) bool(k);
-  if (out.name !== undefined && !DNS_NAME.test(out.name)) errors.name = 'invalid format - value does not look like a valid DNS name';
+  if (out.name !== undefined && !DNS_NAME.test(out.name))
+    errors.name = 'invalid format - value does not look like a valid DNS name';
   if (out.cpu !== undefined) {
     const model = cpuModel(out.cpu);
-    if (!model.startsWith('custom-') && !CPU_MODELS.has(model)) errors.cpu = `Built-in cputype '${model}' is not defined (missing 'custom-' prefix?)`;
+    if (!model.startsWith('custom-') && !CPU_MODELS.has(model))
+      errors.cpu = `Built-in cputype '${model}' is not defined (missing 'custom-' prefix?)`;
   }
-  if (out.net0 !== undefined && !/^(virtio|e1000|rtl8139|vmxnet3)(=[0-9A-Fa-f:]{17})?(,|$)/.test(out.net0)) errors.net0 = 'invalid format - format error\nnet0.model: property is missing and it is not optional';
+  if (out.net0 !== undefined && !/^(virtio|e1000|rtl8139|vmxnet3)(=[0-9A-Fa-f:]{17})?(,|$)/.test(out.net0))
+    errors.net0 = 'invalid format - format error\nnet0.model: property is missing and it is not optional';
   if (out.ipconfig0 !== undefined) {
     for (const kv of out.ipconfig0.split(',')) {
       const [k = '', v = ''] = kv.split('=');
-      const ok = k === 'ip' ? v === 'dhcp' || /^[\d.]+\/\d+$/.test(v) && IPV4.test(v.split('/')[0]!) && Number(v.split('/')[1]) <= 32
-        : k === 'gw' ? IPV4.test(v) : ['ip6', 'gw6'].includes(k);
-      if (!ok) errors.ipconfig0 = `invalid format - format error\nipconfig0.${k}: invalid format - value does not look like a valid network configuration`;
+      const ok =
+        k === 'ip'
+          ? v === 'dhcp' || (/^[\d.]+\/\d+$/.test(v) && IPV4.test(v.split('/')[0]!) && Number(v.split('/')[1]) <= 32)
+          : k === 'gw'
+            ? IPV4.test(v)
+            : ['ip6', 'gw6'].includes(k);
+      if (!ok)
+        errors.ipconfig0 = `invalid format - format error\nipconfig0.${k}: invalid format - value does not look like a valid network configuration`;
     }
   }
-  if (out.nameserver !== undefined && !out.nameserver.split(/[ ,;]+/).every((a) => IPV4.test(a))) errors.nameserver = `invalid format - value does not look like a valid IP address: ${out.nameserver}`;
+  if (out.nameserver !== undefined && !out.nameserver.split(/[ ,;]+/).every((a) => IPV4.test(a)))
+    errors.nameserver = `invalid format - value does not look like a valid IP address: ${out.nameserver}`;
   if (out.tags !== undefined) {
     const tags = out.tags.split(/[;, ]+/).filter(Boolean);
     const bad = tags.find((t) => !TAG.test(t));
@@ -135,10 +208,16 @@ export function checkVmParams(p: Params, create: boolean): Record<string, string
     const v = out[k];
     if (v === undefined) continue;
     const d = parseDrive(v);
-    if (!/^[a-z][a-z0-9\-_.]*:/i.test(d.volume) && !d.volume.startsWith('/')) errors[k] = `invalid format - format error\n${k}.file: invalid format - unable to parse volume ID '${d.volume}'`;
-    else if (d.opts.has('import-from') && !/^[a-z][a-z0-9\-_.]*:0$/i.test(d.volume)) errors[k] = `'import-from' requires special syntax - use <storage ID>:0,import-from=<source>`;
+    if (!/^[a-z][a-z0-9\-_.]*:/i.test(d.volume) && !d.volume.startsWith('/'))
+      errors[k] = `invalid format - format error\n${k}.file: invalid format - unable to parse volume ID '${d.volume}'`;
+    else if (d.opts.has('import-from') && !/^[a-z][a-z0-9\-_.]*:0$/i.test(d.volume))
+      errors[k] = `'import-from' requires special syntax - use <storage ID>:0,import-from=<source>`;
   }
-  if (out.ide2 !== undefined && !/^[a-z][a-z0-9\-_.]*:(cloudinit|iso\/[^,]+|none)(,|$)|^none(,|$)|^cdrom(,|$)/i.test(out.ide2)) errors.ide2 = `invalid format - format error\nide2.file: invalid format - unable to parse volume ID '${out.ide2}'`;
+  if (
+    out.ide2 !== undefined &&
+    !/^[a-z][a-z0-9\-_.]*:(cloudinit|iso\/[^,]+|none)(,|$)|^none(,|$)|^cdrom(,|$)/i.test(out.ide2)
+  )
+    errors.ide2 = `invalid format - format error\nide2.file: invalid format - unable to parse volume ID '${out.ide2}'`;
   if (Object.keys(errors).length > 0) throw paramError(errors);
   return out;
 }

@@ -53,7 +53,17 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { initCa, issueServerCertificate } from '../../lib/pki';
-import { checkVmParams, cpuModel, decodeSshKeys, ipOf, one, paramError, parseDrive, PveError, type Params } from './proxmox-fake-params';
+import {
+  checkVmParams,
+  cpuModel,
+  decodeSshKeys,
+  ipOf,
+  one,
+  paramError,
+  parseDrive,
+  PveError,
+  type Params,
+} from './proxmox-fake-params';
 import type { TestHost, TestNetwork } from './test-host';
 
 export { PveError } from './proxmox-fake-params';
@@ -81,7 +91,12 @@ export type Fault =
   | { kind: 'task-fail'; type: string; text: string; times?: number };
 
 /** One API call: method, path below /api2/json, parameters (body or query), the status answered (0: dropped). */
-export interface FakeRequest { method: string; path: string; body: Params; status: number }
+export interface FakeRequest {
+  method: string;
+  path: string;
+  body: Params;
+  status: number;
+}
 
 /** A running fake. */
 export interface ProxmoxFake {
@@ -120,28 +135,62 @@ export interface ProxmoxFakeOptions {
 }
 
 /** Flags kvm64 lacks that a modern host has (SSSE3 and later, AVX*, FMA, F16C, …). */
-const NOT_KVM64 = /^(avx.*|amx.*|fma|f16c|ssse3|sse4_1|sse4_2|sse4a|popcnt|aes|pclmulqdq|movbe|xsave.*|bmi1|bmi2|adx|sha_ni|vaes|vpclmulqdq|gfni|rdrand|rdseed|erms|fsgsbase|invpcid|smep|smap|abm|lzcnt|hle|rtm|mpx|clwb|clflushopt|x2apic|tsc_deadline_timer|pcid|pku|ospke|umip|la57)$/;
+const NOT_KVM64 =
+  /^(avx.*|amx.*|fma|f16c|ssse3|sse4_1|sse4_2|sse4a|popcnt|aes|pclmulqdq|movbe|xsave.*|bmi1|bmi2|adx|sha_ni|vaes|vpclmulqdq|gfni|rdrand|rdseed|erms|fsgsbase|invpcid|smep|smap|abm|lzcnt|hle|rtm|mpx|clwb|clflushopt|x2apic|tsc_deadline_timer|pcid|pku|ospke|umip|la57)$/;
 
 /** `real` (a /proc/cpuinfo) as a kvm64 guest sees it: those flags gone from each `flags` line, QEMU's model name. */
 export function kvm64Cpuinfo(real: string): string {
-  return real.split('\n').map((l) => {
-    const m = /^(flags\s*:\s*)(.*)$/.exec(l);
-    if (m) return m[1]! + m[2]!.split(' ').filter((f) => f && !NOT_KVM64.test(f)).join(' ');
-    return /^model name\s*:/.test(l) ? l.replace(/:.*$/, ': Common KVM processor') : l;
-  }).join('\n');
+  return real
+    .split('\n')
+    .map((l) => {
+      const m = /^(flags\s*:\s*)(.*)$/.exec(l);
+      if (m)
+        return (
+          m[1]! +
+          m[2]!
+            .split(' ')
+            .filter((f) => f && !NOT_KVM64.test(f))
+            .join(' ')
+        );
+      return /^model name\s*:/.test(l) ? l.replace(/:.*$/, ': Common KVM processor') : l;
+    })
+    .join('\n');
 }
 
 /** A fetch verifying TLS against `caPem` only (no switching verification off). */
 export function fetchTrusting(caPem: string): typeof undiciFetch {
   const dispatcher = new Agent({ connect: { ca: caPem } });
-  return ((url: Parameters<typeof undiciFetch>[0], init?: Parameters<typeof undiciFetch>[1]) => undiciFetch(url, { ...init, dispatcher })) as typeof undiciFetch;
+  return ((url: Parameters<typeof undiciFetch>[0], init?: Parameters<typeof undiciFetch>[1]) =>
+    undiciFetch(url, { ...init, dispatcher })) as typeof undiciFetch;
 }
 
-interface Task { upid: string; node: string; pid: number; pstart: number; starttime: number; type: string; id: string; user: string; log: string[]; exitstatus?: string }
-interface Vm { vmid: number; config: Record<string, string>; running: boolean; host?: TestHost; starting?: boolean }
+interface Task {
+  upid: string;
+  node: string;
+  pid: number;
+  pstart: number;
+  starttime: number;
+  type: string;
+  id: string;
+  user: string;
+  log: string[];
+  exitstatus?: string;
+}
+interface Vm {
+  vmid: number;
+  config: Record<string, string>;
+  running: boolean;
+  host?: TestHost;
+  starting?: boolean;
+}
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-const UNITS: [string, number][] = [['T', 2 ** 40], ['G', 2 ** 30], ['M', 2 ** 20], ['K', 2 ** 10]];
+const UNITS: [string, number][] = [
+  ['T', 2 ** 40],
+  ['G', 2 ** 30],
+  ['M', 2 ** 20],
+  ['K', 2 ** 10],
+];
 /** PVE's size notation: the largest unit that divides it. */
 const formatSize = (bytes: number): string => {
   for (const [u, n] of UNITS) if (bytes % n === 0) return `${bytes / n}${u}`;
@@ -166,11 +215,19 @@ function createdConfig(vmid: number, params: Record<string, string>, log: (l: st
     if (from) log(`importing disk '${from}' to VM ${vmid} ...`);
     if (from) log('transferred 2.0 GiB of 2.0 GiB (100.00%)');
     d.opts.set('size', from ? '2G' : `${size}G`);
-    config[k] = [`${st}:vm-${vmid}-disk-${disk++}`, ...[...d.opts].map(([a, b]) => (b === '' ? a : `${a}=${b}`))].join(',');
+    config[k] = [`${st}:vm-${vmid}-disk-${disk++}`, ...[...d.opts].map(([a, b]) => (b === '' ? a : `${a}=${b}`))].join(
+      ',',
+    );
     log(`${k}: successfully created disk '${config[k]}'`);
   }
-  if (config.ide2?.endsWith(':cloudinit')) config.ide2 = `${config.ide2.split(':')[0]}:vm-${vmid}-cloudinit,media=cdrom`;
-  return { ...config, meta: `creation-qemu=9.2.0,ctime=${Math.floor(Date.now() / 1000)}`, smbios1: `uuid=${randomUUID()}`, vmgenid: randomUUID() };
+  if (config.ide2?.endsWith(':cloudinit'))
+    config.ide2 = `${config.ide2.split(':')[0]}:vm-${vmid}-cloudinit,media=cdrom`;
+  return {
+    ...config,
+    meta: `creation-qemu=9.2.0,ctime=${Math.floor(Date.now() / 1000)}`,
+    smbios1: `uuid=${randomUUID()}`,
+    vmgenid: randomUUID(),
+  };
 }
 
 /** Starts the fake on 127.0.0.1 (a free port). */
@@ -205,7 +262,8 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
     if (--f.left <= 0) faults.splice(i, 1);
     return f;
   };
-  const missing = (vmid: number): PveError => new PveError(500, `Configuration file 'nodes/${node}/qemu-server/${vmid}.conf' does not exist`);
+  const missing = (vmid: number): PveError =>
+    new PveError(500, `Configuration file 'nodes/${node}/qemu-server/${vmid}.conf' does not exist`);
   const vmOf = (vmid: number): Vm => {
     const vm = vms.get(vmid);
     if (!vm) throw missing(vmid);
@@ -216,10 +274,26 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
   };
 
   /** Runs `work` as a worker task; a `task-fail` fault for its type ends it with that text instead. */
-  const task = (type: string, id: string, work: (log: (l: string) => void) => Promise<void>, onFail?: () => Promise<void>, ms = 0): string => {
+  const task = (
+    type: string,
+    id: string,
+    work: (log: (l: string) => void) => Promise<void>,
+    onFail?: () => Promise<void>,
+    ms = 0,
+  ): string => {
     const starttime = Math.floor(Date.now() / 1000);
     const hex = (n: number): string => n.toString(16).toUpperCase().padStart(8, '0');
-    const t: Task = { upid: `UPID:${node}:${hex(++pid)}:${hex(pstart)}:${hex(starttime)}:${type}:${id}:${tokenId}:`, node, pid, pstart, starttime, type, id, user: tokenId, log: [] };
+    const t: Task = {
+      upid: `UPID:${node}:${hex(++pid)}:${hex(pstart)}:${hex(starttime)}:${type}:${id}:${tokenId}:`,
+      node,
+      pid,
+      pstart,
+      starttime,
+      type,
+      id,
+      user: tokenId,
+      log: [],
+    };
     tasks.set(t.upid, t);
     const fault = takeFault((f) => f.kind === 'task-fail' && f.type === type);
     const p = (async () => {
@@ -244,9 +318,14 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
   };
 
   const vmView = (vm: Vm): FakeVm => ({
-    vmid: vm.vmid, config: { ...vm.config }, cpuType: cpuModel(vm.config.cpu), status: vm.running ? 'running' : 'stopped',
-    ...(vm.config.name !== undefined && { name: vm.config.name }), ...(vm.config.tags !== undefined && { tags: vm.config.tags }),
-    ...(vm.config.lock !== undefined && { lock: vm.config.lock }), ...(vm.host && { host: vm.host }),
+    vmid: vm.vmid,
+    config: { ...vm.config },
+    cpuType: cpuModel(vm.config.cpu),
+    status: vm.running ? 'running' : 'stopped',
+    ...(vm.config.name !== undefined && { name: vm.config.name }),
+    ...(vm.config.tags !== undefined && { tags: vm.config.tags }),
+    ...(vm.config.lock !== undefined && { lock: vm.config.lock }),
+    ...(vm.host && { host: vm.host }),
   });
 
   const create = (p: Params): string => {
@@ -258,37 +337,51 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
       if (params[k] === undefined) continue;
       const d = parseDrive(params[k]);
       const st = d.volume.split(':')[0]!;
-      if (d.volume !== 'none' && !d.volume.startsWith('/') && !storages.has(st)) throw new PveError(500, `storage '${st}' does not exist`);
+      if (d.volume !== 'none' && !d.volume.startsWith('/') && !storages.has(st))
+        throw new PveError(500, `storage '${st}' does not exist`);
       const src = d.opts.get('import-from');
       if (src === undefined) continue;
       if (src.startsWith('/')) throw new PveError(500, 'Only root can pass arbitrary filesystem paths.');
       const [srcSt = '', srcName = ''] = src.split(':');
       if (!storages.has(srcSt)) throw new PveError(500, `storage '${srcSt}' does not exist`);
       const type = srcName.split('/')[0];
-      if (type !== 'import' && type !== 'images') throw paramError({ [k]: `invalid format - format error\n${k}.import-from: source volume '${src}' has wrong type '${type}' - needs to be 'images' or 'import'` });
+      if (type !== 'import' && type !== 'images')
+        throw paramError({
+          [k]: `invalid format - format error\n${k}.import-from: source volume '${src}' has wrong type '${type}' - needs to be 'images' or 'import'`,
+        });
       if (!images.has(src)) throw new PveError(500, `volume '${src}' does not exist`);
       importFrom = { storage: st, volid: src };
     }
-    if (vms.has(vmid)) throw new PveError(500, `unable to create VM ${vmid} - VM ${vmid} already exists on node '${node}'`);
+    if (vms.has(vmid))
+      throw new PveError(500, `unable to create VM ${vmid} - VM ${vmid} already exists on node '${node}'`);
     vms.set(vmid, { vmid, config: { lock: 'create' }, running: false });
-    return task('qmcreate', String(vmid), async (log) => {
-      const st = importFrom?.storage;
-      // The first import on a storage holds its lock for the whole copy; one that overlaps it waits and times out.
-      if (st !== undefined && !lockHolder.has(st)) lockHolder.set(st, vmid);
-      const holder = st !== undefined && lockHolder.get(st) === vmid;
-      if (st !== undefined) {
-        imports.set(st, (imports.get(st) ?? 0) + 1);
-        maxImports = Math.max(maxImports, imports.get(st)!);
-      }
-      try {
-        await sleep(taskMs);
-        if (st !== undefined && !holder) throw new Error(`unable to create VM ${vmid} - can't lock file '/var/lock/pve-manager/pve-storage-${st}' - got timeout`);
-        vms.set(vmid, { vmid, running: false, config: createdConfig(vmid, params, log) });
-      } finally {
-        if (st !== undefined) imports.set(st, imports.get(st)! - 1);
-        if (holder) lockHolder.delete(st);
-      }
-    }, async () => void vms.delete(vmid), taskMs);
+    return task(
+      'qmcreate',
+      String(vmid),
+      async (log) => {
+        const st = importFrom?.storage;
+        // The first import on a storage holds its lock for the whole copy; one that overlaps it waits and times out.
+        if (st !== undefined && !lockHolder.has(st)) lockHolder.set(st, vmid);
+        const holder = st !== undefined && lockHolder.get(st) === vmid;
+        if (st !== undefined) {
+          imports.set(st, (imports.get(st) ?? 0) + 1);
+          maxImports = Math.max(maxImports, imports.get(st)!);
+        }
+        try {
+          await sleep(taskMs);
+          if (st !== undefined && !holder)
+            throw new Error(
+              `unable to create VM ${vmid} - can't lock file '/var/lock/pve-manager/pve-storage-${st}' - got timeout`,
+            );
+          vms.set(vmid, { vmid, running: false, config: createdConfig(vmid, params, log) });
+        } finally {
+          if (st !== undefined) imports.set(st, imports.get(st)! - 1);
+          if (holder) lockHolder.delete(st);
+        }
+      },
+      async () => void vms.delete(vmid),
+      taskMs,
+    );
   };
 
   const start = (vmid: number): string => {
@@ -302,8 +395,11 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
         const model = cpuModel(vm.config.cpu);
         const address = ipOf(vm.config.ipconfig0);
         vm.host = await o.network.startHost({
-          nodeId: vm.config.name ?? `VM${vmid}`, ...(address && { address }), authorizedKeys: decodeSshKeys(vm.config.sshkeys),
-          sshdAfterMs: o.bootMs ?? 1500, cpuinfo: model === 'kvm64' || model === 'qemu64' ? kvm64Cpuinfo(real) : real,
+          nodeId: vm.config.name ?? `VM${vmid}`,
+          ...(address && { address }),
+          authorizedKeys: decodeSshKeys(vm.config.sshkeys),
+          sshdAfterMs: o.bootMs ?? 1500,
+          cpuinfo: model === 'kvm64' || model === 'qemu64' ? kvm64Cpuinfo(real) : real,
         });
         vm.running = true;
         await o.onBoot?.(vm.host, vmView(vm));
@@ -323,7 +419,11 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
     });
   };
   const destroy = (vmid: number, p: Params): string => {
-    for (const k of Object.keys(p)) if (!['purge', 'destroy-unreferenced-disks', 'skiplock'].includes(k)) throw paramError({ [k]: 'property is not defined in schema and the schema does not allow additional properties' });
+    for (const k of Object.keys(p))
+      if (!['purge', 'destroy-unreferenced-disks', 'skiplock'].includes(k))
+        throw paramError({
+          [k]: 'property is not defined in schema and the schema does not allow additional properties',
+        });
     const vm = vmOf(vmid);
     if (vm.running || vm.starting) throw new PveError(500, `VM ${vmid} is running - destroy failed`);
     return task('qmdestroy', String(vmid), async () => {
@@ -337,7 +437,8 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
     const vm = vmOf(vmid);
     checkUnlocked(vm);
     const { delete: del, digest, revert: _r, skiplock: _s, ...set } = checkVmParams(p, false);
-    if (digest !== undefined && digest !== digestOf(vm)) throw new PveError(500, 'detected modified configuration - file changed by other user? Try again.');
+    if (digest !== undefined && digest !== digestOf(vm))
+      throw new PveError(500, 'detected modified configuration - file changed by other user? Try again.');
     for (const k of (del ?? '').split(/[,; ]+/).filter(Boolean)) delete vm.config[k];
     Object.assign(vm.config, set);
     return null;
@@ -367,7 +468,8 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
   const nextid = (p: Params): string => {
     const want = one(p, 'vmid');
     if (want !== undefined) {
-      if (!/^\d+$/.test(want) || Number(want) < 100) throw paramError({ vmid: 'value must have a minimum value of 100' });
+      if (!/^\d+$/.test(want) || Number(want) < 100)
+        throw paramError({ vmid: 'value must have a minimum value of 100' });
       if (vms.has(Number(want))) throw paramError({ vmid: `VM ${want} already exists` });
       return want;
     }
@@ -376,11 +478,21 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
     return String(id);
   };
   const resource = (vm: Vm): Record<string, unknown> => ({
-    id: `qemu/${vm.vmid}`, type: 'qemu', vmid: vm.vmid, node, status: vm.running ? 'running' : 'stopped', template: 0,
-    ...(vm.config.name !== undefined && { name: vm.config.name }), ...(vm.config.tags !== undefined && { tags: vm.config.tags }),
+    id: `qemu/${vm.vmid}`,
+    type: 'qemu',
+    vmid: vm.vmid,
+    node,
+    status: vm.running ? 'running' : 'stopped',
+    template: 0,
+    ...(vm.config.name !== undefined && { name: vm.config.name }),
+    ...(vm.config.tags !== undefined && { tags: vm.config.tags }),
     ...(vm.config.lock !== undefined && { lock: vm.config.lock }),
-    maxcpu: Number(vm.config.cores ?? 1) * Number(vm.config.sockets ?? 1), maxmem: Number((vm.config.memory ?? '512').replace(/^current=/, '')) * 2 ** 20,
-    uptime: 0, cpu: 0, mem: 0, disk: 0,
+    maxcpu: Number(vm.config.cores ?? 1) * Number(vm.config.sockets ?? 1),
+    maxmem: Number((vm.config.memory ?? '512').replace(/^current=/, '')) * 2 ** 20,
+    uptime: 0,
+    cpu: 0,
+    mem: 0,
+    disk: 0,
   });
   const taskOf = (upid: string): Task => {
     const t = tasks.get(upid);
@@ -390,8 +502,12 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
 
   /** The API: a method and a path below /api2/json to a result (or a PveError). */
   const route = (method: string, path: string, p: Params): unknown => {
-    const seg = path.split('/').filter(Boolean).map((x) => decodeURIComponent(x));
-    const at = (...want: string[]): boolean => seg.length === want.length && want.every((w, i) => w === '*' || w === seg[i]);
+    const seg = path
+      .split('/')
+      .filter(Boolean)
+      .map((x) => decodeURIComponent(x));
+    const at = (...want: string[]): boolean =>
+      seg.length === want.length && want.every((w, i) => w === '*' || w === seg[i]);
     const is = (m: string, ...want: string[]): boolean => method === m && at(...want);
     if (is('GET', 'version')) return { version: '8.4.1', release: '8.4', repoid: '2a5fa54a8503f96d' };
     if (is('GET', 'nodes')) return [{ node, status: 'online', type: 'node', id: `node/${node}` }];
@@ -401,16 +517,36 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
       const all = [
         ...[...vms.values()].map(resource),
         { id: `node/${node}`, type: 'node', node, status: 'online' },
-        ...[...storages].map((s) => ({ id: `storage/${node}/${s}`, type: 'storage', node, storage: s, status: 'available' })),
+        ...[...storages].map((s) => ({
+          id: `storage/${node}/${s}`,
+          type: 'storage',
+          node,
+          storage: s,
+          status: 'available',
+        })),
       ];
       return type === undefined ? all : all.filter((r) => r.type === (type === 'vm' ? 'qemu' : type));
     }
     if (seg[0] === 'nodes' && seg[1] !== undefined && seg[1] !== node) {
-      throw new PveError(500, `hostname lookup '${seg[1]}' failed - failed to get address info for: ${seg[1]}: Name or service not known`);
+      throw new PveError(
+        500,
+        `hostname lookup '${seg[1]}' failed - failed to get address info for: ${seg[1]}: Name or service not known`,
+      );
     }
     if (is('GET', 'nodes', '*', 'tasks', '*', 'status')) {
       const t = taskOf(seg[3]!);
-      return { upid: t.upid, node: t.node, pid: t.pid, pstart: t.pstart, starttime: t.starttime, type: t.type, id: t.id, user: t.user, status: t.exitstatus === undefined ? 'running' : 'stopped', ...(t.exitstatus !== undefined && { exitstatus: t.exitstatus }) };
+      return {
+        upid: t.upid,
+        node: t.node,
+        pid: t.pid,
+        pstart: t.pstart,
+        starttime: t.starttime,
+        type: t.type,
+        id: t.id,
+        user: t.user,
+        status: t.exitstatus === undefined ? 'running' : 'stopped',
+        ...(t.exitstatus !== undefined && { exitstatus: t.exitstatus }),
+      };
     }
     if (is('GET', 'nodes', '*', 'tasks', '*', 'log')) {
       const t = taskOf(seg[3]!);
@@ -419,10 +555,12 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
       const lines = t.log.map((l, i) => ({ n: i + 1, t: l })).slice(from, from + limit);
       return lines.length > 0 || from > 0 ? lines : [{ n: 1, t: 'no content' }];
     }
-    if (is('GET', 'nodes', '*', 'qemu')) return [...vms.values()].map((vm) => ({ ...resource(vm), id: undefined, type: undefined }));
+    if (is('GET', 'nodes', '*', 'qemu'))
+      return [...vms.values()].map((vm) => ({ ...resource(vm), id: undefined, type: undefined }));
     if (is('POST', 'nodes', '*', 'qemu')) return create(p);
     const vmid = Number(seg[3]);
-    if (seg[0] === 'nodes' && seg[2] === 'qemu' && !/^\d+$/.test(seg[3] ?? '')) throw paramError({ vmid: `type check ('integer') failed - got '${seg[3]}'` });
+    if (seg[0] === 'nodes' && seg[2] === 'qemu' && !/^\d+$/.test(seg[3] ?? ''))
+      throw paramError({ vmid: `type check ('integer') failed - got '${seg[3]}'` });
     if (is('GET', 'nodes', '*', 'qemu', '*', 'config')) {
       const vm = vmOf(vmid);
       return { ...vm.config, digest: digestOf(vm) };
@@ -434,7 +572,17 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
     if (is('GET', 'nodes', '*', 'qemu', '*', 'status', 'current')) {
       const vm = vmOf(vmid);
       const r = resource(vm);
-      return { vmid, name: vm.config.name, status: r.status, qmpstatus: r.status, cpus: r.maxcpu, maxmem: r.maxmem, uptime: 0, ha: { managed: 0 }, ...(vm.config.lock !== undefined && { lock: vm.config.lock }) };
+      return {
+        vmid,
+        name: vm.config.name,
+        status: r.status,
+        qmpstatus: r.status,
+        cpus: r.maxcpu,
+        maxmem: r.maxmem,
+        uptime: 0,
+        ha: { managed: 0 },
+        ...(vm.config.lock !== undefined && { lock: vm.config.lock }),
+      };
     }
     if (is('DELETE', 'nodes', '*', 'qemu', '*')) return destroy(vmid, p);
     throw new PveError(501, `Method '${method} /${seg.join('/')}' not implemented`);
@@ -442,7 +590,10 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
 
   const send = (res: ServerResponse, status: number, reason: string, body: unknown): void => {
     const text = JSON.stringify(body);
-    res.writeHead(status, reason.replace(/[\r\n]+/g, ' ').trim(), { 'Content-Type': 'application/json;charset=UTF-8', 'Content-Length': Buffer.byteLength(text) });
+    res.writeHead(status, reason.replace(/[\r\n]+/g, ' ').trim(), {
+      'Content-Type': 'application/json;charset=UTF-8',
+      'Content-Length': Buffer.byteLength(text),
+    });
     res.end(text);
   };
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -463,17 +614,28 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
     const record: FakeRequest = { method, path, body: params, status: 0 };
     requests.push(record);
     const auth = req.headers.authorization;
-    if (!url.pathname.startsWith('/api2/json/')) return send(res, (record.status = 501), 'Not Implemented', { data: null });
-    if (auth === undefined) return send(res, (record.status = 401), 'No ticket', { data: null, message: 'No ticket\n' });
-    if (auth !== `PVEAPIToken=${tokenId}=${tokenSecret}`) return send(res, (record.status = 401), 'authentication failure', { data: null, message: 'authentication failure\n' });
-    const onPath = (f: Fault): boolean => f.kind !== 'task-fail' && f.method.toUpperCase() === method && f.path.replace(/^\/api2\/json/, '') === path;
+    if (!url.pathname.startsWith('/api2/json/'))
+      return send(res, (record.status = 501), 'Not Implemented', { data: null });
+    if (auth === undefined)
+      return send(res, (record.status = 401), 'No ticket', { data: null, message: 'No ticket\n' });
+    if (auth !== `PVEAPIToken=${tokenId}=${tokenSecret}`)
+      return send(res, (record.status = 401), 'authentication failure', {
+        data: null,
+        message: 'authentication failure\n',
+      });
+    const onPath = (f: Fault): boolean =>
+      f.kind !== 'task-fail' && f.method.toUpperCase() === method && f.path.replace(/^\/api2\/json/, '') === path;
     const lockFault = takeFault((f) => f.kind === 'lock-timeout' && onPath(f));
     const drop = lockFault ? undefined : takeFault((f) => f.kind === 'drop-response' && onPath(f));
     let status = 200;
     let reason = 'OK';
     let body: unknown;
     try {
-      if (lockFault) throw new PveError(500, `can't lock file '/var/lock/qemu-server/lock-${/\/qemu\/(\d+)/.exec(path)?.[1] ?? one(params, 'vmid')}.conf' - got timeout`);
+      if (lockFault)
+        throw new PveError(
+          500,
+          `can't lock file '/var/lock/qemu-server/lock-${/\/qemu\/(\d+)/.exec(path)?.[1] ?? one(params, 'vmid')}.conf' - got timeout`,
+        );
       body = { data: route(method, path, params) ?? null };
     } catch (err) {
       const e = err instanceof PveError ? err : new PveError(500, err instanceof Error ? err.message : String(err));
@@ -495,7 +657,14 @@ export async function startProxmoxFake(o: ProxmoxFakeOptions): Promise<ProxmoxFa
   const port = (server.address() as AddressInfo).port;
 
   return {
-    url: `https://127.0.0.1:${port}`, host: '127.0.0.1', port, caPem: ca.certPem, caFile, tokenId, tokenSecret, node,
+    url: `https://127.0.0.1:${port}`,
+    host: '127.0.0.1',
+    port,
+    caPem: ca.certPem,
+    caFile,
+    tokenId,
+    tokenSecret,
+    node,
     fetch: fetchTrusting(ca.certPem),
     vms: () => [...vms.values()].map(vmView),
     requests,

@@ -39,12 +39,18 @@ export function rawExchange(port: number, data: string | Buffer, deadlineMs: num
 
 /** Opens `n` connections to 127.0.0.1:`port` that send `data` (default nothing) and then stall; returns them. */
 export async function stalledConnections(port: number, n: number, data = ''): Promise<Socket[]> {
-  return Promise.all(Array.from({ length: n }, () => new Promise<Socket>((resolve, reject) => {
-    const s = connect({ port, host: '127.0.0.1' }, () => {
-      if (data) s.write(data);
-      resolve(s);
-    });
-    s.on('error', () => undefined);
-    s.once('error', reject);
-  })));
+  return Promise.all(
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<Socket>((resolve, reject) => {
+          const s = connect({ port, host: '127.0.0.1' }, () => {
+            if (data) s.write(data);
+            resolve(s);
+          });
+          s.on('error', () => undefined);
+          s.once('error', reject);
+        }),
+    ),
+  );
 }

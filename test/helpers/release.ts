@@ -27,7 +27,8 @@ export function testArtefact(): Promise<BuiltArtefact> {
     const platform = platformName() as Platform | null;
     if (!platform) throw new Error(`no release artefact for ${process.platform}-${process.arch}`);
     const h = createHash('sha256');
-    for (const f of [...SOURCES.flatMap((d) => files(join(ROOT, d))), join(ROOT, 'package-lock.json')].sort()) h.update(f).update(readFileSync(f));
+    for (const f of [...SOURCES.flatMap((d) => files(join(ROOT, d))), join(ROOT, 'package-lock.json')].sort())
+      h.update(f).update(readFileSync(f));
     const dir = join(ROOT, '.tools', 'cache', 'test-release', h.digest('hex').slice(0, 16));
     const meta = join(dir, 'artefact.json');
     if (existsSync(meta)) return JSON.parse(readFileSync(meta, 'utf8')) as BuiltArtefact;
@@ -87,7 +88,10 @@ async function build(platform: Platform, dir: string, meta: string): Promise<Bui
       rmSync(tmp, { recursive: true, force: true }); // another process won the race: its build is as good
     }
     // Older builds of other sources: keep the cache to the last few.
-    const all = readdirSync(join(dir, '..')).filter((d) => !/\.(tmp-|lock$)/.test(d)).map((d) => join(dir, '..', d)).sort((x, y) => statSync(y).mtimeMs - statSync(x).mtimeMs);
+    const all = readdirSync(join(dir, '..'))
+      .filter((d) => !/\.(tmp-|lock$)/.test(d))
+      .map((d) => join(dir, '..', d))
+      .sort((x, y) => statSync(y).mtimeMs - statSync(x).mtimeMs);
     for (const old of all.slice(3)) rmSync(old, { recursive: true, force: true });
     return JSON.parse(readFileSync(meta, 'utf8')) as BuiltArtefact;
   }

@@ -23,17 +23,40 @@ export function simReply(prompt: string, maxTokens: number): string {
 }
 
 /** Streams one chat completion of `maxTokens` tokens through the gateway and reads it to the end. */
-export async function streamChat(gatewayUrl: string, model: string, prompt: string, maxTokens: number): Promise<StreamOutcome> {
+export async function streamChat(
+  gatewayUrl: string,
+  model: string,
+  prompt: string,
+  maxTokens: number,
+): Promise<StreamOutcome> {
   const started = Date.now();
-  const out: StreamOutcome = { prompt, status: 0, content: '', expected: simReply(prompt, maxTokens), done: false, error: null, ms: 0 };
+  const out: StreamOutcome = {
+    prompt,
+    status: 0,
+    content: '',
+    expected: simReply(prompt, maxTokens),
+    done: false,
+    error: null,
+    ms: 0,
+  };
   try {
     const res = await fetch(`${gatewayUrl}/v1/chat/completions`, {
-      method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model, stream: true, max_tokens: maxTokens, messages: [{ role: 'user', content: prompt }] }),
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        model,
+        stream: true,
+        max_tokens: maxTokens,
+        messages: [{ role: 'user', content: prompt }],
+      }),
     });
     out.status = res.status;
     const text = await res.text();
-    const events = text.split('\n\n').map((e) => e.trim()).filter((e) => e.startsWith('data: ')).map((e) => e.slice(6));
+    const events = text
+      .split('\n\n')
+      .map((e) => e.trim())
+      .filter((e) => e.startsWith('data: '))
+      .map((e) => e.slice(6));
     out.done = events.at(-1) === '[DONE]';
     for (const e of events) {
       if (e === '[DONE]') continue;

@@ -14,7 +14,18 @@
  * is gone (a lock directory per network under /tmp/llmgw-testnet names the owner's pid).
  */
 import { execFile, spawn } from 'node:child_process';
-import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { promisify } from 'node:util';
@@ -88,9 +99,15 @@ async function ip(...args: string[]): Promise<string> {
 
 /** Every process in netns `ns` killed (TERM, then KILL), then the netns deleted. */
 async function removeNetns(ns: string): Promise<void> {
-  const pids = async (): Promise<number[]> => (await ip('netns', 'pids', ns).catch(() => '')).split('\n').filter(Boolean).map(Number);
+  const pids = async (): Promise<number[]> =>
+    (await ip('netns', 'pids', ns).catch(() => '')).split('\n').filter(Boolean).map(Number);
   for (const sig of ['SIGTERM', 'SIGKILL'] as const) {
-    for (const pid of await pids()) try { process.kill(pid, sig); } catch { /* gone */ }
+    for (const pid of await pids())
+      try {
+        process.kill(pid, sig);
+      } catch {
+        /* gone */
+      }
     for (let i = 0; i < 30 && (await pids()).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
   }
   await ip('netns', 'del', ns).catch(() => undefined);
@@ -157,36 +174,56 @@ export async function startTestNetwork(): Promise<TestNetwork> {
       const address = o.address ?? `10.254.${x}.${next++}`;
       const ns = `llmgw-t${x}-${i}`;
       const dir = mkdtempSync(join(tmpdir(), `llmgw-testhost-${o.nodeId}-`));
-      const keys = o.hostKeyFiles ?? await Promise.all((o.hostKeyTypes ?? ['ed25519']).map((t) => keygen(dir, t)));
+      const keys = o.hostKeyFiles ?? (await Promise.all((o.hostKeyTypes ?? ['ed25519']).map((t) => keygen(dir, t))));
       // sshd reads authorized_keys as the user logging in (root, or another account a test makes).
       chmodSync(dir, 0o755);
       writeFileSync(join(dir, 'authorized_keys'), `${o.authorizedKeys.join('\n')}\n`, { mode: 0o644 });
-      writeFileSync(join(dir, 'sshd_config'), [
-        `ListenAddress ${address}`, 'Port 22', ...keys.map((k) => `HostKey ${k}`), `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
-        `PidFile ${join(dir, 'sshd.pid')}`, 'UsePAM no', 'StrictModes no', 'PasswordAuthentication no', 'KbdInteractiveAuthentication no',
-        'PermitRootLogin prohibit-password', 'UseDNS no', 'Subsystem sftp internal-sftp', 'MaxStartups 100', '',
-      ].join('\n'));
+      writeFileSync(
+        join(dir, 'sshd_config'),
+        [
+          `ListenAddress ${address}`,
+          'Port 22',
+          ...keys.map((k) => `HostKey ${k}`),
+          `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
+          `PidFile ${join(dir, 'sshd.pid')}`,
+          'UsePAM no',
+          'StrictModes no',
+          'PasswordAuthentication no',
+          'KbdInteractiveAuthentication no',
+          'PermitRootLogin prohibit-password',
+          'UseDNS no',
+          'Subsystem sftp internal-sftp',
+          'MaxStartups 100',
+          '',
+        ].join('\n'),
+      );
       if (o.cpuinfo !== undefined) writeFileSync(join(dir, 'cpuinfo'), o.cpuinfo, { mode: 0o444 });
-      for (const d of ['etc', 'opt', 'usr', 'var']) for (const layer of ['up', 'work']) mkdirSync(join(dir, layer, d), { recursive: true });
+      for (const d of ['etc', 'opt', 'usr', 'var'])
+        for (const layer of ['up', 'work']) mkdirSync(join(dir, layer, d), { recursive: true });
       const q = (s: string): string => `'${s.replace(/'/g, `'\\''`)}'`;
-      writeFileSync(join(dir, 'boot.sh'), [
-        'set -e',
-        `hostname ${q(o.nodeId)}`,
-        // Copy-on-write views of this machine: what is installed there stays in dir/up.
-        ...['etc', 'opt', 'usr', 'var'].map((d) => `mount -t overlay overlay -o lowerdir=/${d},upperdir=${dir}/up/${d},workdir=${dir}/work/${d} /${d}`),
-        // As cloud-init writes it: the machine resolves its own name (sudo looks it up, and there is no DNS here).
-        `printf '127.0.1.1 %s\\n' ${q(o.nodeId)} >> /etc/hosts`,
-        'mount -t tmpfs tmpfs /run',
-        `mount -t tmpfs tmpfs ${q(ROOT)}`,
-        'mkdir -p /run/sshd',
-        ...(o.cpuinfo !== undefined ? [`mount --bind ${q(join(dir, 'cpuinfo'))} /proc/cpuinfo`] : []),
-        ...(o.remove ?? []).map((f) => `rm -f ${q(f)}`),
-        'echo "machine booted"',
-        `${o.sshdAfterMs ? `sleep ${o.sshdAfterMs / 1000}` : 'true'}`,
-        o.sshdHeld ? `while [ ! -e ${q(join(dir, 'sshd.go'))} ]; do sleep 0.05; done` : 'true',
-        `exec ${SSHD} -D -e -f ${dir}/sshd_config`,
-        '',
-      ].join('\n'));
+      writeFileSync(
+        join(dir, 'boot.sh'),
+        [
+          'set -e',
+          `hostname ${q(o.nodeId)}`,
+          // Copy-on-write views of this machine: what is installed there stays in dir/up.
+          ...['etc', 'opt', 'usr', 'var'].map(
+            (d) => `mount -t overlay overlay -o lowerdir=/${d},upperdir=${dir}/up/${d},workdir=${dir}/work/${d} /${d}`,
+          ),
+          // As cloud-init writes it: the machine resolves its own name (sudo looks it up, and there is no DNS here).
+          `printf '127.0.1.1 %s\\n' ${q(o.nodeId)} >> /etc/hosts`,
+          'mount -t tmpfs tmpfs /run',
+          `mount -t tmpfs tmpfs ${q(ROOT)}`,
+          'mkdir -p /run/sshd',
+          ...(o.cpuinfo !== undefined ? [`mount --bind ${q(join(dir, 'cpuinfo'))} /proc/cpuinfo`] : []),
+          ...(o.remove ?? []).map((f) => `rm -f ${q(f)}`),
+          'echo "machine booted"',
+          `${o.sshdAfterMs ? `sleep ${o.sshdAfterMs / 1000}` : 'true'}`,
+          o.sshdHeld ? `while [ ! -e ${q(join(dir, 'sshd.go'))} ]; do sleep 0.05; done` : 'true',
+          `exec ${SSHD} -D -e -f ${dir}/sshd_config`,
+          '',
+        ].join('\n'),
+      );
 
       const veth = `lgv${x}h${i}`;
       await ip('netns', 'add', ns);
@@ -204,7 +241,11 @@ export async function startTestNetwork(): Promise<TestNetwork> {
       const log = join(dir, 'sshd.log');
       const out = openSync(log, 'a');
       // ip netns exec and unshare exec (no fork), and boot.sh ends in exec: this pid is the machine's first process.
-      const machine = spawn('ip', ['netns', 'exec', ns, 'unshare', '--uts', '--mount', '--propagation', 'private', 'sh', join(dir, 'boot.sh')], { stdio: ['ignore', out, out], detached: true });
+      const machine = spawn(
+        'ip',
+        ['netns', 'exec', ns, 'unshare', '--uts', '--mount', '--propagation', 'private', 'sh', join(dir, 'boot.sh')],
+        { stdio: ['ignore', out, out], detached: true },
+      );
       machine.unref();
       closeSync(out);
       const pid = machine.pid!;
@@ -213,16 +254,19 @@ export async function startTestNetwork(): Promise<TestNetwork> {
         address,
         hostKeyFiles: keys,
         fingerprints: await Promise.all(keys.map(fingerprintOf)),
-        exec: (command, eo = {}) => new Promise((res) => {
-          const c = spawn('nsenter', ['-t', String(pid), '-m', '-u', '-n', '--', 'sh', '-c', command], { stdio: ['pipe', 'pipe', 'pipe'] });
-          let stdout = '';
-          let stderr = '';
-          c.stdout.on('data', (b: Buffer) => void (stdout += b));
-          c.stderr.on('data', (b: Buffer) => void (stderr += b));
-          c.on('close', (code) => res({ code: code ?? -1, stdout, stderr }));
-          c.stdin.on('error', () => undefined); // a command that does not read its input
-          c.stdin.end(eo.stdin ?? '');
-        }),
+        exec: (command, eo = {}) =>
+          new Promise((res) => {
+            const c = spawn('nsenter', ['-t', String(pid), '-m', '-u', '-n', '--', 'sh', '-c', command], {
+              stdio: ['pipe', 'pipe', 'pipe'],
+            });
+            let stdout = '';
+            let stderr = '';
+            c.stdout.on('data', (b: Buffer) => void (stdout += b));
+            c.stderr.on('data', (b: Buffer) => void (stderr += b));
+            c.on('close', (code) => res({ code: code ?? -1, stdout, stderr }));
+            c.stdin.on('error', () => undefined); // a command that does not read its input
+            c.stdin.end(eo.stdin ?? '');
+          }),
         sshdLog: () => (existsSync(log) ? readFileSync(log, 'utf8') : ''),
         startSshd: () => writeFileSync(join(dir, 'sshd.go'), ''),
         async stop() {
@@ -233,8 +277,17 @@ export async function startTestNetwork(): Promise<TestNetwork> {
       };
       hosts.add(host);
       // The namespaces are made at once; sshd listens now, or after sshdAfterMs.
-      await waitFor(() => /machine booted/.test(host.sshdLog()), { timeoutMs: 10_000, intervalMs: 50, what: `test host ${o.nodeId} to boot (${log}: ${host.sshdLog()})` });
-      if (!o.sshdAfterMs && !o.sshdHeld) await waitFor(() => /Server listening/.test(host.sshdLog()), { timeoutMs: 10_000, intervalMs: 50, what: `sshd of ${o.nodeId} to listen (log: ${host.sshdLog()})` });
+      await waitFor(() => /machine booted/.test(host.sshdLog()), {
+        timeoutMs: 10_000,
+        intervalMs: 50,
+        what: `test host ${o.nodeId} to boot (${log}: ${host.sshdLog()})`,
+      });
+      if (!o.sshdAfterMs && !o.sshdHeld)
+        await waitFor(() => /Server listening/.test(host.sshdLog()), {
+          timeoutMs: 10_000,
+          intervalMs: 50,
+          what: `sshd of ${o.nodeId} to listen (log: ${host.sshdLog()})`,
+        });
       return host;
     },
     async close() {

@@ -21,8 +21,11 @@ export function testTls(o: { caKeyBits?: number } = {}): ServerConfig['tls'] {
     return join(dir, name);
   };
   return {
-    ca: join(dir, 'ca', 'ca.crt'), serverCert: file('server.crt', server.certPem), serverKey: file('server.key', server.keyPem),
-    clientCert: join(dir, 'operator.crt'), clientKey: join(dir, 'operator.key'),
+    ca: join(dir, 'ca', 'ca.crt'),
+    serverCert: file('server.crt', server.certPem),
+    serverKey: file('server.key', server.keyPem),
+    clientCert: join(dir, 'operator.crt'),
+    clientKey: join(dir, 'operator.key'),
   };
 }
 
@@ -39,13 +42,21 @@ const clients = new Map<string, Promise<TestClient>>();
  * A node (or operator) certificate for `cn` from `config`'s test CA, recorded in `store`, with a client presenting
  * it; one per CA and CN unless `fresh` (then a new certificate each call).
  */
-export function certClient(config: Pick<ServerConfig, 'tls'>, store: Store, cn: string, o: { role?: 'node' | 'operator'; days?: number; fresh?: boolean } = {}): Promise<TestClient> {
+export function certClient(
+  config: Pick<ServerConfig, 'tls'>,
+  store: Store,
+  cn: string,
+  o: { role?: 'node' | 'operator'; days?: number; fresh?: boolean } = {},
+): Promise<TestClient> {
   const key = `${config.tls.ca}|${cn}|${o.role ?? 'node'}`;
   const cached = o.fresh ? undefined : clients.get(key);
   if (cached) return cached;
   const made = (async (): Promise<TestClient> => {
     const ops = createCaOperations({ caDir: dirname(config.tls.ca), store });
-    const cert = o.role === 'operator' ? await ops.issueOperatorCertificate({ name: cn, days: o.days }) : await ops.issueNodeCertificate({ nodeId: cn, days: o.days });
+    const cert =
+      o.role === 'operator'
+        ? await ops.issueOperatorCertificate({ name: cn, days: o.days })
+        : await ops.issueNodeCertificate({ nodeId: cn, days: o.days });
     const client = new TlsClient(cert);
     return { cert, client, fetch: client.fetch };
   })();
@@ -54,7 +65,11 @@ export function certClient(config: Pick<ServerConfig, 'tls'>, store: Store, cn: 
 }
 
 /** Writes the operator certificate `llmgw ctl` presents to config.tls.clientCert/clientKey. */
-export async function writeOperatorCert(config: Pick<ServerConfig, 'tls'>, store: Store, name = 'operator'): Promise<void> {
+export async function writeOperatorCert(
+  config: Pick<ServerConfig, 'tls'>,
+  store: Store,
+  name = 'operator',
+): Promise<void> {
   const { cert } = await certClient(config, store, name, { role: 'operator' });
   writeFileSync(config.tls.clientCert, cert.certPem, { mode: 0o644 });
   writeFileSync(config.tls.clientKey, cert.keyPem, { mode: 0o600 });

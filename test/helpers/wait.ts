@@ -15,7 +15,8 @@ export async function waitFor<T>(
     } catch (err) {
       last = `error: ${err instanceof Error ? err.message : String(err)}`;
     }
-    if (Date.now() >= deadline) throw new Error(`timed out after ${o.timeoutMs}ms waiting for ${o.what}; last: ${last}`);
+    if (Date.now() >= deadline)
+      throw new Error(`timed out after ${o.timeoutMs}ms waiting for ${o.what}; last: ${last}`);
     await new Promise((r) => setTimeout(r, Math.min(o.intervalMs ?? 100, Math.max(1, deadline - Date.now()))));
   }
 }

@@ -12,14 +12,18 @@ export type FetchOutcome =
 /** fetchWeights on `queue`: heartbeat timeout 30 s, up to 5 attempts 1 s apart (doubling). */
 export async function fetchWeightsOnce(queue: string, input: FetchWeightsInput): Promise<FetchOutcome> {
   const { fetchWeights } = proxyActivities<WeightsActivities>({
-    taskQueue: queue, startToCloseTimeout: '1h', scheduleToStartTimeout: '60s', heartbeatTimeout: '30s',
+    taskQueue: queue,
+    startToCloseTimeout: '1h',
+    scheduleToStartTimeout: '60s',
+    heartbeatTimeout: '30s',
     retry: { maximumAttempts: 5, initialInterval: '1s', backoffCoefficient: 2, maximumInterval: '1m' },
   });
   try {
     return { kind: 'fetched', result: await fetchWeights(input) };
   } catch (err) {
     const cause = err instanceof ActivityFailure ? err.cause : undefined;
-    if (cause instanceof ApplicationFailure) return { kind: 'failed', type: cause.type, message: cause.message, nonRetryable: cause.nonRetryable === true };
+    if (cause instanceof ApplicationFailure)
+      return { kind: 'failed', type: cause.type, message: cause.message, nonRetryable: cause.nonRetryable === true };
     throw err;
   }
 }

@@ -37,35 +37,70 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
   const stateDir = (node: string): string => join(dir, node);
 
   const startAgentProc = async (node: string): Promise<AgentProc> => {
-    const a = await spawnAgent(node, ['--server', cp.url, ...(await agentCertFlags(dir, config, cp.store, node)), '--state-dir', stateDir(node)]);
+    const a = await spawnAgent(node, [
+      '--server',
+      cp.url,
+      ...(await agentCertFlags(dir, config, cp.store, node)),
+      '--state-dir',
+      stateDir(node),
+    ]);
     agents.push(a);
     return a;
   };
   const exited = (a: AgentProc): Promise<unknown> => processExited(a.child);
   /** The engine the node's state dir records for the replica (there is one). */
   const engineOn = (node: string): EngineState => {
-    const states = listEngineKeys(stateDir(node)).map((k) => readEngineState(stateDir(node), k)).filter((s): s is EngineState => s !== null);
+    const states = listEngineKeys(stateDir(node))
+      .map((k) => readEngineState(stateDir(node), k))
+      .filter((s): s is EngineState => s !== null);
     expect(states).toHaveLength(1);
     const st = states[0] as EngineState;
     engines.add(st.enginePid).add(st.shimPid);
     return st;
   };
   const rebuildsSince = async (t: number): Promise<string[]> =>
-    (await cp.store.recentEvents(200)).filter((e) => e.kind === 'replica.rebuilding' && e.at.getTime() >= t).map((e) => e.message);
+    (await cp.store.recentEvents(200))
+      .filter((e) => e.kind === 'replica.rebuilding' && e.at.getTime() >= t)
+      .map((e) => e.message);
   const readyOn = async (): Promise<string[]> =>
-    (await cp.store.listReplicas(MODEL)).filter((r) => r.state === 'ready').flatMap((r) => r.shards.map((s) => s.nodeId));
+    (await cp.store.listReplicas(MODEL))
+      .filter((r) => r.state === 'ready')
+      .flatMap((r) => r.shards.map((s) => s.nodeId));
 
   beforeAll(async () => {
     temporal = await startTestTemporal();
     config = await testConfig({
-      temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(),
-      catalog: [{ name: MODEL, source: 'sim://keep', replicas: 1, profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '200'] }] }],
+      temporalAddress: temporal.address,
+      mysqlUrl: testMysqlUrl(),
+      catalog: [
+        {
+          name: MODEL,
+          source: 'sim://keep',
+          replicas: 1,
+          profiles: [
+            { name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '200'] },
+          ],
+        },
+      ],
     });
     // An agent gone for good is judged after 8 s here (30 s in production), so the last test does not wait half a minute.
-    cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() }, liveness: { agentLostMs: 8000 } });
-    gateway = await startGateway({ host: '127.0.0.1', port: 0, routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }), apiKeys: [] });
+    cp = await startControlPlane({
+      config,
+      workflowBundle: { codePath: await workflowBundlePath() },
+      liveness: { agentLostMs: 8000 },
+    });
+    gateway = await startGateway({
+      host: '127.0.0.1',
+      port: 0,
+      routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }),
+      apiKeys: [],
+    });
     await startAgentProc('a1');
-    await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
+    await cp.client.workflow.start('modelDeployment', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.model(MODEL),
+      args: [{ model: MODEL }],
+    });
     await waitFor(async () => (await readyOn()).includes('a1'), { timeoutMs: 60_000, what: 'the replica ready on a1' });
     await waitRoutable(gateway.url, MODEL);
   }, 120_000);
@@ -79,7 +114,17 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
         if (st) engines.add(st.enginePid).add(st.shimPid);
       }
     }
-    await stopSimCluster({ cp, model: MODEL, workflows: [workflowIds.model(MODEL)], workers: [], pids: new Map([...engines].map((p) => [String(p), p])), gateway, temporal, mysqlUrl: config.mysql.url, dropDatabase });
+    await stopSimCluster({
+      cp,
+      model: MODEL,
+      workflows: [workflowIds.model(MODEL)],
+      workers: [],
+      pids: new Map([...engines].map((p) => [String(p), p])),
+      gateway,
+      temporal,
+      mysqlUrl: config.mysql.url,
+      dropDatabase,
+    });
     rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 
@@ -92,10 +137,15 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
     await exited(old);
     expect(old.lines.join('\n')).toContain('shard left running for the next agent');
     const next = await startAgentProc('a1');
-    await waitFor(() => next.lines.some((l) => l.includes('shard adopted') && l.includes(`"pid":${before.enginePid}`)), { timeoutMs: 70_000, what: 'the new agent to adopt the engine' });
+    await waitFor(
+      () => next.lines.some((l) => l.includes('shard adopted') && l.includes(`"pid":${before.enginePid}`)),
+      { timeoutMs: 70_000, what: 'the new agent to adopt the engine' },
+    );
     await sleep(1000);
     const s = await load.stop();
-    console.log(`agent SIGTERM + restart: ${s.ok} requests ok, ${s.failed} failed; engine pid ${before.enginePid} adopted after ${Date.now() - t0} ms`);
+    console.log(
+      `agent SIGTERM + restart: ${s.ok} requests ok, ${s.failed} failed; engine pid ${before.enginePid} adopted after ${Date.now() - t0} ms`,
+    );
     expect({ failed: s.failed, failures: s.failures }).toEqual({ failed: 0, failures: [] });
     expect(s.ok).toBeGreaterThan(20);
     expect(engineOn('a1').enginePid).toBe(before.enginePid);
@@ -103,7 +153,7 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
     expect(await readyOn()).toEqual(['a1']);
   }, 120_000);
 
-  test('SIGKILL the agent, restart it after the unit\'s RestartSec: it registers after a crash, the shard runs again on a1 and adopts the engine', async () => {
+  test("SIGKILL the agent, restart it after the unit's RestartSec: it registers after a crash, the shard runs again on a1 and adopts the engine", async () => {
     const before = engineOn('a1');
     const old = agents[agents.length - 1] as AgentProc;
     const t0 = Date.now();
@@ -114,10 +164,18 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
     // on a loaded machine, and none of it may cost a request or a rebuild: the engine serves on meanwhile.
     await sleep(1000);
     const next = await startAgentProc('a1');
-    await waitFor(() => next.lines.some((l) => l.includes('shard adopted') && l.includes(`"pid":${before.enginePid}`)), { timeoutMs: 30_000, what: 'the new agent to adopt the engine (its registration after a crash runs the shard again)' });
+    await waitFor(
+      () => next.lines.some((l) => l.includes('shard adopted') && l.includes(`"pid":${before.enginePid}`)),
+      {
+        timeoutMs: 30_000,
+        what: 'the new agent to adopt the engine (its registration after a crash runs the shard again)',
+      },
+    );
     await sleep(1000);
     const s = await load.stop();
-    console.log(`agent SIGKILL + restart: ${s.ok} requests ok, ${s.failed} failed; engine pid ${before.enginePid} adopted after ${Date.now() - t0} ms`);
+    console.log(
+      `agent SIGKILL + restart: ${s.ok} requests ok, ${s.failed} failed; engine pid ${before.enginePid} adopted after ${Date.now() - t0} ms`,
+    );
     expect({ failed: s.failed, failures: s.failures }).toEqual({ failed: 0, failures: [] });
     expect(engineOn('a1').enginePid).toBe(before.enginePid);
     expect(await rebuildsSince(t0)).toEqual([]);
@@ -130,7 +188,10 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
     const old = agents.filter((a) => a.child.exitCode === null && a.child.signalCode === null)[0] as AgentProc;
     old.child.kill('SIGKILL');
     await exited(old);
-    await waitFor(async () => (await readyOn()).includes('a2'), { timeoutMs: 40_000, what: 'the replica rebuilt and ready on a2' });
+    await waitFor(async () => (await readyOn()).includes('a2'), {
+      timeoutMs: 40_000,
+      what: 'the replica rebuilt and ready on a2',
+    });
     console.log(`agent kill -9, not restarted: serving on a2 after ${Date.now() - t0} ms`);
     const why = await rebuildsSince(t0);
     expect(why.length).toBeGreaterThanOrEqual(1);
@@ -139,7 +200,10 @@ describe('an agent restart restarts no engine (real agents, the replica workflow
     // Nothing supervises a1's engine now; the agent that comes back finds no shard wants it and stops it.
     expect(pidAlive(before.enginePid)).toBe(true);
     const back = await startAgentProc('a1');
-    await waitFor(() => !pidAlive(before.enginePid), { timeoutMs: 30_000, what: "a1's next agent to stop the engine no shard wants" });
+    await waitFor(() => !pidAlive(before.enginePid), {
+      timeoutMs: 30_000,
+      what: "a1's next agent to stop the engine no shard wants",
+    });
     expect(back.lines.join('\n')).toContain('stopping an engine no shard wants');
   }, 90_000);
 });

@@ -15,9 +15,14 @@ beforeAll(async () => {
   const port = await freePort();
   const [cmd, ...pre] = simEngineArgv();
   // 500 tokens/s: a token every 2 ms, so TTFT and ITL are real waits the figures must show.
-  engine = spawn(cmd, [...pre, '--model', MODEL, '--port', String(port), '--tokens-per-second', '500'], { stdio: 'ignore' });
+  engine = spawn(cmd, [...pre, '--model', MODEL, '--port', String(port), '--tokens-per-second', '500'], {
+    stdio: 'ignore',
+  });
   base = `http://127.0.0.1:${port}`;
-  await waitFor(async () => (await fetch(`${base}/health`).catch(() => null))?.status === 200, { timeoutMs: 20_000, what: 'the sim engine to serve' });
+  await waitFor(async () => (await fetch(`${base}/health`).catch(() => null))?.status === 200, {
+    timeoutMs: 20_000,
+    what: 'the sim engine to serve',
+  });
 });
 
 afterAll(async () => {
@@ -31,7 +36,23 @@ const bench = (...args: string[]): { status: number | null; stdout: string; stde
 };
 
 test('streamed, --json: every request completes with the tokens asked for, TTFT and ITL are real waits, goodput within the budget', () => {
-  const r = bench(`${base}/v1`, '--model', MODEL, '--stream', '--requests', '60', '--concurrency', '6', '--prompt-tokens', '40', '--max-tokens', '5', '--warmup', '6', '--json');
+  const r = bench(
+    `${base}/v1`,
+    '--model',
+    MODEL,
+    '--stream',
+    '--requests',
+    '60',
+    '--concurrency',
+    '6',
+    '--prompt-tokens',
+    '40',
+    '--max-tokens',
+    '5',
+    '--warmup',
+    '6',
+    '--json',
+  );
   expect(r.stderr).toBe('');
   expect(r.status).toBe(0);
   const rep = JSON.parse(r.stdout) as BenchReport;
@@ -54,7 +75,11 @@ test('streamed, --json: every request completes with the tokens asked for, TTFT 
 test('not streamed, for a duration, as text: the model found on /v1/models, the figures a person reads, progress lines on stderr', () => {
   const r = bench(base, '--duration', '5.5', '--concurrency', '4', '--prompt-tokens', '10', '--max-tokens', '3');
   expect(r.status).toBe(0);
-  expect(r.stdout).toMatch(new RegExp(`model ${MODEL}\\n  not streamed, concurrency 4, prompt ~10 tokens, max_tokens 3: (\\d+) requests in 5\\.\\d+ s`));
+  expect(r.stdout).toMatch(
+    new RegExp(
+      `model ${MODEL}\\n  not streamed, concurrency 4, prompt ~10 tokens, max_tokens 3: (\\d+) requests in 5\\.\\d+ s`,
+    ),
+  );
   const [, sent] = /: (\d+) requests in/.exec(r.stdout) ?? [];
   expect(r.stdout).toContain(`requests   ${sent} ok, 0 failed`);
   expect(r.stdout).toMatch(/tokens +[\d,]+ out/);
@@ -64,8 +89,18 @@ test('not streamed, for a duration, as text: the model found on /v1/models, the 
   expect(r.stderr).toMatch(/^bench: \d+ in 5\/5\.5 s, \d+ req\/s, 0 failed \(\d+ %\)\n$/);
 });
 
-test('a model the server does not serve: every request fails, counted by kind with the server\'s message, exit 1', () => {
-  const r = bench(`${base}/v1/chat/completions`, '--model', 'nope', '--requests', '5', '--concurrency', '2', '--json', '--quiet');
+test("a model the server does not serve: every request fails, counted by kind with the server's message, exit 1", () => {
+  const r = bench(
+    `${base}/v1/chat/completions`,
+    '--model',
+    'nope',
+    '--requests',
+    '5',
+    '--concurrency',
+    '2',
+    '--json',
+    '--quiet',
+  );
   expect(r.status).toBe(1);
   const rep = JSON.parse(r.stdout) as BenchReport;
   expect(rep.requests).toEqual({ sent: 5, ok: 0, failed: 5 });

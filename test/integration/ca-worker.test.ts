@@ -53,8 +53,17 @@ describe('llmgw-ca worker: the CA key on its own host (real Temporal, MariaDB, T
     mkdirSync(trust);
     copyFileSync(caConfig.tls.ca, join(trust, 'ca.crt'));
     cpConfig = { ...caConfig, tls: { ...caConfig.tls, ca: join(trust, 'ca.crt') } };
-    caWorker = await startCaWorker({ config: caConfig, caDir, crlDays: CRL_DAYS, log: (msg, fields) => void caLogs.push({ msg, fields }) });
-    cp = await startControlPlane({ config: cpConfig, workflowBundle: { codePath: await workflowBundlePath() }, log: (msg, fields) => void logs.push({ msg, fields }) });
+    caWorker = await startCaWorker({
+      config: caConfig,
+      caDir,
+      crlDays: CRL_DAYS,
+      log: (msg, fields) => void caLogs.push({ msg, fields }),
+    });
+    cp = await startControlPlane({
+      config: cpConfig,
+      workflowBundle: { codePath: await workflowBundlePath() },
+      log: (msg, fields) => void logs.push({ msg, fields }),
+    });
     await writeOperatorCert(caConfig, cp.store);
     configFile = join(dir, 'server.yaml');
     writeFileSync(configFile, stringify(cpConfig));
@@ -75,12 +84,23 @@ describe('llmgw-ca worker: the CA key on its own host (real Temporal, MariaDB, T
     const c = await createCaOperations({ caDir, store: cp.store }).issueNodeCertificate({ nodeId: id });
     const client = new TlsClient(c);
     clients.push(client);
-    const r = await client.fetch(`${cp.url}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId: id, inventory: simInventory() }) });
+    const r = await client.fetch(`${cp.url}/v1/agent/register`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ nodeId: id, inventory: simInventory() }),
+    });
     expect(r.status).toBe(200);
     return { client, serial: c.serial, certPem: c.certPem };
   };
-  const renew = async (client: TlsClient, body: unknown): Promise<{ status: number; body: Record<string, unknown> }> => {
-    const r = await client.fetch(`${cp.url}/v1/agent/renew`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const renew = async (
+    client: TlsClient,
+    body: unknown,
+  ): Promise<{ status: number; body: Record<string, unknown> }> => {
+    const r = await client.fetch(`${cp.url}/v1/agent/renew`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
     return { status: r.status, body: (await r.json()) as Record<string, unknown> };
   };
 
@@ -95,33 +115,69 @@ describe('llmgw-ca worker: the CA key on its own host (real Temporal, MariaDB, T
     const DAY = 86_400_000;
     const issuedAt = new Date(Date.now() + 3000 + 300_000 - (2 / 3) * (DAY + 300_000));
     const old = issueNodeCertificate(loadCa(caDir), 'r1', { days: 1, now: issuedAt });
-    await cp.store.recordCertificate({ serial: old.serial, cn: 'r1', role: 'node', notBefore: old.notBefore, notAfter: old.notAfter, pem: old.certPem });
+    await cp.store.recordCertificate({
+      serial: old.serial,
+      cn: 'r1',
+      role: 'node',
+      notBefore: old.notBefore,
+      notAfter: old.notAfter,
+      pem: old.certPem,
+    });
     const files = { cert: join(dir, 'r1.crt'), key: join(dir, 'r1.key') };
     writeFileSync(files.cert, old.certPem);
     writeFileSync(files.key, old.keyPem);
     const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
     agent = await startAgent({
-      nodeId: parseNodeId('r1'), server: cp.url, tls: { certPem: old.certPem, keyPem: old.keyPem, caPem: readFileSync(cpConfig.tls.ca, 'utf8') }, certFiles: files,
-      nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(ROOT, 'test/fixtures/sysfs/none'), cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1',
-      engineSetup: { enginesDir: join(dir, 'installs'), bins: {} }, stateDir: join(dir, 'r1'), stopEnginesOnExit: true, log: (msg, fields) => void lines.push({ msg, fields }),
+      nodeId: parseNodeId('r1'),
+      server: cp.url,
+      tls: { certPem: old.certPem, keyPem: old.keyPem, caPem: readFileSync(cpConfig.tls.ca, 'utf8') },
+      certFiles: files,
+      nvidiaSmi: 'nvidia-smi',
+      noGpu: true,
+      ibRoot: join(ROOT, 'test/fixtures/sysfs/none'),
+      cpuinfo: '/proc/cpuinfo',
+      fabrics: [],
+      advertiseHost: '127.0.0.1',
+      engineSetup: { enginesDir: join(dir, 'installs'), bins: {} },
+      stateDir: join(dir, 'r1'),
+      stopEnginesOnExit: true,
+      log: (msg, fields) => void lines.push({ msg, fields }),
     });
-    const renewed = await waitFor(() => lines.find((l) => l.msg === 'certificate renewed'), { timeoutMs: 30_000, what: 'the agent to renew its certificate' });
+    const renewed = await waitFor(() => lines.find((l) => l.msg === 'certificate renewed'), {
+      timeoutMs: 30_000,
+      what: 'the agent to renew its certificate',
+    });
     const serial = String(renewed.fields?.serial);
     expect(serial).toMatch(/^[0-9a-f]{32}$/);
     expect(serial).not.toBe(old.serial);
     const onDisk = certificateInfo(readFileSync(files.cert, 'utf8'));
     expect({ serial: onDisk.serial, cn: onDisk.cn }).toEqual({ serial, cn: 'r1' });
-    expect(caLogs.filter((l) => l.msg === 'certificate issued').map((l) => l.fields)).toContainEqual(expect.objectContaining({ cn: 'r1', serial }));
-    expect((await cp.store.listCertificates({ cn: 'r1' })).map((c) => c.serial).sort()).toEqual([old.serial, serial].sort());
+    expect(caLogs.filter((l) => l.msg === 'certificate issued').map((l) => l.fields)).toContainEqual(
+      expect.objectContaining({ cn: 'r1', serial }),
+    );
+    expect((await cp.store.listCertificates({ cn: 'r1' })).map((c) => c.serial).sort()).toEqual(
+      [old.serial, serial].sort(),
+    );
   });
 
   test('ctl nodes: CERT says ok for the renewed node, RENEW OVERDUE for one past two thirds of its certificate', async () => {
     const DAY = 86_400_000;
     const late = issueNodeCertificate(loadCa(caDir), 'o1', { days: 1, now: new Date(Date.now() - 0.8 * DAY) });
-    await cp.store.recordCertificate({ serial: late.serial, cn: 'o1', role: 'node', notBefore: late.notBefore, notAfter: late.notAfter, pem: late.certPem });
+    await cp.store.recordCertificate({
+      serial: late.serial,
+      cn: 'o1',
+      role: 'node',
+      notBefore: late.notBefore,
+      notAfter: late.notAfter,
+      pem: late.certPem,
+    });
     const client = new TlsClient({ ...late, caPem: readFileSync(cpConfig.tls.ca, 'utf8') });
     clients.push(client);
-    const r = await client.fetch(`${cp.url}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId: 'o1', inventory: simInventory() }) });
+    const r = await client.fetch(`${cp.url}/v1/agent/register`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ nodeId: 'o1', inventory: simInventory() }),
+    });
     expect(r.status).toBe(200);
     let out = '';
     await ctlCommand(['nodes', '--config', configFile], (s) => void (out += s));
@@ -130,7 +186,7 @@ describe('llmgw-ca worker: the CA key on its own host (real Temporal, MariaDB, T
     expect(out).toMatch(/^r1 +ready .* ok until \d{4}-\d\d-\d\d +\d+s ago$/m);
   });
 
-  test('a CSR naming another node gets the connection\'s CN; a malformed CSR is refused with its code through the workflow', async () => {
+  test("a CSR naming another node gets the connection's CN; a malformed CSR is refused with its code through the workflow", async () => {
     const { client } = await nodeClient('s1');
     const r = await renew(client, { nodeId: 's1', csr: makeNodeCsr('someone-else').csrPem });
     expect(r.status).toBe(200);
@@ -151,10 +207,15 @@ describe('llmgw-ca worker: the CA key on its own host (real Temporal, MariaDB, T
     let out = '';
     await ctlCommand(['revoke', 'v1', '--config', configFile], (s) => void (out += s));
     expect(out).toMatch(/^v1: 1 certificate revoked/);
-    expect(logs.slice(before).find((l) => l.msg === 'crl republished by llmgw-ca')?.fields).toMatchObject({ nodeId: 'v1', revoked: expect.any(Number) });
+    expect(logs.slice(before).find((l) => l.msg === 'crl republished by llmgw-ca')?.fields).toMatchObject({
+      nodeId: 'v1',
+      revoked: expect.any(Number),
+    });
     const crlFile = join(caDir, 'crl.pem');
     const verify = (cert: string): ReturnType<typeof spawnSync> =>
-      spawnSync('openssl', ['verify', '-crl_check', '-CAfile', cpConfig.tls.ca, '-CRLfile', crlFile, cert], { encoding: 'utf8' });
+      spawnSync('openssl', ['verify', '-crl_check', '-CAfile', cpConfig.tls.ca, '-CRLfile', crlFile, cert], {
+        encoding: 'utf8',
+      });
     const refused = verify(pem('v1.crt', v1.certPem));
     expect(refused.status).not.toBe(0);
     expect(`${refused.stdout}${refused.stderr}`).toMatch(/certificate revoked/);
@@ -165,13 +226,21 @@ describe('llmgw-ca worker: the CA key on its own host (real Temporal, MariaDB, T
 
   test('the CA worker re-issues the CRL before its next-update, on its own', async () => {
     const crlFile = join(caDir, 'crl.pem');
-    const number = (): string => execFileSync('openssl', ['crl', '-in', crlFile, '-noout', '-crlnumber'], { encoding: 'utf8' }).trim();
+    const number = (): string =>
+      execFileSync('openssl', ['crl', '-in', crlFile, '-noout', '-crlnumber'], { encoding: 'utf8' }).trim();
     const first = number();
     const published = caLogs.filter((l) => l.msg === 'crl published').length;
     // Two refreshes (at half of a 6 s validity each), so it keeps going, not just once.
-    await waitFor(() => caLogs.filter((l) => l.msg === 'crl published').length >= published + 2, { timeoutMs: 10_000, what: 'two CRL refreshes by the CA worker' });
+    await waitFor(() => caLogs.filter((l) => l.msg === 'crl published').length >= published + 2, {
+      timeoutMs: 10_000,
+      what: 'two CRL refreshes by the CA worker',
+    });
     expect(number()).not.toBe(first);
-    const nextUpdate = new Date(execFileSync('openssl', ['crl', '-in', crlFile, '-noout', '-nextupdate'], { encoding: 'utf8' }).trim().replace(/^nextUpdate=/, ''));
+    const nextUpdate = new Date(
+      execFileSync('openssl', ['crl', '-in', crlFile, '-noout', '-nextupdate'], { encoding: 'utf8' })
+        .trim()
+        .replace(/^nextUpdate=/, ''),
+    );
     expect(nextUpdate.getTime()).toBeGreaterThan(Date.now());
     expect(new Date(caWorker.crl().refreshAt).getTime()).toBeLessThan(nextUpdate.getTime());
   });

@@ -22,13 +22,21 @@ import { writeOperatorCert } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
 const sim = (name: string, replicas: number, tps = '0', gpus = 1): ModelSpec => ({
-  name, source: `sim://${name}`, replicas, profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: gpus, args: ['--tokens-per-second', tps] }],
+  name,
+  source: `sim://${name}`,
+  replicas,
+  profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: gpus, args: ['--tokens-per-second', tps] }],
 });
 const FIRST = [sim('keep', 1), sim('grow', 1), sim('gone', 1)];
 const EDITED = [sim('keep', 1, '1000'), sim('grow', 3), sim('added', 1)];
 const FIT: ModelSpec = {
-  name: 'fit', source: 'sim://fit', replicas: 1,
-  profiles: [{ name: 'big', engine: 'sim', nodes: 1, gpusPerNode: 8, args: [] }, { name: 'small', engine: 'sim', nodes: 1, gpusPerNode: 1, args: [] }],
+  name: 'fit',
+  source: 'sim://fit',
+  replicas: 1,
+  profiles: [
+    { name: 'big', engine: 'sim', nodes: 1, gpusPerNode: 8, args: [] },
+    { name: 'small', engine: 'sim', nodes: 1, gpusPerNode: 1, args: [] },
+  ],
 };
 
 describe('the catalog as the desired state', () => {
@@ -48,26 +56,50 @@ describe('the catalog as the desired state', () => {
     await ctlCommand(args, (s) => void (out += s));
     return out;
   };
-  const live = async (model: string): Promise<ReplicaRecord[]> => (await cp.store.listReplicas(model)).filter((r) => r.state !== 'stopped');
-  const readyCount = (model: string, n: number): Promise<ReplicaRecord[]> => waitFor(async () => {
-    const rs = await live(model);
-    if (rs.length !== n || rs.some((r) => r.state !== 'ready')) throw new Error(rs.map((r) => `${r.id} ${r.state} ${r.reason ?? ''}`).join('; ') || 'none');
-    return rs;
-  }, { timeoutMs: 60_000, intervalMs: 200, what: `${n} replica(s) of ${model} ready and no other` });
+  const live = async (model: string): Promise<ReplicaRecord[]> =>
+    (await cp.store.listReplicas(model)).filter((r) => r.state !== 'stopped');
+  const readyCount = (model: string, n: number): Promise<ReplicaRecord[]> =>
+    waitFor(
+      async () => {
+        const rs = await live(model);
+        if (rs.length !== n || rs.some((r) => r.state !== 'ready'))
+          throw new Error(rs.map((r) => `${r.id} ${r.state} ${r.reason ?? ''}`).join('; ') || 'none');
+        return rs;
+      },
+      { timeoutMs: 60_000, intervalMs: 200, what: `${n} replica(s) of ${model} ready and no other` },
+    );
 
   beforeAll(async () => {
     temporal = await startTestTemporal();
     config = await testConfig({ temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(), catalog: FIRST });
     for (const n of ['cat-a', 'cat-b']) workers.push(await startNodeWorker(temporal.address, n, pids));
-    cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() }, applyCatalog: true });
+    cp = await startControlPlane({
+      config,
+      workflowBundle: { codePath: await workflowBundlePath() },
+      applyCatalog: true,
+    });
     await writeOperatorCert(config, cp.store);
     for (const n of ['cat-a', 'cat-b']) await registerNode(cp, n, simInventory({ gpus: 4, fabric: false }));
   });
 
   afterAll(async () => {
     const models = ['keep', 'grow', 'gone', 'added', 'fit'];
-    for (const m of models) for (const r of await cp.store.listReplicas(m)) await cp.client.workflow.getHandle(workflowIds.replica(r.id)).terminate().catch(() => undefined);
-    await stopSimCluster({ cp, model: 'keep', workflows: models.map(workflowIds.model), workers, pids, temporal, mysqlUrl: config.mysql.url, dropDatabase });
+    for (const m of models)
+      for (const r of await cp.store.listReplicas(m))
+        await cp.client.workflow
+          .getHandle(workflowIds.replica(r.id))
+          .terminate()
+          .catch(() => undefined);
+    await stopSimCluster({
+      cp,
+      model: 'keep',
+      workflows: models.map(workflowIds.model),
+      workers,
+      pids,
+      temporal,
+      mysqlUrl: config.mysql.url,
+      dropDatabase,
+    });
     rmSync(dir, { recursive: true, force: true });
   });
 
@@ -84,13 +116,24 @@ describe('the catalog as the desired state', () => {
       expect.stringMatching(/^ {2}~ keep +roll 1 replica make-before-break, one at a time \(profiles changed\)$/),
       expect.stringMatching(/^ {2}~ grow +scale 1 → 3 replicas/),
       expect.stringMatching(/^ {2}\+ added +deploy 1 replica \(new in the catalog\)$/),
-      expect.stringMatching(/^ {2}! gone +not in the catalog: kept with 1 replica \(llmgw ctl apply --prune drains and stops it\)$/),
+      expect.stringMatching(
+        /^ {2}! gone +not in the catalog: kept with 1 replica \(llmgw ctl apply --prune drains and stops it\)$/,
+      ),
       'nothing changed; llmgw ctl apply carries out the 3 changes above',
       '',
     ]);
     console.log(`ctl apply --dry-run:\n${out}`);
-    expect((await cp.store.listModels()).map((m) => [m.name, m.replicas])).toEqual([['gone', 1], ['grow', 1], ['keep', 1]]);
-    expect(await cp.client.workflow.getHandle(workflowIds.model('added')).describe().catch(() => null)).toBeNull();
+    expect((await cp.store.listModels()).map((m) => [m.name, m.replicas])).toEqual([
+      ['gone', 1],
+      ['grow', 1],
+      ['keep', 1],
+    ]);
+    expect(
+      await cp.client.workflow
+        .getHandle(workflowIds.model('added'))
+        .describe()
+        .catch(() => null),
+    ).toBeNull();
   });
 
   test('ctl apply adds, scales and rolls make-before-break; a dropped model is kept without --prune', async () => {
@@ -108,7 +151,9 @@ describe('the catalog as the desired state', () => {
     const stoppingAt = events.findIndex((e) => e.replicaId === keep0.id && e.kind === 'replica.stopping');
     expect(readyAt).toBeGreaterThanOrEqual(0);
     expect(stoppingAt).toBeGreaterThan(readyAt);
-    expect(readFileSync(`/proc/${pids.get(`${rolled?.id}#0`)}/cmdline`, 'utf8').split('\0')).toEqual(expect.arrayContaining(['--tokens-per-second', '1000']));
+    expect(readFileSync(`/proc/${pids.get(`${rolled?.id}#0`)}/cmdline`, 'utf8').split('\0')).toEqual(
+      expect.arrayContaining(['--tokens-per-second', '1000']),
+    );
     expect(await live('gone')).toHaveLength(1);
     const models = await ctl('models', '--config', file('edited.yaml', EDITED));
     console.log(`ctl models:\n${models}`);
@@ -120,27 +165,41 @@ describe('the catalog as the desired state', () => {
     const out = await ctl('apply', '--prune', '--config', file('edited.yaml', EDITED));
     console.log(`ctl apply --prune:\n${out}`);
     expect(out).toMatch(/^ {2}- gone +drain and stop 1 replica, then forget the model/m);
-    await waitFor(async () => (await cp.store.listModels()).every((m) => m.name !== 'gone'), { timeoutMs: 60_000, what: 'the model gone to be forgotten' });
+    await waitFor(async () => (await cp.store.listModels()).every((m) => m.name !== 'gone'), {
+      timeoutMs: 60_000,
+      what: 'the model gone to be forgotten',
+    });
     expect(await live('gone')).toEqual([]);
     expect((await cp.client.workflow.getHandle(workflowIds.model('gone')).describe()).status.name).toBe('COMPLETED');
-    expect((await cp.store.recentEvents(100)).find((e) => e.kind === 'model.removed')?.message).toMatch(/gone-0 stopped, model forgotten/);
+    expect((await cp.store.recentEvents(100)).find((e) => e.kind === 'model.removed')?.message).toMatch(
+      /gone-0 stopped, model forgotten/,
+    );
 
     // Replay fixtures (LLMGW_RECORD_HISTORIES=1): a deployment that rolled its replica, and one that retired.
     recordHistory(temporal.address, 'model-rolled.json', workflowIds.model('keep'));
     recordHistory(temporal.address, 'model-retired.json', workflowIds.model('gone'));
     await ctl('scale', 'grow', '2', '--config', file('edited.yaml', EDITED));
-    expect(await ctl('apply', '--dry-run', '--config', file('edited.yaml', EDITED))).toMatch(/! grow +kept at 2 replicas by llmgw ctl scale \(the catalog says 3, unchanged since the last apply\)/);
+    expect(await ctl('apply', '--dry-run', '--config', file('edited.yaml', EDITED))).toMatch(
+      /! grow +kept at 2 replicas by llmgw ctl scale \(the catalog says 3, unchanged since the last apply\)/,
+    );
   });
 
   test('profiles are tried in catalog order: the first that fits is placed, and a waiting replica names each', async () => {
     await ctl('apply', '--config', file('fit.yaml', [...EDITED, FIT]));
     const [r] = await readyCount('fit', 1);
     expect(r?.profile).toBe('small');
-    expect(await ctl('replicas', '--model', 'fit', '--config', file('fit.yaml', [...EDITED, FIT]))).toMatch(/^fit-0 +fit +small +ready +cat-[ab]#0\[\d\]/m);
+    expect(await ctl('replicas', '--model', 'fit', '--config', file('fit.yaml', [...EDITED, FIT]))).toMatch(
+      /^fit-0 +fit +small +ready +cat-[ab]#0\[\d\]/m,
+    );
     await cp.store.setNodeState('cat-a', 'cordoned');
     await cp.store.setNodeState('cat-b', 'cordoned');
     await ctl('scale', 'fit', '2', '--no-wait', '--config', file('fit.yaml', [...EDITED, FIT]));
-    const waiting = await waitFor(async () => (await live('fit')).find((x) => x.state === 'waiting'), { timeoutMs: 30_000, what: 'a second fit replica waiting' });
-    expect(waiting.reason).toBe('none of the 2 profiles of fit fits (tried in catalog order): [big] no node can take fit/big (sim, 8 GPUs): cat-a: cordoned; cat-b: cordoned [small] no node can take fit/small (sim, 1 GPU): cat-a: cordoned; cat-b: cordoned');
+    const waiting = await waitFor(async () => (await live('fit')).find((x) => x.state === 'waiting'), {
+      timeoutMs: 30_000,
+      what: 'a second fit replica waiting',
+    });
+    expect(waiting.reason).toBe(
+      'none of the 2 profiles of fit fits (tried in catalog order): [big] no node can take fit/big (sim, 8 GPUs): cat-a: cordoned; cat-b: cordoned [small] no node can take fit/small (sim, 1 GPU): cat-a: cordoned; cat-b: cordoned',
+    );
   });
 });

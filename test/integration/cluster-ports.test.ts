@@ -13,16 +13,17 @@ import { llmgw } from '../helpers/cli';
 import { testMysqlUrl } from '../helpers/cluster-parts';
 import { freePort } from '../helpers/ports';
 
-const listen = (port: number): Promise<Server> => new Promise((resolve, reject) => {
-  const s = createServer();
-  s.once('error', reject);
-  s.listen(port, '127.0.0.1', () => resolve(s));
-});
+const listen = (port: number): Promise<Server> =>
+  new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(port, '127.0.0.1', () => resolve(s));
+  });
 
 /** A base port whose five cluster ports are free now. */
 async function freeBlock(): Promise<number> {
   for (;;) {
-    const base = (await freePort()) % 20000 + 30000;
+    const base = ((await freePort()) % 20000) + 30000;
     const held = await Promise.all([0, 1, 2, 3, 4].map((i) => listen(base + i).catch(() => null)));
     await Promise.all(held.map((s) => s && new Promise((r) => s.close(r))));
     if (held.every((s) => s !== null)) return base;
@@ -33,7 +34,10 @@ async function databaseExists(url: string): Promise<boolean> {
   const { options, database } = parseMysqlUrl(url);
   const c = await mysql.createConnection(options);
   try {
-    const [rows] = await c.query<mysql.RowDataPacket[]>('SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?', [database]);
+    const [rows] = await c.query<mysql.RowDataPacket[]>(
+      'SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?',
+      [database],
+    );
     return rows.length > 0;
   } finally {
     await c.end();
@@ -50,9 +54,16 @@ describe('llmgw cluster before it starts anything', () => {
     const stateDir = join(dir, 'taken');
     const url = testMysqlUrl();
     try {
-      const r = await llmgw(['cluster', '--state-dir', stateDir, '--base-port', String(base), '--mysql-url', url], 60_000);
+      const r = await llmgw(
+        ['cluster', '--state-dir', stateDir, '--base-port', String(base), '--mysql-url', url],
+        60_000,
+      );
       expect(r.code).toBe(1);
-      expect(r.stderr).toMatch(new RegExp(`^llmgw: LLMGW_PORT_TAKEN: nothing started: port ${base + 3} \\(gateway\\) is held by pid ${process.pid} \\(.*node.*\\)\\. stop it, or choose another --base-port\\n$`));
+      expect(r.stderr).toMatch(
+        new RegExp(
+          `^llmgw: LLMGW_PORT_TAKEN: nothing started: port ${base + 3} \\(gateway\\) is held by pid ${process.pid} \\(.*node.*\\)\\. stop it, or choose another --base-port\\n$`,
+        ),
+      );
       expect(r.stdout).not.toMatch(/is up/);
       expect(existsSync(stateDir)).toBe(false);
       expect(await databaseExists(url)).toBe(false);
@@ -65,9 +76,23 @@ describe('llmgw cluster before it starts anything', () => {
     const stateDir = join(dir, 'not-ours');
     mkdirSync(join(stateDir, 'logs'), { recursive: true });
     writeFileSync(join(stateDir, 'logs', 'mine.log'), 'keep me');
-    const r = await llmgw(['cluster', '--reset', '--state-dir', stateDir, '--base-port', String(await freeBlock()), '--mysql-url', testMysqlUrl()], 60_000);
+    const r = await llmgw(
+      [
+        'cluster',
+        '--reset',
+        '--state-dir',
+        stateDir,
+        '--base-port',
+        String(await freeBlock()),
+        '--mysql-url',
+        testMysqlUrl(),
+      ],
+      60_000,
+    );
     expect(r.code).toBe(1);
-    expect(r.stderr).toBe(`llmgw: LLMGW_BAD_REQUEST: --reset: ${stateDir} holds no server.yaml written by llmgw cluster, so it may not be a cluster's state dir; nothing removed (remove it yourself, or give --state-dir the cluster's)\n`);
+    expect(r.stderr).toBe(
+      `llmgw: LLMGW_BAD_REQUEST: --reset: ${stateDir} holds no server.yaml written by llmgw cluster, so it may not be a cluster's state dir; nothing removed (remove it yourself, or give --state-dir the cluster's)\n`,
+    );
     expect(existsSync(join(stateDir, 'logs', 'mine.log'))).toBe(true);
   }, 90_000);
 });

@@ -30,39 +30,74 @@ describe('a drain waits for the requests in flight on the replicas it moves', ()
   let gateway: GatewayRole;
   const workers: NodeWorker[] = [];
   const pids = new Map<string, number>();
-  const live = async (): Promise<ReplicaRecord[]> => (await cp.store.listReplicas(MODEL)).filter((r) => r.state !== 'stopped');
-  const readyOn = async (node: string): Promise<string[]> => (await live()).filter((r) => r.state === 'ready' && r.shards.some((s) => s.nodeId === node)).map((r) => r.id);
+  const live = async (): Promise<ReplicaRecord[]> =>
+    (await cp.store.listReplicas(MODEL)).filter((r) => r.state !== 'stopped');
+  const readyOn = async (node: string): Promise<string[]> =>
+    (await live()).filter((r) => r.state === 'ready' && r.shards.some((s) => s.nodeId === node)).map((r) => r.id);
   /** Each replica's time from leaving routing (stopping) to stopped, from the event log. */
   const stopTimes = async (ids: string[]): Promise<Record<string, number>> => {
     const events = await cp.store.recentEvents(200);
-    const at = (id: string, kind: string): number => events.find((e) => e.replicaId === id && e.kind === kind)?.at.getTime() ?? NaN;
+    const at = (id: string, kind: string): number =>
+      events.find((e) => e.replicaId === id && e.kind === kind)?.at.getTime() ?? NaN;
     return Object.fromEntries(ids.map((id) => [id, at(id, 'replica.stopped') - at(id, 'replica.stopping')]));
   };
   const runDrain = async (nodeId: string): Promise<{ lines: string[]; ms: number }> => {
     const lines: string[] = [];
     const started = Date.now();
-    await drain(cp.client, { nodeId: nodeId as NodeId, timeoutS: 300, allowDowntime: false, wait: true, uiLink: 'ui', out: (s) => lines.push(...s.split('\n').filter(Boolean)) });
+    await drain(cp.client, {
+      nodeId: nodeId as NodeId,
+      timeoutS: 300,
+      allowDowntime: false,
+      wait: true,
+      uiLink: 'ui',
+      out: (s) => lines.push(...s.split('\n').filter(Boolean)),
+    });
     return { lines, ms: Date.now() - started };
   };
 
   beforeAll(async () => {
     temporal = await startTestTemporal();
     config = await testConfig({
-      temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(),
-      catalog: [{ name: MODEL, source: 'sim://long', replicas: 2, profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '10'] }] }],
+      temporalAddress: temporal.address,
+      mysqlUrl: testMysqlUrl(),
+      catalog: [
+        {
+          name: MODEL,
+          source: 'sim://long',
+          replicas: 2,
+          profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '10'] }],
+        },
+      ],
     });
     cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
     gateway = await startGatewayRole({ config });
     await registerNode(cp, 'n1', simInventory({ gpus: 2 }));
     workers.push(await startNodeWorker(temporal.address, 'n1', pids, { cp }));
-    await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
-    await waitFor(async () => (await readyOn('n1')).length === 2, { timeoutMs: 60_000, what: 'both replicas ready on n1' });
+    await cp.client.workflow.start('modelDeployment', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.model(MODEL),
+      args: [{ model: MODEL }],
+    });
+    await waitFor(async () => (await readyOn('n1')).length === 2, {
+      timeoutMs: 60_000,
+      what: 'both replicas ready on n1',
+    });
     await registerNode(cp, 'n2', simInventory({ gpus: 2 }));
     workers.push(await startNodeWorker(temporal.address, 'n2', pids, { cp }));
   }, 120_000);
 
   afterAll(async () => {
-    await stopSimCluster({ cp, model: MODEL, workflows: [workflowIds.model(MODEL), workflowIds.drain('n1'), workflowIds.drain('n2')], workers, pids, gateway, temporal, mysqlUrl: config.mysql.url, dropDatabase });
+    await stopSimCluster({
+      cp,
+      model: MODEL,
+      workflows: [workflowIds.model(MODEL), workflowIds.drain('n1'), workflowIds.drain('n2')],
+      workers,
+      pids,
+      gateway,
+      temporal,
+      mysqlUrl: config.mysql.url,
+      dropDatabase,
+    });
   }, 60_000);
 
   test('six 60-s streams on the drained node all end whole, with [DONE]', async () => {
@@ -71,21 +106,40 @@ describe('a drain waits for the requests in flight on the replicas it moves', ()
     const streams = Array.from({ length: 6 }, (_, k) => streamChat(gateway.url, MODEL, `long story ${k}`, TOKENS));
     // Every stream is under way (and reported) before the drain starts.
     const drains = new DrainStore(cp.store.pool);
-    await waitFor(async () => (await drains.liveReports()).reduce((n, r) => n + Object.values(r.inflight).reduce((a, b) => a + b, 0), 0) === 6, { timeoutMs: 10_000, what: 'the gateway to report 6 requests in flight' });
+    await waitFor(
+      async () =>
+        (await drains.liveReports()).reduce((n, r) => n + Object.values(r.inflight).reduce((a, b) => a + b, 0), 0) ===
+        6,
+      { timeoutMs: 10_000, what: 'the gateway to report 6 requests in flight' },
+    );
 
     const { lines, ms } = await runDrain('n1');
     const outcomes = await Promise.all(streams);
     const times = await stopTimes(originals);
-    console.log(`drain of 2 replicas carrying 6 streams: ${ms}ms; original left routing → stopped: ${JSON.stringify(times)}`);
+    console.log(
+      `drain of 2 replicas carrying 6 streams: ${ms}ms; original left routing → stopped: ${JSON.stringify(times)}`,
+    );
     console.log(lines.join('\n'));
 
     for (const o of outcomes) {
-      expect({ prompt: o.prompt, status: o.status, error: o.error, done: o.done, whole: o.content === o.expected }).toEqual({ prompt: o.prompt, status: 200, error: null, done: true, whole: true });
+      expect({
+        prompt: o.prompt,
+        status: o.status,
+        error: o.error,
+        done: o.done,
+        whole: o.content === o.expected,
+      }).toEqual({ prompt: o.prompt, status: 200, error: null, done: true, whole: true });
     }
     // The streams took their 60 s: the drain did not cut them short, it waited.
     expect(Math.min(...outcomes.map((o) => o.ms))).toBeGreaterThan(55_000);
     // ctl drain said what it waited for.
-    expect(lines.some((l) => /moving long-\d+ → long-\d+ ready; waiting for [1-6] requests? in flight on long-\d+ \(grace \d+m\d\ds left\)/.test(l))).toBe(true);
+    expect(
+      lines.some((l) =>
+        /moving long-\d+ → long-\d+ ready; waiting for [1-6] requests? in flight on long-\d+ \(grace \d+m\d\ds left\)/.test(
+          l,
+        ),
+      ),
+    ).toBe(true);
     expect(lines.at(-1)).toMatch(/^n1: drained, 2 replicas moved/);
     expect(await readyOn('n1')).toEqual([]);
     expect(await readyOn('n2')).toHaveLength(2);
@@ -106,7 +160,9 @@ describe('a drain waits for the requests in flight on the replicas it moves', ()
     const { ms } = await runDrain('n2');
     const s = await load.stop();
     const times = await stopTimes(originals);
-    console.log(`drain of 2 replicas under short requests: ${ms}ms; original left routing → stopped: ${JSON.stringify(times)}; ${s.ok} ok, ${s.failed} failed`);
+    console.log(
+      `drain of 2 replicas under short requests: ${ms}ms; original left routing → stopped: ${JSON.stringify(times)}; ${s.ok} ok, ${s.failed} failed`,
+    );
     expect({ failed: s.failed, failures: s.failures }).toEqual({ failed: 0, failures: [] });
     for (const t of Object.values(times)) expect(t).toBeLessThan(10_000);
     expect(await readyOn('n3')).toHaveLength(2);

@@ -28,7 +28,8 @@ describe('drain and rebuild under load', () => {
   const workers: NodeWorker[] = [];
   const pids = new Map<string, number>();
 
-  const live = async (): Promise<ReplicaRecord[]> => (await cp.store.listReplicas(MODEL)).filter((r) => r.state !== 'stopped');
+  const live = async (): Promise<ReplicaRecord[]> =>
+    (await cp.store.listReplicas(MODEL)).filter((r) => r.state !== 'stopped');
   const readyOn = async (): Promise<Record<string, string[]>> => {
     const out: Record<string, string[]> = {};
     for (const r of await live()) if (r.state === 'ready') for (const s of r.shards) (out[s.nodeId] ??= []).push(r.id);
@@ -38,16 +39,38 @@ describe('drain and rebuild under load', () => {
   beforeAll(async () => {
     temporal = await startTestTemporal();
     config = await testConfig({
-      temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(),
-      catalog: [{ name: MODEL, source: 'sim://solo', replicas: 2, profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '200'] }] }],
+      temporalAddress: temporal.address,
+      mysqlUrl: testMysqlUrl(),
+      catalog: [
+        {
+          name: MODEL,
+          source: 'sim://solo',
+          replicas: 2,
+          profiles: [
+            { name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '200'] },
+          ],
+        },
+      ],
     });
     cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
-    gateway = await startGateway({ host: '127.0.0.1', port: 0, routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }), apiKeys: [] });
+    gateway = await startGateway({
+      host: '127.0.0.1',
+      port: 0,
+      routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }),
+      apiKeys: [],
+    });
     // n1 alone first, with room for both replicas, so the drain has two to move.
     await registerNode(cp, 'n1', simInventory({ gpus: 2 }));
     workers.push(await startNodeWorker(temporal.address, 'n1', pids, { cp }));
-    await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
-    await waitFor(async () => (await readyOn()).n1?.length === 2, { timeoutMs: 60_000, what: 'both replicas ready on n1' });
+    await cp.client.workflow.start('modelDeployment', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.model(MODEL),
+      args: [{ model: MODEL }],
+    });
+    await waitFor(async () => (await readyOn()).n1?.length === 2, {
+      timeoutMs: 60_000,
+      what: 'both replicas ready on n1',
+    });
     for (const id of ['n2', 'n3']) {
       await registerNode(cp, id, simInventory({ gpus: 1 }));
       workers.push(await startNodeWorker(temporal.address, id, pids, { cp }));
@@ -55,20 +78,43 @@ describe('drain and rebuild under load', () => {
   });
 
   afterAll(async () => {
-    if (process.env.LLMGW_DEBUG) for (const e of ((await cp?.store.recentEvents(100)) ?? []).reverse()) console.log(JSON.stringify(e));
-    await stopSimCluster({ cp, model: MODEL, workflows: [workflowIds.model(MODEL), workflowIds.drain('n1')], workers, pids, gateway, temporal, mysqlUrl: config.mysql.url, dropDatabase });
+    if (process.env.LLMGW_DEBUG)
+      for (const e of ((await cp?.store.recentEvents(100)) ?? []).reverse()) console.log(JSON.stringify(e));
+    await stopSimCluster({
+      cp,
+      model: MODEL,
+      workflows: [workflowIds.model(MODEL), workflowIds.drain('n1')],
+      workers,
+      pids,
+      gateway,
+      temporal,
+      mysqlUrl: config.mysql.url,
+      dropDatabase,
+    });
   });
 
   test('draining a node with two replicas moves both, one at a time, and fails no request', async () => {
     await waitRoutable(gateway.url, MODEL);
     const plain = startLoad(gateway.url, MODEL, { clients: 3 });
     const streamed = startLoad(gateway.url, MODEL, { clients: 2, stream: true, maxTokens: 40 }); // 200 ms each: in flight at every stop
-    await waitFor(() => plain.stats().ok > 20 && streamed.stats().ok > 2, { timeoutMs: 20_000, what: 'the load to get going' });
+    await waitFor(() => plain.stats().ok > 20 && streamed.stats().ok > 2, {
+      timeoutMs: 20_000,
+      what: 'the load to get going',
+    });
 
     const started = Date.now();
-    const handle = await cp.client.workflow.start('drainNode', { taskQueue: QUEUES.control, workflowId: workflowIds.drain('n1'), args: [{ nodeId: 'n1', timeoutS: 120 }] });
+    const handle = await cp.client.workflow.start('drainNode', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.drain('n1'),
+      args: [{ nodeId: 'n1', timeoutS: 120 }],
+    });
     // A second drain of the same node joins the first.
-    const again = await cp.client.workflow.start('drainNode', { taskQueue: QUEUES.control, workflowId: workflowIds.drain('n1'), args: [{ nodeId: 'n1', timeoutS: 120 }], workflowIdConflictPolicy: 'USE_EXISTING' });
+    const again = await cp.client.workflow.start('drainNode', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.drain('n1'),
+      args: [{ nodeId: 'n1', timeoutS: 120 }],
+      workflowIdConflictPolicy: 'USE_EXISTING',
+    });
     expect(again.firstExecutionRunId).toBe(handle.firstExecutionRunId);
     const seen: DrainProgress[] = [];
     const result = handle.result() as Promise<DrainResult>;
@@ -78,7 +124,9 @@ describe('drain and rebuild under load', () => {
       const p = await handle.query(drainProgressQuery).catch(() => null);
       if (p && JSON.stringify(p) !== JSON.stringify(seen.at(-1))) seen.push(p);
       // One at a time: never both of n1's replicas replaced at once, and n1 never gets a new one.
-      const deployment = await cp.client.workflow.getHandle(workflowIds.model(MODEL)).query<{ replacing: unknown[] }>('deployment');
+      const deployment = await cp.client.workflow
+        .getHandle(workflowIds.model(MODEL))
+        .query<{ replacing: unknown[] }>('deployment');
       expect(deployment.replacing.length).toBeLessThanOrEqual(1);
       await new Promise((r) => setTimeout(r, 200));
     }
@@ -88,7 +136,10 @@ describe('drain and rebuild under load', () => {
     console.log(`requests during the drain: ${p1.ok} plain + ${p2.ok} streamed ok, ${p1.failed + p2.failed} failed`);
 
     expect(r.moved).toHaveLength(2);
-    expect({ failed: p1.failed + p2.failed, failures: [...p1.failures, ...p2.failures] }).toEqual({ failed: 0, failures: [] });
+    expect({ failed: p1.failed + p2.failed, failures: [...p1.failures, ...p2.failures] }).toEqual({
+      failed: 0,
+      failures: [],
+    });
     expect(p2.ok).toBeGreaterThan(5);
     const on = await readyOn();
     expect(on.n1).toBeUndefined();
@@ -110,9 +161,15 @@ describe('drain and rebuild under load', () => {
     expect(pid).toBeGreaterThan(0);
     const killedAt = Date.now();
     process.kill(pid, 'SIGKILL');
-    await waitFor(async () => (await live()).find((r) => r.id === victim?.id && r.state !== 'ready'), { timeoutMs: 10_000, what: 'the replica to leave ready' });
+    await waitFor(async () => (await live()).find((r) => r.id === victim?.id && r.state !== 'ready'), {
+      timeoutMs: 10_000,
+      what: 'the replica to leave ready',
+    });
     const noticed = Date.now() - killedAt;
-    await waitFor(async () => (await live()).filter((r) => r.state === 'ready').length === 2, { timeoutMs: 30_000, what: 'the replica to be rebuilt and ready again' });
+    await waitFor(async () => (await live()).filter((r) => r.state === 'ready').length === 2, {
+      timeoutMs: 30_000,
+      what: 'the replica to be rebuilt and ready again',
+    });
     console.log(`engine kill -9: unroutable after ${noticed}ms, rebuilt and serving after ${Date.now() - killedAt}ms`);
     const s = await load.stop();
     console.log(`requests meanwhile: ${s.ok} ok, ${s.failed} failed`);

@@ -35,34 +35,77 @@ describe('a drain survives a killed control worker and a Temporal restart', () =
   let gateway: RunningGateway;
   const workers: NodeWorker[] = [];
   const pids = new Map<string, number>();
-  const startTemporal = (): Promise<DevServer> => startTemporalDev({ port, uiPort: null, dbFile: join(dir, 'temporal.db') });
+  const startTemporal = (): Promise<DevServer> =>
+    startTemporalDev({ port, uiPort: null, dbFile: join(dir, 'temporal.db') });
 
   beforeAll(async () => {
     port = await freePort();
     temporal = await startTemporal();
     config = await testConfig({
-      temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(),
-      catalog: [{ name: MODEL, source: 'sim://solo', replicas: 2, profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '200'] }] }],
+      temporalAddress: temporal.address,
+      mysqlUrl: testMysqlUrl(),
+      catalog: [
+        {
+          name: MODEL,
+          source: 'sim://solo',
+          replicas: 2,
+          profiles: [
+            { name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '200'] },
+          ],
+        },
+      ],
     });
     cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
     // A second control worker, as its own process (so it can be killed for real), on its own control-plane port.
     const file = join(dir, 'server.yaml');
-    writeFileSync(file, stringify({ ...config, listeners: { ...config.listeners, controlPlane: { host: '127.0.0.1', port: await freePort() }, temporalDoor: { host: '127.0.0.1', port: await freePort() } }, catalog: config.catalog }));
+    writeFileSync(
+      file,
+      stringify({
+        ...config,
+        listeners: {
+          ...config.listeners,
+          controlPlane: { host: '127.0.0.1', port: await freePort() },
+          temporalDoor: { host: '127.0.0.1', port: await freePort() },
+        },
+        catalog: config.catalog,
+      }),
+    );
     // --no-apply: the test starts the deployment itself, below (a control plane applies its catalog at start otherwise).
-    second = spawn(process.execPath, [LLMGW, 'control-plane', '--config', file, '--no-apply'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    second = spawn(process.execPath, [LLMGW, 'control-plane', '--config', file, '--no-apply'], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let secondLog = '';
     second.stderr?.on('data', (b: Buffer) => void (secondLog = (secondLog + b.toString()).slice(-4000)));
-    await waitFor(async () => {
-      if (second?.exitCode !== null) throw new Error(`second control plane exited: ${secondLog}`);
-      const { pollers } = await cp.client.workflowService.describeTaskQueue({ namespace: 'default', taskQueue: { name: QUEUES.control }, taskQueueType: 1 });
-      return (pollers ?? []).length >= 2;
-    }, { timeoutMs: 60_000, what: 'two control workers polling llmgw-control' });
+    await waitFor(
+      async () => {
+        if (second?.exitCode !== null) throw new Error(`second control plane exited: ${secondLog}`);
+        const { pollers } = await cp.client.workflowService.describeTaskQueue({
+          namespace: 'default',
+          taskQueue: { name: QUEUES.control },
+          taskQueueType: 1,
+        });
+        return (pollers ?? []).length >= 2;
+      },
+      { timeoutMs: 60_000, what: 'two control workers polling llmgw-control' },
+    );
 
-    gateway = await startGateway({ host: '127.0.0.1', port: 0, routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }), apiKeys: [] });
+    gateway = await startGateway({
+      host: '127.0.0.1',
+      port: 0,
+      routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }),
+      apiKeys: [],
+    });
     await registerNode(cp, 'n1', simInventory({ gpus: 2 }));
     workers.push(await startNodeWorker(temporal.address, 'n1', pids, { cp }));
-    await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
-    await waitFor(async () => (await cp.store.listReplicas(MODEL)).filter((r) => r.state === 'ready').length === 2, { timeoutMs: 60_000, what: 'both replicas ready on n1' });
+    await cp.client.workflow.start('modelDeployment', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.model(MODEL),
+      args: [{ model: MODEL }],
+    });
+    await waitFor(async () => (await cp.store.listReplicas(MODEL)).filter((r) => r.state === 'ready').length === 2, {
+      timeoutMs: 60_000,
+      what: 'both replicas ready on n1',
+    });
     for (const id of ['n2', 'n3']) {
       await registerNode(cp, id, simInventory({ gpus: 1 }));
       workers.push(await startNodeWorker(temporal.address, id, pids, { cp }));
@@ -71,15 +114,32 @@ describe('a drain survives a killed control worker and a Temporal restart', () =
 
   afterAll(async () => {
     second?.kill('SIGKILL');
-    await stopSimCluster({ cp, model: MODEL, workflows: [workflowIds.model(MODEL), workflowIds.drain('n1')], workers, pids, gateway, temporal, mysqlUrl: config.mysql.url, dropDatabase });
+    await stopSimCluster({
+      cp,
+      model: MODEL,
+      workflows: [workflowIds.model(MODEL), workflowIds.drain('n1')],
+      workers,
+      pids,
+      gateway,
+      temporal,
+      mysqlUrl: config.mysql.url,
+      dropDatabase,
+    });
     rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 
   test('kill -9 one control worker and restart Temporal mid-drain: the drain completes, no request fails', async () => {
     await waitRoutable(gateway.url, MODEL);
     const load = startLoad(gateway.url, MODEL, { clients: 3 });
-    const handle = await cp.client.workflow.start('drainNode', { taskQueue: QUEUES.control, workflowId: workflowIds.drain('n1'), args: [{ nodeId: 'n1', timeoutS: 300 }] });
-    await waitFor(async () => (await handle.query(drainProgressQuery)).current?.replacement, { timeoutMs: 30_000, what: 'the drain to start moving a replica' });
+    const handle = await cp.client.workflow.start('drainNode', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.drain('n1'),
+      args: [{ nodeId: 'n1', timeoutS: 300 }],
+    });
+    await waitFor(async () => (await handle.query(drainProgressQuery)).current?.replacement, {
+      timeoutMs: 30_000,
+      what: 'the drain to start moving a replica',
+    });
 
     second?.kill('SIGKILL');
     await temporal.stop();
@@ -91,14 +151,30 @@ describe('a drain survives a killed control worker and a Temporal restart', () =
     // A drain that does not finish fails naming where it stood (not only jest's bare timeout).
     let timer: NodeJS.Timeout | undefined;
     const stuck = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => void Promise.all([
-        handle.query(drainProgressQuery).catch((e: Error) => `query failed: ${e.message}`),
-        cp.store.listReplicas(MODEL).then((rs) => rs.map((x) => ({ id: x.id, state: x.state, reason: x.reason, on: x.shards.map((sh) => sh.nodeId) }))),
-      ]).then(([p, rs]) => reject(new Error(`the drain did not complete within 150s of the restart; progress ${JSON.stringify(p)}; replicas ${JSON.stringify(rs)}`))), 150_000);
+      timer = setTimeout(
+        () =>
+          void Promise.all([
+            handle.query(drainProgressQuery).catch((e: Error) => `query failed: ${e.message}`),
+            cp.store
+              .listReplicas(MODEL)
+              .then((rs) =>
+                rs.map((x) => ({ id: x.id, state: x.state, reason: x.reason, on: x.shards.map((sh) => sh.nodeId) })),
+              ),
+          ]).then(([p, rs]) =>
+            reject(
+              new Error(
+                `the drain did not complete within 150s of the restart; progress ${JSON.stringify(p)}; replicas ${JSON.stringify(rs)}`,
+              ),
+            ),
+          ),
+        150_000,
+      );
     });
     const r = (await Promise.race([handle.result(), stuck]).finally(() => clearTimeout(timer))) as DrainResult;
     const s = await load.stop();
-    console.log(`drain completed after the restart: moved ${r.moved.join(', ')}; requests ${s.ok} ok, ${s.failed} failed`);
+    console.log(
+      `drain completed after the restart: moved ${r.moved.join(', ')}; requests ${s.ok} ok, ${s.failed} failed`,
+    );
     // A replica whose shard heartbeat timed out during Temporal's restart may leave n1 by a rebuild (n1 is
     // cordoned) before the drain reaches it; either way none may be left on n1 and both must serve elsewhere.
     expect(r.moved.length).toBeGreaterThanOrEqual(1);

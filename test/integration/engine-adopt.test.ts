@@ -10,7 +10,12 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSyn
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { ActivityCancellationDetails, defaultPayloadConverter, type ApplicationFailure, type Payload } from '@temporalio/common';
+import {
+  ActivityCancellationDetails,
+  defaultPayloadConverter,
+  type ApplicationFailure,
+  type Payload,
+} from '@temporalio/common';
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger, NativeConnection, Worker, bundleWorkflowCode } from '@temporalio/worker';
 import type { FastifyInstance } from 'fastify';
@@ -18,7 +23,15 @@ import { createNodeActivities, type NodeDeps, type RunShardInput, type ShardHear
 import { collectOrphans } from '../../activities/node/gc';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import { buildControlServer } from '../../gateway/control/server';
-import { enginePaths, procStartTime, readEngineExit, readEngineState, shardKey, writeJsonAtomic, type EngineState } from '../../lib/engine-state';
+import {
+  enginePaths,
+  procStartTime,
+  readEngineExit,
+  readEngineState,
+  shardKey,
+  writeJsonAtomic,
+  type EngineState,
+} from '../../lib/engine-state';
 import { nodeQueue } from '../../lib/names';
 import { pidAlive } from '../../lib/process';
 import { simEngineArgv } from '../../lib/sim/argv';
@@ -37,7 +50,16 @@ const ROOT = resolve(__dirname, '../..');
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 const shardInput = (replicaId: string, port: number, generation?: number): RunShardInput => ({
-  replicaId, generation, model: 'adopt', source: 'sim://adopt', rank: 0, world: 1, host: '127.0.0.1', port, distHost: '127.0.0.1', distPort: 0,
+  replicaId,
+  generation,
+  model: 'adopt',
+  source: 'sim://adopt',
+  rank: 0,
+  world: 1,
+  host: '127.0.0.1',
+  port,
+  distHost: '127.0.0.1',
+  distPort: 0,
   profile: { name: 'one', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '0'] },
 });
 
@@ -53,7 +75,12 @@ async function health(port: number): Promise<number> {
 const started = new Set<number>();
 const track = (st: EngineState | null): void => void (st && [st.enginePid, st.shimPid].forEach((p) => started.add(p)));
 const killAll = (): void => {
-  for (const pid of started) try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+  for (const pid of started)
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      /* gone */
+    }
 };
 afterAll(killAll);
 
@@ -64,9 +91,15 @@ function runInMock(deps: NodeDeps | ReturnType<typeof createNodeActivities>, inp
   const beats: ShardHeartbeat[] = [];
   env.on('heartbeat', (d: ShardHeartbeat) => beats.push({ ...d }));
   const acts = 'runShard' in deps ? deps : createNodeActivities(deps);
-  const outcome = env.run(acts.runShard, input).then(() => null, (err: unknown) => err as Error & Partial<ApplicationFailure>);
+  const outcome = env.run(acts.runShard, input).then(
+    () => null,
+    (err: unknown) => err as Error & Partial<ApplicationFailure>,
+  );
   const running = (): Promise<ShardHeartbeat> =>
-    waitFor(() => beats.find((b) => b.state === 'running'), { timeoutMs: 15_000, what: `runShard ${input.replicaId} to report its engine running` }).then((b) => {
+    waitFor(() => beats.find((b) => b.state === 'running'), {
+      timeoutMs: 15_000,
+      what: `runShard ${input.replicaId} to report its engine running`,
+    }).then((b) => {
       started.add(b.pid ?? 0).add(b.shimPid ?? 0);
       return b;
     });
@@ -84,7 +117,11 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     const port = await freePort();
     const run = runInMock(deps, shardInput('cancel-0', port));
     const beat = await run.running();
-    expect(beat).toMatchObject({ key: 'cancel-0.g0.r0', adopted: false, command: expect.stringContaining(`--port ${port}`) });
+    expect(beat).toMatchObject({
+      key: 'cancel-0.g0.r0',
+      adopted: false,
+      command: expect.stringContaining(`--port ${port}`),
+    });
     await waitFor(async () => (await health(port)) === 200, { timeoutMs: 10_000, what: 'the engine to serve' });
     run.cancel();
     const err = await run.outcome;
@@ -102,14 +139,26 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     await waitFor(async () => (await health(port)) === 200, { timeoutMs: 10_000, what: 'the engine to serve' });
     first.shutDown();
     const stopped = await first.outcome;
-    expect(stopped).toMatchObject({ type: 'LLMGW_AGENT_STOPPED', nonRetryable: true, details: [{ key: 'keep-0.g2.r0', pid: beat.pid }] });
-    expect(stopped?.message).toBe(`agent on adopt-n1 stopped; engine pid ${beat.pid} left running for the next agent to adopt`);
+    expect(stopped).toMatchObject({
+      type: 'LLMGW_AGENT_STOPPED',
+      nonRetryable: true,
+      details: [{ key: 'keep-0.g2.r0', pid: beat.pid }],
+    });
+    expect(stopped?.message).toBe(
+      `agent on adopt-n1 stopped; engine pid ${beat.pid} left running for the next agent to adopt`,
+    );
     expect(pidAlive(beat.pid ?? 0)).toBe(true);
     expect(await health(port)).toBe(200);
 
     const second = runInMock(deps, shardInput('keep-0', port, 2));
     const again = await second.running();
-    expect(again).toMatchObject({ pid: beat.pid, shimPid: beat.shimPid, key: 'keep-0.g2.r0', adopted: true, since: beat.since });
+    expect(again).toMatchObject({
+      pid: beat.pid,
+      shimPid: beat.shimPid,
+      key: 'keep-0.g2.r0',
+      adopted: true,
+      since: beat.since,
+    });
     expect(await health(port)).toBe(200);
     // No longer our child: its death is seen by polling, within a few hundred ms.
     const killedAt = Date.now();
@@ -117,7 +166,9 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     const died = await second.outcome;
     expect(Date.now() - killedAt).toBeLessThan(1500);
     expect(died).toMatchObject({ type: 'LLMGW_ENGINE_EXITED', nonRetryable: true });
-    expect(died?.message).toMatch(/engine sim for keep-0 rank 0 on adopt-n1 was killed by SIGKILL; last output:\n.*serving/s);
+    expect(died?.message).toMatch(
+      /engine sim for keep-0 rank 0 on adopt-n1 was killed by SIGKILL; last output:\n.*serving/s,
+    );
   });
 
   test('a shard Temporal timed out keeps its engine serving while it stays placed: a re-run adopts it; unplaced, it stops', async () => {
@@ -125,12 +176,18 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     let placed = true;
     let asked = 0;
     // One agent's activities (shared claims), asking "its control plane" which shards stay placed here.
-    const acts = createNodeActivities({ ...deps, assigned: async () => (asked++, placed ? [{ replicaId: 'lost-0', rank: 0, port }] : []) });
+    const acts = createNodeActivities({
+      ...deps,
+      assigned: async () => (asked++, placed ? [{ replicaId: 'lost-0', rank: 0, port }] : []),
+    });
     const first = runInMock(acts, shardInput('lost-0', port));
     const beat = await first.running();
     await waitFor(async () => (await health(port)) === 200, { timeoutMs: 10_000, what: 'the engine to serve' });
     first.timedOut(); // heartbeats lost while Temporal restarted: the server gave up on the activity
-    await waitFor(() => asked >= 2, { timeoutMs: 5000, what: 'the timed-out shard to ask twice whether it is still placed' });
+    await waitFor(() => asked >= 2, {
+      timeoutMs: 5000,
+      what: 'the timed-out shard to ask twice whether it is still placed',
+    });
     expect(await health(port)).toBe(200);
 
     const second = runInMock(acts, shardInput('lost-0', port));
@@ -177,14 +234,23 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     first.shutDown();
     expect((await first.outcome)?.type).toBe('LLMGW_AGENT_STOPPED');
     writeFileSync(trigger, '');
-    const exit = await waitFor(() => readEngineExit(stateDir, 'oom-0.g0.r0'), { timeoutMs: 5000, what: 'the shim to record the exit' });
+    const exit = await waitFor(() => readEngineExit(stateDir, 'oom-0.g0.r0'), {
+      timeoutMs: 5000,
+      what: 'the shim to record the exit',
+    });
     expect(exit).toMatchObject({ code: 7, signal: null });
     expect(pidAlive(beat.shimPid ?? 0)).toBe(false);
 
     const second = runInMock(shDeps, shardInput('oom-0', 0));
     const err = await second.outcome;
-    expect(err).toMatchObject({ type: 'LLMGW_ENGINE_EXITED', nonRetryable: true, details: [{ code: 7, signal: null, key: 'oom-0.g0.r0', pid: beat.pid }] });
-    expect(err?.message).toMatch(/exited with code 7 while no agent watched it \(at .*\); last output:\nengine up\nCUDA out of memory$/);
+    expect(err).toMatchObject({
+      type: 'LLMGW_ENGINE_EXITED',
+      nonRetryable: true,
+      details: [{ code: 7, signal: null, key: 'oom-0.g0.r0', pid: beat.pid }],
+    });
+    expect(err?.message).toMatch(
+      /exited with code 7 while no agent watched it \(at .*\); last output:\nengine up\nCUDA out of memory$/,
+    );
     expect(second.beats.every((b) => b.state === 'starting')).toBe(true);
   });
 
@@ -193,11 +259,23 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     const foreign = spawn('sleep', ['300'], { stdio: 'ignore' });
     started.add(foreign.pid ?? 0);
     const pid = foreign.pid ?? 0;
-    const realStart = await waitFor(() => procStartTime(pid), { timeoutMs: 2000, what: 'the foreign process to start' });
+    const realStart = await waitFor(() => procStartTime(pid), {
+      timeoutMs: 2000,
+      what: 'the foreign process to start',
+    });
     const key = shardKey('recycled-0', 0, 0);
     writeJsonAtomic(enginePaths(stateDir, key).state, {
-      key, replicaId: 'recycled-0', rank: 0, generation: 0, port, shimPid: pid, shimStartTime: String(Number(realStart) - 5),
-      enginePid: pid, engineStartTime: String(Number(realStart) - 5), command: `sim --port ${port}`, startedAt: new Date().toISOString(),
+      key,
+      replicaId: 'recycled-0',
+      rank: 0,
+      generation: 0,
+      port,
+      shimPid: pid,
+      shimStartTime: String(Number(realStart) - 5),
+      enginePid: pid,
+      engineStartTime: String(Number(realStart) - 5),
+      command: `sim --port ${port}`,
+      startedAt: new Date().toISOString(),
     } satisfies EngineState);
     const run = runInMock(deps, shardInput('recycled-0', port));
     const beat = await run.running();
@@ -224,18 +302,36 @@ describe('engines across node-worker processes, through Temporal', () => {
 
   /** A node worker process (test/helpers/engine-node-worker.ts); resolves once it polls. */
   const nodeWorker = async (): Promise<{ child: ChildProcess; lines: string[] }> => {
-    const child = spawn(process.execPath, ['--require', require.resolve('tsx/cjs'), join(ROOT, 'test/helpers/engine-node-worker.ts'), temporal.address, NODE, stateDir], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(
+      process.execPath,
+      [
+        '--require',
+        require.resolve('tsx/cjs'),
+        join(ROOT, 'test/helpers/engine-node-worker.ts'),
+        temporal.address,
+        NODE,
+        stateDir,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
     children.push(child);
     const lines: string[] = [];
     child.stdout?.on('data', (b: Buffer) => lines.push(...b.toString().split('\n').filter(Boolean)));
     child.stderr?.on('data', (b: Buffer) => lines.push(...b.toString().split('\n').filter(Boolean)));
-    await waitFor(() => {
-      if (child.exitCode !== null) throw new Error(`node worker exited ${child.exitCode}: ${lines.join('\n')}`);
-      return lines.some((l) => l.includes('"worker running"'));
-    }, { timeoutMs: 30_000, what: 'the node worker process to poll' });
+    await waitFor(
+      () => {
+        if (child.exitCode !== null) throw new Error(`node worker exited ${child.exitCode}: ${lines.join('\n')}`);
+        return lines.some((l) => l.includes('"worker running"'));
+      },
+      { timeoutMs: 30_000, what: 'the node worker process to poll' },
+    );
     return { child, lines };
   };
-  const exited = (c: ChildProcess): Promise<unknown> => waitFor(() => c.exitCode !== null || c.signalCode !== null, { timeoutMs: 15_000, what: 'the node worker process to exit' });
+  const exited = (c: ChildProcess): Promise<unknown> =>
+    waitFor(() => c.exitCode !== null || c.signalCode !== null, {
+      timeoutMs: 15_000,
+      what: 'the node worker process to exit',
+    });
   const startShard = (id: string, input: RunShardInput) =>
     client.workflow.start('runShardOnce', { taskQueue: WF_QUEUE, workflowId: id, args: [nodeQueue(NODE), input] });
   /** The runShard's last heartbeat as the server (and the Temporal UI) has it. */
@@ -248,7 +344,17 @@ describe('engines across node-worker processes, through Temporal', () => {
   beforeAll(async () => {
     temporal = await startTestTemporal();
     client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
-    const { code } = await bundleWorkflowCode({ workflowsPath: require.resolve('../helpers/shard-workflow'), logger: { info: () => undefined, warn: () => undefined, error: console.error, debug: () => undefined, trace: () => undefined, log: () => undefined } });
+    const { code } = await bundleWorkflowCode({
+      workflowsPath: require.resolve('../helpers/shard-workflow'),
+      logger: {
+        info: () => undefined,
+        warn: () => undefined,
+        error: console.error,
+        debug: () => undefined,
+        trace: () => undefined,
+        log: () => undefined,
+      },
+    });
     nativeConn = await NativeConnection.connect({ address: temporal.address });
     wfWorker = await Worker.create({ connection: nativeConn, taskQueue: WF_QUEUE, workflowBundle: { code } });
     wfRunning = wfWorker.run();
@@ -276,8 +382,12 @@ describe('engines across node-worker processes, through Temporal', () => {
     track(st);
     expect(st).not.toBeNull();
     const pid = st?.enginePid;
-    expect(await waitFor(() => serverBeat('shard-1').then((b) => b?.state === 'running' && b), { timeoutMs: 5000, what: 'a running heartbeat at the server' }))
-      .toMatchObject({ pid, shimPid: st?.shimPid, key, adopted: false });
+    expect(
+      await waitFor(() => serverBeat('shard-1').then((b) => b?.state === 'running' && b), {
+        timeoutMs: 5000,
+        what: 'a running heartbeat at the server',
+      }),
+    ).toMatchObject({ pid, shimPid: st?.shimPid, key, adopted: false });
 
     const probe = { stop: false, total: 0, bad: [] as string[] };
     const probing = (async () => {
@@ -299,8 +409,12 @@ describe('engines across node-worker processes, through Temporal', () => {
 
     const b = await nodeWorker();
     await startShard('shard-2', input);
-    expect(await waitFor(() => serverBeat('shard-2').then((x) => x?.state === 'running' && x), { timeoutMs: 10_000, what: 'the second worker to adopt' }))
-      .toMatchObject({ pid, shimPid: st?.shimPid, key, adopted: true });
+    expect(
+      await waitFor(() => serverBeat('shard-2').then((x) => x?.state === 'running' && x), {
+        timeoutMs: 10_000,
+        what: 'the second worker to adopt',
+      }),
+    ).toMatchObject({ pid, shimPid: st?.shimPid, key, adopted: true });
     expect(b.lines.some((l) => l.includes('"shard adopted"') && l.includes(`"pid":${pid}`))).toBe(true);
 
     // SIGKILL: nothing is reported; the server times the heartbeat out; the engine stays.
@@ -311,8 +425,12 @@ describe('engines across node-worker processes, through Temporal', () => {
 
     await nodeWorker();
     const third = await startShard('shard-3', input);
-    expect(await waitFor(() => serverBeat('shard-3').then((x) => x?.state === 'running' && x), { timeoutMs: 10_000, what: 'the third worker to adopt' }))
-      .toMatchObject({ pid, key, adopted: true });
+    expect(
+      await waitFor(() => serverBeat('shard-3').then((x) => x?.state === 'running' && x), {
+        timeoutMs: 10_000,
+        what: 'the third worker to adopt',
+      }),
+    ).toMatchObject({ pid, key, adopted: true });
     probe.stop = true;
     await probing;
     expect(probe.total).toBeGreaterThan(50);
@@ -366,14 +484,21 @@ describe('orphan collection at agent start', () => {
 
     pool = await openDatabase(mysqlUrl);
     const store = new Store(pool);
-    await store.setShards('gc-0', [{ replicaId: 'gc-0', rank: 0, nodeId: parseNodeId('gc-n1'), port: wanted.port, gpus: [0] }]);
-    await store.setShards('gc-1', [{ replicaId: 'gc-1', rank: 0, nodeId: parseNodeId('gc-n2'), port: unwanted.port, gpus: [0] }]);
+    await store.setShards('gc-0', [
+      { replicaId: 'gc-0', rank: 0, nodeId: parseNodeId('gc-n1'), port: wanted.port, gpus: [0] },
+    ]);
+    await store.setShards('gc-1', [
+      { replicaId: 'gc-1', rank: 0, nodeId: parseNodeId('gc-n2'), port: unwanted.port, gpus: [0] },
+    ]);
     temporal = await startTestTemporal();
     const tls = { tls: testTls() };
     const read = (f: string): string => readFileSync(f, 'utf8');
     ({ app } = await buildControlServer({
-      store, tls: { caPem: read(tls.tls.ca), certPem: read(tls.tls.serverCert), keyPem: read(tls.tls.serverKey) }, log: () => undefined,
-      temporal: { address: temporal.address, namespace: 'default' }, heartbeatMs: 2000,
+      store,
+      tls: { caPem: read(tls.tls.ca), certPem: read(tls.tls.serverCert), keyPem: read(tls.tls.serverKey) },
+      log: () => undefined,
+      temporal: { address: temporal.address, namespace: 'default' },
+      heartbeatMs: 2000,
     }));
     const url = await app.listen({ host: '127.0.0.1', port: 0 });
     const node = await certClient(tls, store, 'gc-n1');
@@ -385,16 +510,39 @@ describe('orphan collection at agent start', () => {
 
     const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
     agent = await startAgent({
-      nodeId: parseNodeId('gc-n1'), server: url, tls: node.cert, nvidiaSmi: 'nvidia-smi', noGpu: true, ibRoot: join(ROOT, 'test/fixtures/sysfs/none'),
-      cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1', engineSetup: { enginesDir: join(stateDir, 'installs'), bins: {} }, stateDir, stopEnginesOnExit: false,
+      nodeId: parseNodeId('gc-n1'),
+      server: url,
+      tls: node.cert,
+      nvidiaSmi: 'nvidia-smi',
+      noGpu: true,
+      ibRoot: join(ROOT, 'test/fixtures/sysfs/none'),
+      cpuinfo: '/proc/cpuinfo',
+      fabrics: [],
+      advertiseHost: '127.0.0.1',
+      engineSetup: { enginesDir: join(stateDir, 'installs'), bins: {} },
+      stateDir,
+      stopEnginesOnExit: false,
       log: (msg, fields) => lines.push({ msg, fields }),
     });
-    const stopLine = await waitFor(() => lines.find((l) => l.msg === 'stopping an engine no shard wants'), { timeoutMs: 10_000, what: 'the agent to stop the unwanted engine' });
-    expect(stopLine.fields).toMatchObject({ key: 'gc-1.g0.r0', pid: unwanted.beat.pid, why: `no shard gc-1 rank 0 on port ${unwanted.port} is placed on this node` });
-    await waitFor(() => lines.find((l) => l.msg === 'engine records collected'), { timeoutMs: 20_000, what: 'the collection to finish' });
+    const stopLine = await waitFor(() => lines.find((l) => l.msg === 'stopping an engine no shard wants'), {
+      timeoutMs: 10_000,
+      what: 'the agent to stop the unwanted engine',
+    });
+    expect(stopLine.fields).toMatchObject({
+      key: 'gc-1.g0.r0',
+      pid: unwanted.beat.pid,
+      why: `no shard gc-1 rank 0 on port ${unwanted.port} is placed on this node`,
+    });
+    await waitFor(() => lines.find((l) => l.msg === 'engine records collected'), {
+      timeoutMs: 20_000,
+      what: 'the collection to finish',
+    });
     expect(pidAlive(unwanted.beat.pid ?? 0)).toBe(false);
     expect(await health(wanted.port)).toBe(200);
-    expect(lines.find((l) => l.msg === 'engine left for adoption')?.fields).toMatchObject({ key: 'gc-0.g0.r0', pid: wanted.beat.pid });
+    expect(lines.find((l) => l.msg === 'engine left for adoption')?.fields).toMatchObject({
+      key: 'gc-0.g0.r0',
+      pid: wanted.beat.pid,
+    });
     expect(existsSync(old.exit) || existsSync(old.log)).toBe(false);
   });
 
@@ -402,16 +550,32 @@ describe('orphan collection at agent start', () => {
     const lonely = await leftRunning('gc-2');
     const adopted = await leftRunning('gc-3');
     const supervised = new Set<string>();
-    const assigned = [{ replicaId: 'gc-2', rank: 0, port: lonely.port }, { replicaId: 'gc-3', rank: 0, port: adopted.port }];
+    const assigned = [
+      { replicaId: 'gc-2', rank: 0, port: lonely.port },
+      { replicaId: 'gc-3', rank: 0, port: adopted.port },
+    ];
     const log = (): void => undefined;
 
-    const unknown = await collectOrphans({ stateDir, assigned: () => Promise.reject(new Error('control plane down')), supervised, adoptWithinMs: 60_000, log });
+    const unknown = await collectOrphans({
+      stateDir,
+      assigned: () => Promise.reject(new Error('control plane down')),
+      supervised,
+      adoptWithinMs: 60_000,
+      log,
+    });
     expect(unknown.stopped).toEqual([]);
     expect(unknown.pending).toEqual(expect.arrayContaining(['gc-2.g0.r0', 'gc-3.g0.r0']));
     unknown.cancel();
     await unknown.settled;
 
-    const c = await collectOrphans({ stateDir, assigned: async () => assigned, supervised, adoptWithinMs: 1500, stopGraceMs: 3000, log });
+    const c = await collectOrphans({
+      stateDir,
+      assigned: async () => assigned,
+      supervised,
+      adoptWithinMs: 1500,
+      stopGraceMs: 3000,
+      log,
+    });
     expect(c.pending).toEqual(expect.arrayContaining(['gc-2.g0.r0', 'gc-3.g0.r0']));
     const adopter = runInMock({ ...deps, supervised }, shardInput('gc-3', adopted.port));
     expect((await adopter.running()).adopted).toBe(true);

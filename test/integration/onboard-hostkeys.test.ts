@@ -23,7 +23,13 @@ describe('ssh host keys, accept-new', () => {
   beforeAll(async () => {
     c = await startOnboardCluster({ catalog: [] });
     // The steps themselves, called directly (no heartbeat outside an activity): what the workflow runs first.
-    acts = createOnboardActivities({ caDir: join(c.dir, 'ca'), store: c.cp.store, hostKeys: new HostKeyStore(c.cp.store.pool), ca: { signNodeCsr: () => Promise.reject(new Error('unused')) }, heartbeat: () => undefined });
+    acts = createOnboardActivities({
+      caDir: join(c.dir, 'ca'),
+      store: c.cp.store,
+      hostKeys: new HostKeyStore(c.cp.store.pool),
+      ca: { signNodeCsr: () => Promise.reject(new Error('unused')) },
+      heartbeat: () => undefined,
+    });
   }, 180_000);
 
   afterAll(async () => {
@@ -34,12 +40,23 @@ describe('ssh host keys, accept-new', () => {
     const [ecdsa, ed25519] = [keyFile('k-ecdsa', 'ecdsa'), keyFile('k-ed25519', 'ed25519')];
     // Known by its ECDSA key only ...
     const before = await c.lan.startHost({ nodeId: 'node-k', authorizedKeys: [c.sshPub], hostKeyFiles: [ecdsa] });
-    expect((await acts.learnHostKey(c.input('node-k', before.address))).summary).toBe(`learned host key ecdsa-sha2-nistp256 ${before.fingerprints[0]}`);
+    expect((await acts.learnHostKey(c.input('node-k', before.address))).summary).toBe(
+      `learned host key ecdsa-sha2-nistp256 ${before.fingerprints[0]}`,
+    );
     await before.stop();
     // ... it now has an Ed25519 key too, which a client asks for first unless told otherwise.
-    const after = await c.lan.startHost({ nodeId: 'node-k', address: before.address, authorizedKeys: [c.sshPub], hostKeyFiles: [ecdsa, ed25519] });
+    const after = await c.lan.startHost({
+      nodeId: 'node-k',
+      address: before.address,
+      authorizedKeys: [c.sshPub],
+      hostKeyFiles: [ecdsa, ed25519],
+    });
     await acts.waitForSsh(c.input('node-k', after.address));
-    expect(await acts.learnHostKey(c.input('node-k', after.address))).toEqual({ summary: `known host key ecdsa-sha2-nistp256 ${before.fingerprints[0]}`, waitedMs: 0, changed: false });
+    expect(await acts.learnHostKey(c.input('node-k', after.address))).toEqual({
+      summary: `known host key ecdsa-sha2-nistp256 ${before.fingerprints[0]}`,
+      waitedMs: 0,
+      changed: false,
+    });
     await after.stop();
   }, 60_000);
 
@@ -51,8 +68,15 @@ describe('ssh host keys, accept-new', () => {
     await first.stop();
     // The machine rebuilt at the same address: same name, new host key.
     const host = await c.lan.startHost({ nodeId, address: first.address, authorizedKeys: [c.sshPub] });
-    const handle = await c.cp.client.workflow.start('onboardNode', { taskQueue: QUEUES.control, workflowId: workflowIds.onboard(nodeId), args: [c.input(nodeId, host.address)] });
-    const err = await handle.result().then(() => null, (e: Error & { cause?: Error & { type?: string } }) => e.cause);
+    const handle = await c.cp.client.workflow.start('onboardNode', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.onboard(nodeId),
+      args: [c.input(nodeId, host.address)],
+    });
+    const err = await handle.result().then(
+      () => null,
+      (e: Error & { cause?: Error & { type?: string } }) => e.cause,
+    );
     expect(err?.type).toBe('LLMGW_HOST_KEY_CHANGED');
     expect(err?.message).toContain('failed at step "learn the host key"');
     expect(err?.message).toContain(`presented the ssh host key ssh-ed25519 ${host.fingerprints[0]}`);
@@ -66,7 +90,9 @@ describe('ssh host keys, accept-new', () => {
     expect(forgot.out).toContain(`${nodeId}: forgot ssh-ed25519 ${old}`);
     expect(await forgetHostKey(c.config, nodeId, () => undefined)).toBe(0);
     // Now the new key is learned like any new machine's.
-    expect((await acts.learnHostKey(c.input(nodeId, host.address))).summary).toBe(`learned host key ssh-ed25519 ${host.fingerprints[0]}`);
+    expect((await acts.learnHostKey(c.input(nodeId, host.address))).summary).toBe(
+      `learned host key ssh-ed25519 ${host.fingerprints[0]}`,
+    );
     await host.stop();
   }, 90_000);
 });

@@ -36,19 +36,29 @@ describe('role processes log JSON lines only', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  test('ca-worker: its Temporal killed, the core\'s connection warnings come as JSON lines of the role\'s log', async () => {
-    const p = spawnLlmgw(['ca-worker', '--config', configFile('server.yaml', config), '--ca-dir', join(config.tls.ca, '..')]);
+  test("ca-worker: its Temporal killed, the core's connection warnings come as JSON lines of the role's log", async () => {
+    const p = spawnLlmgw([
+      'ca-worker',
+      '--config',
+      configFile('server.yaml', config),
+      '--ca-dir',
+      join(config.tls.ca, '..'),
+    ]);
     procs.push(p);
     await untilLogged(p, 'ca worker running', 60_000, 'the ca-worker to run');
     temporal.process.kill('SIGKILL');
-    const parsed = (): Record<string, unknown>[] => p.stderr.flatMap((l) => {
-      try {
-        return [JSON.parse(l) as Record<string, unknown>];
-      } catch {
-        return [];
-      }
+    const parsed = (): Record<string, unknown>[] =>
+      p.stderr.flatMap((l) => {
+        try {
+          return [JSON.parse(l) as Record<string, unknown>];
+        } catch {
+          return [];
+        }
+      });
+    const core = await waitFor(() => parsed().find((l) => l.sdkComponent === 'core' && l.level === 'warn'), {
+      timeoutMs: 60_000,
+      what: "a warning of Temporal's core about the lost server",
     });
-    const core = await waitFor(() => parsed().find((l) => l.sdkComponent === 'core' && l.level === 'warn'), { timeoutMs: 60_000, what: 'a warning of Temporal\'s core about the lost server' });
     console.log(`a forwarded core line: ${JSON.stringify(core).slice(0, 300)}`);
     expect(core).toMatchObject({ c: 'ca-worker', msg: expect.any(String), t: expect.any(String) });
     p.child.kill('SIGKILL');
@@ -58,13 +68,22 @@ describe('role processes log JSON lines only', () => {
   }, 120_000);
 
   test('control-plane that cannot start: one error line naming the code and the fix, exit code 1', async () => {
-    const broken = configFile('broken.yaml', { ...config, tls: { ...config.tls, serverCert: join(dir, 'missing.crt') } });
+    const broken = configFile('broken.yaml', {
+      ...config,
+      tls: { ...config.tls, serverCert: join(dir, 'missing.crt') },
+    });
     const p = spawnLlmgw(['control-plane', '--config', broken]);
     procs.push(p);
     await processExited(p.child);
     expect(p.child.exitCode).toBe(1);
     expect(notJsonLog(p.stderr)).toEqual([]);
     const last = JSON.parse(p.stderr.at(-1) as string) as Record<string, unknown>;
-    expect(last).toMatchObject({ level: 'error', c: 'control-plane', msg: 'control-plane could not start', code: 'LLMGW_CONFIG_INVALID', error: expect.stringContaining('tls.serverCert') });
+    expect(last).toMatchObject({
+      level: 'error',
+      c: 'control-plane',
+      msg: 'control-plane could not start',
+      code: 'LLMGW_CONFIG_INVALID',
+      error: expect.stringContaining('tls.serverCert'),
+    });
   });
 });

@@ -22,16 +22,28 @@ function engine(args: string[]): Proc {
   const child = spawn(cmd, [...pre, ...args], { cwd: '/tmp', stdio: ['ignore', 'ignore', 'pipe'] });
   let err = '';
   child.stderr?.on('data', (b: Buffer) => void (err += b.toString()));
-  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => child.once('exit', (code, signal) => r({ code, signal })));
+  const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) =>
+    child.once('exit', (code, signal) => r({ code, signal })),
+  );
   const p = { child, stderr: () => err, exit };
   procs.push(p);
   return p;
 }
 
 /** Resolves the exit within `ms`, or fails naming what was expected. */
-async function exitOf(p: Proc, ms: number, what: string): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+async function exitOf(
+  p: Proc,
+  ms: number,
+  what: string,
+): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
   let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, rej) => (timer = setTimeout(() => rej(new Error(`timed out after ${ms}ms waiting for ${what}; stderr:\n${p.stderr()}`)), ms)));
+  const timeout = new Promise<never>(
+    (_, rej) =>
+      (timer = setTimeout(
+        () => rej(new Error(`timed out after ${ms}ms waiting for ${what}; stderr:\n${p.stderr()}`)),
+        ms,
+      )),
+  );
   try {
     return await Promise.race([p.exit, timeout]);
   } finally {
@@ -39,10 +51,16 @@ async function exitOf(p: Proc, ms: number, what: string): Promise<{ code: number
   }
 }
 
-const health = async (port: number): Promise<number> => (await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(1000) })).status;
+const health = async (port: number): Promise<number> =>
+  (await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(1000) })).status;
 const post = (port: number, path: string, body: unknown): Promise<Response> =>
-  fetch(`http://127.0.0.1:${port}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) });
-const reply = (prompt: string, n: number): string => Array.from({ length: n }, (_, i) => fakeToken(promptSeed(prompt), i)).join('');
+  fetch(`http://127.0.0.1:${port}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+const reply = (prompt: string, n: number): string =>
+  Array.from({ length: n }, (_, i) => fakeToken(promptSeed(prompt), i)).join('');
 
 afterEach(async () => {
   for (const p of procs.splice(0)) {
@@ -55,7 +73,24 @@ describe('sim engine, single node', () => {
   let port: number;
   beforeEach(async () => {
     port = await freePort();
-    engine(['--model', MODEL, '--host', '127.0.0.1', '--port', String(port), '--rank', '0', '--world', '1', '--dist-host', '127.0.0.1', '--dist-port', '0', '--tokens-per-second', '0']);
+    engine([
+      '--model',
+      MODEL,
+      '--host',
+      '127.0.0.1',
+      '--port',
+      String(port),
+      '--rank',
+      '0',
+      '--world',
+      '1',
+      '--dist-host',
+      '127.0.0.1',
+      '--dist-port',
+      '0',
+      '--tokens-per-second',
+      '0',
+    ]);
     await waitFor(async () => (await health(port)) === 200, { timeoutMs: 15_000, what: `health 200 on :${port}` });
   });
 
@@ -64,7 +99,11 @@ describe('sim engine, single node', () => {
     expect(models.data.map((m) => m.id)).toEqual([MODEL]);
     const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0 });
     const stream = await client.chat.completions.create({
-      model: MODEL, messages: [{ role: 'user', content: 'tell me four things' }], max_tokens: 6, stream: true, stream_options: { include_usage: true },
+      model: MODEL,
+      messages: [{ role: 'user', content: 'tell me four things' }],
+      max_tokens: 6,
+      stream: true,
+      stream_options: { include_usage: true },
     });
     let text = '';
     let usage: unknown;
@@ -80,49 +119,91 @@ describe('sim engine, single node', () => {
   });
 
   it('answers a non-stream chat with the same deterministic text, and completions with usage', async () => {
-    const chat = await post(port, '/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'tell me four things' }], max_tokens: 6 });
+    const chat = await post(port, '/v1/chat/completions', {
+      model: MODEL,
+      messages: [{ role: 'user', content: 'tell me four things' }],
+      max_tokens: 6,
+    });
     expect(chat.status).toBe(200);
     const c = (await chat.json()) as { object: string; choices: { message: { content: string } }[]; usage: unknown };
     expect(c.object).toBe('chat.completion');
     expect(c.choices[0].message.content).toBe(reply('tell me four things', 6));
     expect(c.usage).toEqual({ prompt_tokens: 4, completion_tokens: 6, total_tokens: 10 });
 
-    const text = (await (await post(port, '/v1/completions', { model: MODEL, prompt: 'once upon', max_tokens: 3 })).json()) as { choices: { text: string }[]; usage: unknown };
+    const text = (await (
+      await post(port, '/v1/completions', { model: MODEL, prompt: 'once upon', max_tokens: 3 })
+    ).json()) as { choices: { text: string }[]; usage: unknown };
     expect(text.choices[0].text).toBe(reply('once upon', 3));
     expect(text.usage).toEqual({ prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 });
 
-    const sse = await (await post(port, '/v1/completions', { model: MODEL, prompt: 'once upon', max_tokens: 3, stream: true })).text();
+    const sse = await (
+      await post(port, '/v1/completions', { model: MODEL, prompt: 'once upon', max_tokens: 3, stream: true })
+    ).text();
     const events = sse.split('\n\n').filter(Boolean);
     expect(events.at(-1)).toBe('data: [DONE]');
-    const pieces = events.slice(0, -1).map((e) => (JSON.parse(e.slice('data: '.length)) as { choices: { text: string }[] }).choices[0].text);
+    const pieces = events
+      .slice(0, -1)
+      .map((e) => (JSON.parse(e.slice('data: '.length)) as { choices: { text: string }[] }).choices[0].text);
     expect(pieces.join('')).toBe(reply('once upon', 3));
   });
 
   it('answers 404 for another model and 400 for malformed JSON, in the OpenAI error shape', async () => {
-    const unknown = await post(port, '/v1/chat/completions', { model: 'gpt-x', messages: [{ role: 'user', content: 'hi' }] });
+    const unknown = await post(port, '/v1/chat/completions', {
+      model: 'gpt-x',
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     expect(unknown.status).toBe(404);
-    expect(await unknown.json()).toMatchObject({ error: { code: 'LLMGW_UNKNOWN_MODEL', message: expect.stringContaining('gpt-x') } });
+    expect(await unknown.json()).toMatchObject({
+      error: { code: 'LLMGW_UNKNOWN_MODEL', message: expect.stringContaining('gpt-x') },
+    });
     const bad = await post(port, '/v1/completions', '{"model": ');
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: { code: 'LLMGW_BAD_REQUEST', type: 'invalid_request_error' } });
   });
 
   it('refuses what a real engine refuses (n, temperature, tools, roles, prompt arrays) and says it serves no embeddings', async () => {
-    const chat = (extra: Record<string, unknown>): Record<string, unknown> => ({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], ...extra });
+    const chat = (extra: Record<string, unknown>): Record<string, unknown> => ({
+      model: MODEL,
+      messages: [{ role: 'user', content: 'hi' }],
+      ...extra,
+    });
     for (const [path, body, message] of [
-      ['/v1/chat/completions', chat({ n: 2 }), 'n: the sim engine serves one choice per request (n = 1), as llama.cpp does; got 2'],
+      [
+        '/v1/chat/completions',
+        chat({ n: 2 }),
+        'n: the sim engine serves one choice per request (n = 1), as llama.cpp does; got 2',
+      ],
       ['/v1/chat/completions', chat({ n: 'two' }), 'n: expected a whole number, got "two"'],
       ['/v1/chat/completions', chat({ temperature: 'hot' }), 'temperature: expected a number, got "hot"'],
       ['/v1/chat/completions', chat({ tools: 'x' }), 'tools: expected an array, got string'],
-      ['/v1/chat/completions', chat({ messages: [{ role: 'bogus', content: 'hi' }] }), 'messages[0].role: expected one of system, developer, user, assistant, tool, function, got "bogus"'],
-      ['/v1/completions', { model: MODEL, prompt: ['a', 'b'] }, 'prompt: the sim engine serves one prompt per request, got 2: send them one by one'],
-      ['/v1/completions', { model: MODEL, prompt: [1, 2, 3] }, 'prompt: token ids need a tokenizer, and the sim engine has none: send the prompt as text'],
+      [
+        '/v1/chat/completions',
+        chat({ messages: [{ role: 'bogus', content: 'hi' }] }),
+        'messages[0].role: expected one of system, developer, user, assistant, tool, function, got "bogus"',
+      ],
+      [
+        '/v1/completions',
+        { model: MODEL, prompt: ['a', 'b'] },
+        'prompt: the sim engine serves one prompt per request, got 2: send them one by one',
+      ],
+      [
+        '/v1/completions',
+        { model: MODEL, prompt: [1, 2, 3] },
+        'prompt: token ids need a tokenizer, and the sim engine has none: send the prompt as text',
+      ],
     ] as const) {
       const r = await post(port, path, body);
-      expect({ path, status: r.status, body: await r.json() }).toEqual({ path, status: 400, body: { error: { code: 'LLMGW_BAD_REQUEST', type: 'invalid_request_error', message } } });
+      expect({ path, status: r.status, body: await r.json() }).toEqual({
+        path,
+        status: 400,
+        body: { error: { code: 'LLMGW_BAD_REQUEST', type: 'invalid_request_error', message } },
+      });
     }
     const embed = await post(port, '/v1/embeddings', { model: MODEL, input: 'hi' });
-    expect({ status: embed.status, body: await embed.json() }).toMatchObject({ status: 400, body: { error: { code: 'LLMGW_ENDPOINT_UNSUPPORTED' } } });
+    expect({ status: embed.status, body: await embed.json() }).toMatchObject({
+      status: 400,
+      body: { error: { code: 'LLMGW_ENDPOINT_UNSUPPORTED' } },
+    });
   });
 });
 
@@ -152,7 +233,10 @@ describe('sim engine, 2-rank group', () => {
     const [port, dist] = [await freePort(), await freePort()];
     const group = ['--world', '2', '--dist-host', '127.0.0.1', '--dist-port', String(dist), '--tokens-per-second', '0'];
     const rank0 = engine(['--model', MODEL, '--host', '127.0.0.1', '--port', String(port), '--rank', '0', ...group]);
-    await waitFor(async () => (await health(port)) === 503, { timeoutMs: 15_000, what: 'rank 0 health 503 before rank 1 exists' });
+    await waitFor(async () => (await health(port)) === 503, {
+      timeoutMs: 15_000,
+      what: 'rank 0 health 503 before rank 1 exists',
+    });
     const waiting = await fetch(`http://127.0.0.1:${port}/health`);
     expect(await waiting.json()).toMatchObject({ status: 'waiting', joined: 0, world: 2 });
     const refused = await post(port, '/v1/completions', { model: MODEL, prompt: 'x' });
@@ -162,11 +246,17 @@ describe('sim engine, 2-rank group', () => {
     expect(await health(port)).toBe(503); // still waiting just before the worker is spawned
 
     const rank1 = engine(['--model', MODEL, '--port', '0', '--rank', '1', ...group]);
-    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 15_000, what: 'rank 0 health 200 after rank 1 joined' });
+    await waitFor(async () => (await health(port)) === 200, {
+      timeoutMs: 15_000,
+      what: 'rank 0 health 200 after rank 1 joined',
+    });
     expect((await post(port, '/v1/completions', { model: MODEL, prompt: 'x', max_tokens: 2 })).status).toBe(200);
 
     rank1.child.kill('SIGKILL');
-    await waitFor(async () => (await health(port).catch(() => 0)) !== 200, { timeoutMs: 10_000, what: 'rank 0 to stop serving after rank 1 died' });
+    await waitFor(async () => (await health(port).catch(() => 0)) !== 200, {
+      timeoutMs: 10_000,
+      what: 'rank 0 to stop serving after rank 1 died',
+    });
     expect(await exitOf(rank0, 10_000, 'rank 0 to exit after rank 1 died')).toEqual({ code: 3, signal: null });
     expect(rank0.stderr()).toMatch(/rank 1 left the group/);
   });
@@ -176,7 +266,10 @@ describe('sim engine, 2-rank group', () => {
     const group = ['--world', '2', '--dist-host', '127.0.0.1', '--dist-port', String(dist), '--tokens-per-second', '0'];
     const rank0 = engine(['--model', MODEL, '--port', String(await freePort()), '--rank', '0', ...group]);
     const rank1 = engine(['--model', MODEL, '--rank', '1', ...group]);
-    await waitFor(() => rank0.stderr().includes('"group ready"'), { timeoutMs: 15_000, what: 'rank 0 to log "group ready"' });
+    await waitFor(() => rank0.stderr().includes('"group ready"'), {
+      timeoutMs: 15_000,
+      what: 'rank 0 to log "group ready"',
+    });
     rank0.child.kill('SIGKILL');
     expect(await exitOf(rank1, 10_000, 'rank 1 to exit after rank 0 died')).toEqual({ code: 3, signal: null });
     expect(rank1.stderr()).toMatch(/rank 0 left the group/);

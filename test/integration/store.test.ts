@@ -46,7 +46,9 @@ describe('engine port leases', () => {
   });
 
   test('a full range is refused with the fix, and the refusal leases nothing', async () => {
-    await expect(store.leasePorts('h1', 'r-6', 1, range)).rejects.toThrow('no free engine ports left on h1 in 40000-40003: widen enginePorts in server.yaml');
+    await expect(store.leasePorts('h1', 'r-6', 1, range)).rejects.toThrow(
+      'no free engine ports left on h1 in 40000-40003: widen enginePorts in server.yaml',
+    );
     await store.releaseReplica('r-2');
     expect(await store.leasePorts('h1', 'r-6', 1, range)).toEqual([40_003]);
   });
@@ -96,9 +98,15 @@ describe('node state', () => {
 });
 
 describe('routing rows', () => {
-  test('carry the catalog\'s first-byte timeout of each model that sets one, read from its spec', async () => {
+  test("carry the catalog's first-byte timeout of each model that sets one, read from its spec", async () => {
     const profiles = [{ name: 'default', engine: 'sim' as const, nodes: 1, gpusPerNode: 1, args: [] }];
-    await store.upsertModel({ name: 'slow-prefill', source: 'sim://slow-prefill', replicas: 1, profiles, firstByteMs: 1_800_000 });
+    await store.upsertModel({
+      name: 'slow-prefill',
+      source: 'sim://slow-prefill',
+      replicas: 1,
+      profiles,
+      firstByteMs: 1_800_000,
+    });
     await store.upsertModel({ name: 'plain', source: 'sim://plain', replicas: 1, profiles });
     const rows = await store.routeRows();
     expect(rows.models).toEqual(expect.arrayContaining(['plain', 'slow-prefill']));

@@ -34,18 +34,37 @@ describe('fetchWeights under a real Temporal worker', () => {
   let origin: Origin;
   let n = 0;
   const start = (input: { source: string; sha256?: string }) =>
-    client.workflow.start('fetchWeightsOnce', { taskQueue: WF_QUEUE, workflowId: `fetch-${++n}`, args: [nodeQueue(NODE), { model: 'tiny', replicaId: 'tiny-0', ...input }] });
+    client.workflow.start('fetchWeightsOnce', {
+      taskQueue: WF_QUEUE,
+      workflowId: `fetch-${++n}`,
+      args: [nodeQueue(NODE), { model: 'tiny', replicaId: 'tiny-0', ...input }],
+    });
 
   beforeAll(async () => {
     temporal = await startTestTemporal();
     origin = await startOrigin({ size: SIZE });
     client = new Client({ connection: await Connection.connect({ address: temporal.address }) });
-    const { code } = await bundleWorkflowCode({ workflowsPath: require.resolve('../helpers/weights-workflow'), logger: { info: () => undefined, warn: () => undefined, error: console.error, debug: () => undefined, trace: () => undefined, log: () => undefined } });
+    const { code } = await bundleWorkflowCode({
+      workflowsPath: require.resolve('../helpers/weights-workflow'),
+      logger: {
+        info: () => undefined,
+        warn: () => undefined,
+        error: console.error,
+        debug: () => undefined,
+        trace: () => undefined,
+        log: () => undefined,
+      },
+    });
     nativeConn = await NativeConnection.connect({ address: temporal.address });
     const cache = new WeightsCache({ dir, nodeId: NODE });
     workers = [
       await Worker.create({ connection: nativeConn, taskQueue: WF_QUEUE, workflowBundle: { code } }),
-      await Worker.create({ ...NODE_WORKER_OPTIONS, connection: nativeConn, taskQueue: nodeQueue(NODE), activities: createWeightsActivities({ nodeId: NODE, cache }) }),
+      await Worker.create({
+        ...NODE_WORKER_OPTIONS,
+        connection: nativeConn,
+        taskQueue: nodeQueue(NODE),
+        activities: createWeightsActivities({ nodeId: NODE, cache }),
+      }),
     ];
     running = workers.map((w) => w.run());
   }, 90_000);
@@ -60,36 +79,74 @@ describe('fetchWeights under a real Temporal worker', () => {
     rmSync(dir, { recursive: true, force: true });
   }, 60_000);
 
-  beforeEach(() => Object.assign(origin.behave, { cutAfter: null, ignoreRange: false, status: null, bytesPerSecond: null }));
+  beforeEach(() =>
+    Object.assign(origin.behave, { cutAfter: null, ignoreRange: false, status: null, bytesPerSecond: null }),
+  );
 
   test('heartbeats carry bytes done, total and rate to the server, where ctl weights reads them; the result is the path', async () => {
     origin.behave.bytesPerSecond = 2 << 20; // about 3 s
     const h = await start({ source: `${origin.fileUrl}?t=1`, sha256: origin.sha256 });
-    const seen = await waitFor(async () => {
-      const fs = await weightsFetches(client, { types: ['fetchWeightsOnce'] });
-      const p = fs[0]?.progress;
-      return p && p.phase === 'downloading' && p.bytesDone > 0 && p.bytesDone < SIZE && p.rateBps > 0 ? fs[0] : undefined;
-    }, { timeoutMs: 20_000, intervalMs: 200, what: 'a downloading heartbeat on the server' });
+    const seen = await waitFor(
+      async () => {
+        const fs = await weightsFetches(client, { types: ['fetchWeightsOnce'] });
+        const p = fs[0]?.progress;
+        return p && p.phase === 'downloading' && p.bytesDone > 0 && p.bytesDone < SIZE && p.rateBps > 0
+          ? fs[0]
+          : undefined;
+      },
+      { timeoutMs: 20_000, intervalMs: 200, what: 'a downloading heartbeat on the server' },
+    );
     expect(seen.workflowId).toBe(h.workflowId);
-    expect(seen.progress).toMatchObject({ node: NODE, model: 'tiny', replicaId: 'tiny-0', from: 'origin', total: SIZE, url: `${origin.fileUrl}?t=1` });
+    expect(seen.progress).toMatchObject({
+      node: NODE,
+      model: 'tiny',
+      replicaId: 'tiny-0',
+      from: 'origin',
+      total: SIZE,
+      url: `${origin.fileUrl}?t=1`,
+    });
     // 2 MiB/s as the origin sends it, give or take the window.
     expect(seen.progress?.rateBps).toBeGreaterThan(0.5 * (2 << 20));
     expect(seen.progress?.rateBps).toBeLessThan(4 * (2 << 20));
-    expect(formatFetch(seen)).toMatch(/^w1 tiny \(fetch-\d+\): downloading from origin: [\d.]+ MiB of 6\.0 MiB \(\d+%\), [\d.]+ MiB\/s$/);
+    expect(formatFetch(seen)).toMatch(
+      /^w1 tiny \(fetch-\d+\): downloading from origin: [\d.]+ MiB of 6\.0 MiB \(\d+%\), [\d.]+ MiB\/s$/,
+    );
     const out = (await h.result()) as FetchOutcome;
-    expect(out).toMatchObject({ kind: 'fetched', result: { how: 'fetched', from: 'origin', size: SIZE, sha256: origin.sha256, verified: true, transferred: SIZE, resumedFrom: 0 } });
-    expect(out.kind === 'fetched' && out.result.path).toMatch(new RegExp(`^${dir}/sha256-${origin.sha256}/tiny\\.gguf$`));
+    expect(out).toMatchObject({
+      kind: 'fetched',
+      result: {
+        how: 'fetched',
+        from: 'origin',
+        size: SIZE,
+        sha256: origin.sha256,
+        verified: true,
+        transferred: SIZE,
+        resumedFrom: 0,
+      },
+    });
+    expect(out.kind === 'fetched' && out.result.path).toMatch(
+      new RegExp(`^${dir}/sha256-${origin.sha256}/tiny\\.gguf$`),
+    );
   });
 
   test('a connection cut halfway fails the attempt; Temporal retries and the retry resumes from the partial', async () => {
     origin.behave.cutAfter = SIZE / 2;
     const before = origin.requests.length;
     const h = await start({ source: `${origin.fileUrl}?t=2` });
-    await waitFor(() => origin.requests.length > before, { timeoutMs: 20_000, what: 'the first attempt to reach the origin' });
+    await waitFor(() => origin.requests.length > before, {
+      timeoutMs: 20_000,
+      what: 'the first attempt to reach the origin',
+    });
     origin.behave.cutAfter = null;
     const out = (await h.result()) as FetchOutcome;
-    expect(out).toMatchObject({ kind: 'fetched', result: { how: 'fetched', resumedFrom: SIZE / 2, transferred: SIZE / 2 } });
-    expect(origin.requests.slice(before).map((r) => [r.range, r.sent])).toEqual([[null, SIZE / 2], [`bytes=${SIZE / 2}-`, SIZE / 2]]);
+    expect(out).toMatchObject({
+      kind: 'fetched',
+      result: { how: 'fetched', resumedFrom: SIZE / 2, transferred: SIZE / 2 },
+    });
+    expect(origin.requests.slice(before).map((r) => [r.range, r.sent])).toEqual([
+      [null, SIZE / 2],
+      [`bytes=${SIZE / 2}-`, SIZE / 2],
+    ]);
   });
 
   test('a wrong sha256 fails at once, not retried, naming both hashes', async () => {
@@ -97,7 +154,9 @@ describe('fetchWeights under a real Temporal worker', () => {
     const wrong = '0'.repeat(64);
     const out = (await (await start({ source: `${origin.fileUrl}?t=3`, sha256: wrong })).result()) as FetchOutcome;
     expect(out).toMatchObject({ kind: 'failed', type: 'LLMGW_WEIGHTS_SHA_MISMATCH', nonRetryable: true });
-    expect(out.kind === 'failed' && out.message).toContain(`w1: weights ${origin.fileUrl}?t=3: sha256 ${origin.sha256} is not the catalog's ${wrong}`);
+    expect(out.kind === 'failed' && out.message).toContain(
+      `w1: weights ${origin.fileUrl}?t=3: sha256 ${origin.sha256} is not the catalog's ${wrong}`,
+    );
     expect(origin.requests.length - before).toBe(1);
   });
 });

@@ -5,7 +5,16 @@
  * not stop the others'; a redirect is followed; errors name the URL and the cause (HTTP status, connection refused, disk full); a local
  * path is used where found and named where not.
  */
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { hasCode, type LlmgwError } from '../../lib/errors';
@@ -24,7 +33,10 @@ describe('weights cache over real HTTP', () => {
     dirs.push(d);
     return d;
   };
-  const filesUnder = (d: string): string[] => readdirSync(d, { recursive: true }).map(String).filter((f) => !f.endsWith('.manifest.json'));
+  const filesUnder = (d: string): string[] =>
+    readdirSync(d, { recursive: true })
+      .map(String)
+      .filter((f) => !f.endsWith('.manifest.json'));
 
   beforeAll(async () => {
     origin = await startOrigin({ size: SIZE });
@@ -61,7 +73,10 @@ describe('weights cache over real HTTP', () => {
     origin.behave.cutAfter = null;
     const before = origin.bytesSent();
     const progress: WeightsProgress[] = [];
-    const r = await cache.ensure({ source: origin.fileUrl, sha256: origin.sha256 }, { onProgress: (p) => void progress.push(p) });
+    const r = await cache.ensure(
+      { source: origin.fileUrl, sha256: origin.sha256 },
+      { onProgress: (p) => void progress.push(p) },
+    );
     const second = origin.bytesSent() - before;
     expect(second).toBeLessThan(SIZE);
     expect(second).toBe(SIZE / 2);
@@ -72,12 +87,17 @@ describe('weights cache over real HTTP', () => {
     expect(readFileSync(r.path).equals(origin.data)).toBe(true);
     expect(existsSync(part)).toBe(false);
     expect(progress.some((p) => p.phase === 'hashing-partial')).toBe(true);
-    expect(progress.some((p) => p.phase === 'downloading' && p.resumedFrom === SIZE / 2 && p.total === SIZE)).toBe(true);
+    expect(progress.some((p) => p.phase === 'downloading' && p.resumedFrom === SIZE / 2 && p.total === SIZE)).toBe(
+      true,
+    );
     expect(progress.at(-1)).toMatchObject({ phase: 'done', bytesDone: SIZE });
 
     // Fetched once per node: the next request is the cache's.
     const n = origin.requests.length;
-    expect(await cache.ensure({ source: origin.fileUrl, sha256: origin.sha256 })).toMatchObject({ kind: 'cached', path: r.path });
+    expect(await cache.ensure({ source: origin.fileUrl, sha256: origin.sha256 })).toMatchObject({
+      kind: 'cached',
+      path: r.path,
+    });
     expect(origin.requests.length).toBe(n);
   });
 
@@ -114,7 +134,14 @@ describe('weights cache over real HTTP', () => {
     const cache = new WeightsCache({ dir: cacheDir(), nodeId: 'n1' });
     origin.behave.bytesPerSecond = 24 << 20; // about 250 ms: the requests overlap for sure
     const seen: number[] = [];
-    const rs = await Promise.all(Array.from({ length: 5 }, () => cache.ensure({ source: origin.fileUrl, sha256: origin.sha256 }, { onProgress: (p) => void seen.push(p.waiters) })));
+    const rs = await Promise.all(
+      Array.from({ length: 5 }, () =>
+        cache.ensure(
+          { source: origin.fileUrl, sha256: origin.sha256 },
+          { onProgress: (p) => void seen.push(p.waiters) },
+        ),
+      ),
+    );
     expect(origin.requests.filter((q) => q.path.startsWith('/models/'))).toHaveLength(1);
     expect(new Set(rs.map((r) => r.path)).size).toBe(1);
     expect(rs.map((r) => r.kind === 'fetched' && r.shared)).toEqual([false, true, true, true, true]);
@@ -136,7 +163,15 @@ describe('weights cache over real HTTP', () => {
 
     const other = new WeightsCache({ dir: cacheDir(), nodeId: 'n2' });
     const alone = new AbortController();
-    const c = other.ensure({ source: origin.fileUrl }, { signal: alone.signal, onProgress: (p) => { if (p.bytesDone > SIZE / 8) alone.abort(); } });
+    const c = other.ensure(
+      { source: origin.fileUrl },
+      {
+        signal: alone.signal,
+        onProgress: (p) => {
+          if (p.bytesDone > SIZE / 8) alone.abort();
+        },
+      },
+    );
     await expect(c).rejects.toMatchObject({ name: 'AbortError' });
     // The stopped download lets go of its partial before a new one starts on it: that one resumes.
     origin.behave.bytesPerSecond = null;
@@ -152,7 +187,12 @@ describe('weights cache over real HTTP', () => {
     await rejection(cache.ensure({ source: moved, sha256: origin.sha256 }));
     origin.behave.cutAfter = null;
     const r = await cache.ensure({ source: moved, sha256: origin.sha256 });
-    expect(origin.requests.map((q) => [q.path.split('/')[1], q.status])).toEqual([['moved', 302], ['models', 200], ['moved', 302], ['models', 206]]);
+    expect(origin.requests.map((q) => [q.path.split('/')[1], q.status])).toEqual([
+      ['moved', 302],
+      ['models', 200],
+      ['moved', 302],
+      ['models', 206],
+    ]);
     expect(origin.requests.at(-1)?.range).toBe(`bytes=${SIZE / 4}-`);
     expect(readFileSync(r.path).equals(origin.data)).toBe(true);
   });
@@ -162,7 +202,9 @@ describe('weights cache over real HTTP', () => {
     const missing = `${origin.url}/models/nope.gguf`;
     const e404 = await rejection(cache.ensure({ source: missing }));
     expect(e404.code).toBe('LLMGW_WEIGHTS_FETCH_FAILED');
-    expect(e404.message).toMatch(new RegExp(`weights ${missing}: HTTP 404 \\(no such model here\\); check the catalog's source URL`));
+    expect(e404.message).toMatch(
+      new RegExp(`weights ${missing}: HTTP 404 \\(no such model here\\); check the catalog's source URL`),
+    );
     expect(e404.context).toMatchObject({ status: 404, retryable: false });
 
     origin.behave.status = 503;
@@ -202,7 +244,9 @@ describe('weights cache over real HTTP', () => {
     const gone = '/models/not-here.gguf';
     const err = await rejection(cache.ensure({ source: gone }));
     expect(err.code).toBe('LLMGW_WEIGHTS_NOT_FOUND');
-    expect(err.message).toBe(`weights ${gone}: no such file or directory on node n7; put the model there on every node that may run it, or give the catalog a URL source to fetch`);
+    expect(err.message).toBe(
+      `weights ${gone}: no such file or directory on node n7; put the model there on every node that may run it, or give the catalog a URL source to fetch`,
+    );
     expect(await cache.ensure({ source: 'sim://sim-small' })).toEqual({ kind: 'none', path: 'sim://sim-small' });
     expect(await cache.ensure({ source: 'Qwen/Qwen2.5-0.5B' })).toEqual({ kind: 'none', path: 'Qwen/Qwen2.5-0.5B' });
   });

@@ -53,10 +53,11 @@ async function cuttingRelay(target: number, cutAfter: number): Promise<{ port: n
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
   return {
     port: (server.address() as AddressInfo).port,
-    close: () => new Promise<void>((r) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => r());
-    }),
+    close: () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
   };
 }
 
@@ -82,7 +83,12 @@ describe('weights from peers (real mTLS, MariaDB, control plane)', () => {
     const dir = mkdtempSync(join(tmpdir(), `llmgw-weights-${id}-`));
     dirs.push(dir);
     const w = await startNodeWeights({
-      nodeId: id, control: new ControlPlanes({ servers: [url], client: c.client }), tls: c.cert, dir, listen: { host: '127.0.0.1', port: 0 }, advertiseHost: '127.0.0.1',
+      nodeId: id,
+      control: new ControlPlanes({ servers: [url], client: c.client }),
+      tls: c.cert,
+      dir,
+      listen: { host: '127.0.0.1', port: 0 },
+      advertiseHost: '127.0.0.1',
       log: (msg, fields) => void logs.push({ node: id, msg, fields }),
     });
     nodes.set(id, w);
@@ -92,7 +98,23 @@ describe('weights from peers (real mTLS, MariaDB, control plane)', () => {
   const report = async (id: string, endpoint: string): Promise<void> => {
     const c = await certClient(config, store, id);
     const held = await (await node(id)).cache.held();
-    const res = await c.fetch(`${url}/v1/agent/weights`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId: id, endpoint, replace: true, files: held.map(({ key, url: u, size, sha256, verified, storedAt }) => ({ key, url: u, size, sha256, verified, storedAt })) }) });
+    const res = await c.fetch(`${url}/v1/agent/weights`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        nodeId: id,
+        endpoint,
+        replace: true,
+        files: held.map(({ key, url: u, size, sha256, verified, storedAt }) => ({
+          key,
+          url: u,
+          size,
+          sha256,
+          verified,
+          storedAt,
+        })),
+      }),
+    });
     expect(res.status).toBe(200);
   };
 
@@ -101,8 +123,11 @@ describe('weights from peers (real mTLS, MariaDB, control plane)', () => {
     store = new Store(pool);
     const read = (f: string): string => readFileSync(f, 'utf8');
     ({ app } = await buildControlServer({
-      store, tls: { caPem: read(config.tls.ca), certPem: read(config.tls.serverCert), keyPem: read(config.tls.serverKey) },
-      log: () => undefined, temporal: { address: '127.0.0.1:1', namespace: 'default' }, heartbeatMs: 2000,
+      store,
+      tls: { caPem: read(config.tls.ca), certPem: read(config.tls.serverCert), keyPem: read(config.tls.serverKey) },
+      log: () => undefined,
+      temporal: { address: '127.0.0.1:1', namespace: 'default' },
+      heartbeatMs: 2000,
     }));
     url = await app.listen({ host: '127.0.0.1', port: 0 });
     origin = await startOrigin({ size: SIZE });
@@ -134,11 +159,18 @@ describe('weights from peers (real mTLS, MariaDB, control plane)', () => {
     if (r2.kind !== 'fetched') throw new Error('unreachable');
     expect(r2.file).toMatchObject({ from: 'peer n1', verified: true, sha256: origin.sha256 });
     expect(readFileSync(r2.path).equals(origin.data)).toBe(true);
-    expect(logs.find((l) => l.node === 'n1' && l.msg === 'weights served')?.fields).toMatchObject({ key: weightsKey(origin.fileUrl, origin.sha256), to: 'n2', from: 0, bytes: SIZE });
+    expect(logs.find((l) => l.node === 'n1' && l.msg === 'weights served')?.fields).toMatchObject({
+      key: weightsKey(origin.fileUrl, origin.sha256),
+      to: 'n2',
+      from: 0,
+      bytes: SIZE,
+    });
 
     // Both copies are known to the control plane (the operator's view).
     const op = await certClient(config, store, 'operator', { role: 'operator' });
-    const { copies } = (await (await op.fetch(`${url}/v1/weights`)).json()) as { copies: { nodeId: string; key: string; endpoint: string }[] };
+    const { copies } = (await (await op.fetch(`${url}/v1/weights`)).json()) as {
+      copies: { nodeId: string; key: string; endpoint: string }[];
+    };
     expect(copies.map((c) => c.nodeId)).toEqual(['n1', 'n2']);
     expect(copies[0]?.endpoint).toBe(n1.endpoint);
   });
@@ -164,7 +196,10 @@ describe('weights from peers (real mTLS, MariaDB, control plane)', () => {
       expect(r.resumedFrom + r.transferred).toBe(SIZE);
       expect(r.file).toMatchObject({ from: 'origin', verified: true, sha256: origin2.sha256 });
       expect(readFileSync(r.path).equals(origin2.data)).toBe(true);
-      expect(logs.find((l) => l.node === 'n3' && l.msg === 'weights fetch from a peer failed, trying the next source')?.fields).toMatchObject({ peer: 'n1' });
+      expect(
+        logs.find((l) => l.node === 'n3' && l.msg === 'weights fetch from a peer failed, trying the next source')
+          ?.fields,
+      ).toMatchObject({ peer: 'n1' });
     } finally {
       await report('n1', n1.endpoint);
       await relay.close();
@@ -190,12 +225,15 @@ describe('weights from peers (real mTLS, MariaDB, control plane)', () => {
     }
   });
 
-  test('the weights endpoint: a revoked certificate gets 403, another CA\'s no handshake, and a node accepts only the peer it asked for', async () => {
+  test("the weights endpoint: a revoked certificate gets 403, another CA's no handshake, and a node accepts only the peer it asked for", async () => {
     const n1 = await node('n1');
     const key = weightsKey(origin.fileUrl, origin.sha256);
     const fileUrl = `${n1.endpoint}/v1/weights/${key}`;
     const ca = readFileSync(config.tls.ca, 'utf8');
-    const asNode = async (id: string): Promise<{ certPem: string; keyPem: string; caPem: string }> => ({ ...(await certClient(config, store, id, { fresh: true })).cert, caPem: ca });
+    const asNode = async (id: string): Promise<{ certPem: string; keyPem: string; caPem: string }> => ({
+      ...(await certClient(config, store, id, { fresh: true })).cert,
+      caPem: ca,
+    });
 
     const ok = await rangeGet(fileUrl, { offset: SIZE - 10, tls: { ...(await asNode('n5')), expectCn: 'n1' } });
     expect(ok.statusCode).toBe(206);
@@ -210,8 +248,15 @@ describe('weights from peers (real mTLS, MariaDB, control plane)', () => {
 
     const other = initCa(join(mkdtempSync(join(tmpdir(), 'llmgw-other-ca-')), 'ca'), { keyBits: 2048 });
     const stranger = issueNodeCertificate(other, 'n7');
-    await expect(rangeGet(fileUrl, { offset: 0, tls: { certPem: stranger.certPem, keyPem: stranger.keyPem, caPem: ca, expectCn: 'n1' } })).rejects.toThrow(new RegExp(`GET ${fileUrl}: `));
+    await expect(
+      rangeGet(fileUrl, {
+        offset: 0,
+        tls: { certPem: stranger.certPem, keyPem: stranger.keyPem, caPem: ca, expectCn: 'n1' },
+      }),
+    ).rejects.toThrow(new RegExp(`GET ${fileUrl}: `));
 
-    await expect(rangeGet(fileUrl, { offset: 0, tls: { ...(await asNode('n5')), expectCn: 'n2' } })).rejects.toThrow("peer certificate refused: the peer's certificate is n1's, expected n2's");
+    await expect(rangeGet(fileUrl, { offset: 0, tls: { ...(await asNode('n5')), expectCn: 'n2' } })).rejects.toThrow(
+      "peer certificate refused: the peer's certificate is n1's, expected n2's",
+    );
   });
 });

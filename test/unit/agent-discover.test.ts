@@ -22,9 +22,19 @@ describe('agent discover()', () => {
   };
   const lines: { msg: string; fields?: Record<string, unknown> }[] = [];
   const opts = (o: Partial<AgentOptions>): Omit<AgentOptions, 'tls'> => ({
-    nodeId: parseNodeId('d1'), server: 'http://127.0.0.1:1', nvidiaSmi: join(FIXTURES, 'nvidia-smi'), noGpu: false,
-    ibRoot: join(FIXTURES, 'sysfs/ndr-a'), cpuinfo: join(FIXTURES, 'roots/kvm64/proc/cpuinfo'), fabrics: ['ib-a'], advertiseHost: '127.0.0.1',
-    engineSetup: { enginesDir: join(dir, 'installs'), bins: {} }, stateDir: dir, stopEnginesOnExit: false, log: (msg, fields) => void lines.push({ msg, ...(fields ? { fields } : {}) }), ...o,
+    nodeId: parseNodeId('d1'),
+    server: 'http://127.0.0.1:1',
+    nvidiaSmi: join(FIXTURES, 'nvidia-smi'),
+    noGpu: false,
+    ibRoot: join(FIXTURES, 'sysfs/ndr-a'),
+    cpuinfo: join(FIXTURES, 'roots/kvm64/proc/cpuinfo'),
+    fabrics: ['ib-a'],
+    advertiseHost: '127.0.0.1',
+    engineSetup: { enginesDir: join(dir, 'installs'), bins: {} },
+    stateDir: dir,
+    stopEnginesOnExit: false,
+    log: (msg, fields) => void lines.push({ msg, ...(fields ? { fields } : {}) }),
+    ...o,
   });
 
   test('registers the SM GUID each fabric sees and the doctor results (a kvm64 CPU fails cpu-flags)', async () => {
@@ -42,17 +52,32 @@ describe('agent discover()', () => {
     lines.length = 0;
     const inv = await discover(opts({ sminfo: sminfo('sm-perm', 'FAKE_SMINFO_FAIL=permission') }));
     expect(inv.fabricIdentity?.['ib-a']?.strength).toBe('declared-only');
-    expect(lines.find((l) => l.msg === 'fabric identity warning')?.fields?.warning).toMatch(/fabric ib-a: subnet manager GUID not read/);
+    expect(lines.find((l) => l.msg === 'fabric identity warning')?.fields?.warning).toMatch(
+      /fabric ib-a: subnet manager GUID not read/,
+    );
   });
 
   test('ports of one fabric that see different subnet managers refuse the start, naming both', async () => {
-    const err = await discover(opts({ ibRoot: join(FIXTURES, 'sysfs/ndr-split'), sminfo: sminfo('sm-split', `FAKE_SMINFO_GUIDS=mlx5_1=${GUID_B}`) })).then(() => null, (e: unknown) => e);
+    const err = await discover(
+      opts({
+        ibRoot: join(FIXTURES, 'sysfs/ndr-split'),
+        sminfo: sminfo('sm-split', `FAKE_SMINFO_GUIDS=mlx5_1=${GUID_B}`),
+      }),
+    ).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(hasCode(err, 'LLMGW_FABRIC_SPLIT')).toBe(true);
-    expect((err as Error).message).toMatch(/^agent not started: fabric ib-a: its ports see different subnet managers .*mlx5_1 port 1 sees SM 0xb83fd20300c1d2e0/);
+    expect((err as Error).message).toMatch(
+      /^agent not started: fabric ib-a: its ports see different subnet managers .*mlx5_1 port 1 sees SM 0xb83fd20300c1d2e0/,
+    );
   });
 
   test('an adapter that does not exist refuses the start, naming it', async () => {
-    const err = await discover(opts({ fabrics: ['ib-a:mlx5_7'], sminfo: sminfo('sm-a', '') })).then(() => null, (e: unknown) => e);
+    const err = await discover(opts({ fabrics: ['ib-a:mlx5_7'], sminfo: sminfo('sm-a', '') })).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(hasCode(err, 'LLMGW_BAD_REQUEST')).toBe(true);
     expect((err as Error).message).toContain('adapter mlx5_7 does not exist on this node');
   });

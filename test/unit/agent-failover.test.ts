@@ -16,7 +16,8 @@ function fakeClient(state: Record<string, number | 'down'>): ControlClient & { a
     fetch: async (url: string) => {
       asked.push(url);
       const s = state[new URL(url).origin];
-      if (s === undefined || s === 'down') throw Object.assign(new TypeError('fetch failed'), { cause: { code: 'ECONNREFUSED' } });
+      if (s === undefined || s === 'down')
+        throw Object.assign(new TypeError('fetch failed'), { cause: { code: 'ECONNREFUSED' } });
       return new Response(JSON.stringify({ s }), { status: s });
     },
     use: () => undefined,
@@ -24,7 +25,10 @@ function fakeClient(state: Record<string, number | 'down'>): ControlClient & { a
   };
 }
 
-function planes(state: Record<string, number | 'down'>, servers = [A, B]): { cps: ControlPlanes; client: ReturnType<typeof fakeClient>; logs: Record<string, unknown>[] } {
+function planes(
+  state: Record<string, number | 'down'>,
+  servers = [A, B],
+): { cps: ControlPlanes; client: ReturnType<typeof fakeClient>; logs: Record<string, unknown>[] } {
   const logs: Record<string, unknown>[] = [];
   const client = fakeClient(state);
   return { cps: new ControlPlanes({ servers, client, log: (msg, f) => void logs.push({ msg, ...f }) }), client, logs };
@@ -50,10 +54,18 @@ test('a refused connection moves to the next control plane, which stays in use a
   await cps.fetch('/x');
   await cps.fetch('/x');
   expect(client.asked).toEqual([`${B}/x`, `${B}/x`]);
-  expect(logs).toEqual([{ msg: 'control plane failover: this agent now talks to another control plane', level: 'warn', from: A, to: B, why: 'fetch failed: ECONNREFUSED' }]);
+  expect(logs).toEqual([
+    {
+      msg: 'control plane failover: this agent now talks to another control plane',
+      level: 'warn',
+      from: A,
+      to: B,
+      why: 'fetch failed: ECONNREFUSED',
+    },
+  ]);
 });
 
-test('a 5xx fails over; a 4xx is the control plane\'s answer and does not', async () => {
+test("a 5xx fails over; a 4xx is the control plane's answer and does not", async () => {
   const { cps, logs } = planes({ [A]: 403, [B]: 200 });
   expect((await cps.fetch('/x')).status).toBe(403);
   expect(cps.current).toBe(A);
@@ -84,7 +96,10 @@ test('in order, wrapping round: from B, a failure tries C, then A', async () => 
   await cps.fetch('/x');
   expect(client.asked).toEqual([`${B}/x`, `${C}/x`, `${A}/x`]);
   expect(cps.current).toBe(A);
-  expect(logs.map((l) => [l.from, l.to])).toEqual([[A, B], [B, A]]);
+  expect(logs.map((l) => [l.from, l.to])).toEqual([
+    [A, B],
+    [B, A],
+  ]);
 });
 
 test('calls failing over together log the move once', async () => {

@@ -8,7 +8,9 @@ import { medianCi95, pairedDifferences, quantile, summarize } from '../../lib/be
 import { countWords, parseSimRequest } from '../../lib/sim/openai';
 
 const event = (obj: unknown): string => `data: ${JSON.stringify(obj)}\n\n`;
-const delta = (content: string, role?: string): unknown => ({ choices: [{ index: 0, delta: { ...(role ? { role } : {}), content }, finish_reason: null }] });
+const delta = (content: string, role?: string): unknown => ({
+  choices: [{ index: 0, delta: { ...(role ? { role } : {}), content }, finish_reason: null }],
+});
 
 describe('statistics', () => {
   test('quantiles interpolate, summaries hold p50/p90/p99/mean/max, an empty sample has none', () => {
@@ -38,8 +40,13 @@ describe('statistics', () => {
 describe('stream token timing', () => {
   test('times tokens across chunk borders and CRLF; the role opener is not a token; usage and [DONE] are read', () => {
     const r = new StreamReader();
-    const body = event(delta('', 'assistant')) + event(delta('Hel')) + event(delta('lo')) + event({ choices: [{ index: 0, delta: {}, finish_reason: 'length' }] })
-      + event({ choices: [], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } }) + 'data: [DONE]\n\n';
+    const body =
+      event(delta('', 'assistant')) +
+      event(delta('Hel')) +
+      event(delta('lo')) +
+      event({ choices: [{ index: 0, delta: {}, finish_reason: 'length' }] }) +
+      event({ choices: [], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } }) +
+      'data: [DONE]\n\n';
     const cut = body.indexOf('lo"') + 1;
     r.push(body.slice(0, 20).replace(/\n/g, '\r\n'), 1);
     r.push(body.slice(20, cut), 5);
@@ -54,7 +61,10 @@ describe('stream token timing', () => {
 
   test('a completions stream counts its text; an error event is kept; comments are skipped', () => {
     const r = new StreamReader();
-    r.push(`: keep-alive\n\n${event({ choices: [{ text: 'a' }] })}${event({ error: { message: 'replica gone', code: 'LLMGW_UPSTREAM_FAILED' } })}data: [DONE]\n\n`, 3);
+    r.push(
+      `: keep-alive\n\n${event({ choices: [{ text: 'a' }] })}${event({ error: { message: 'replica gone', code: 'LLMGW_UPSTREAM_FAILED' } })}data: [DONE]\n\n`,
+      3,
+    );
     expect(r.tokenEvents).toBe(1);
     expect(r.error).toBe('replica gone');
   });
@@ -66,11 +76,24 @@ describe('the synthetic request', () => {
   test('its prompt is exactly N tokens to the sim engine, asks for the usage when streamed, and differs per request', () => {
     const body = requestBodies(opts);
     const parsed = parseSimRequest('chat', body(17), 'm');
-    expect(parsed).toMatchObject({ kind: 'ok', request: { promptTokens: 50, maxTokens: 4, stream: true, includeUsage: true } });
+    expect(parsed).toMatchObject({
+      kind: 'ok',
+      request: { promptTokens: 50, maxTokens: 4, stream: true, includeUsage: true },
+    });
     expect(body(1)).not.toBe(body(2));
-    expect((JSON.parse(body(3)) as { messages: { content: string }[] }).messages[0].content.startsWith('3 ')).toBe(true);
-    expect(countWords((JSON.parse(requestBodies({ ...opts, promptTokens: 1 })(9)) as { messages: { content: string }[] }).messages[0].content)).toBe(1);
-    expect(JSON.parse(requestBodies({ ...opts, stream: false, ignoreEos: true })(1))).toMatchObject({ max_tokens: 4, ignore_eos: true });
+    expect((JSON.parse(body(3)) as { messages: { content: string }[] }).messages[0].content.startsWith('3 ')).toBe(
+      true,
+    );
+    expect(
+      countWords(
+        (JSON.parse(requestBodies({ ...opts, promptTokens: 1 })(9)) as { messages: { content: string }[] }).messages[0]
+          .content,
+      ),
+    ).toBe(1);
+    expect(JSON.parse(requestBodies({ ...opts, stream: false, ignoreEos: true })(1))).toMatchObject({
+      max_tokens: 4,
+      ignore_eos: true,
+    });
     expect(JSON.parse(requestBodies({ ...opts, stream: false })(1))).not.toHaveProperty('stream');
   });
 
@@ -85,16 +108,47 @@ describe('the synthetic request', () => {
 
 describe('the report', () => {
   const options: BenchOptions = {
-    url: new URL('http://h/v1/chat/completions'), model: 'm', concurrency: 2, requests: 4, durationS: null, stream: true, promptTokens: 8, maxTokens: 3,
-    ignoreEos: false, timeoutMs: 1000, warmup: 0, ttftBudgetMs: 50,
+    url: new URL('http://h/v1/chat/completions'),
+    model: 'm',
+    concurrency: 2,
+    requests: 4,
+    durationS: null,
+    stream: true,
+    promptTokens: 8,
+    maxTokens: 3,
+    ignoreEos: false,
+    timeoutMs: 1000,
+    warmup: 0,
+    ttftBudgetMs: 50,
   };
-  const ok = (ttft: number, total: number): Outcome => ({ ok: true, status: 200, kind: null, message: null, start: 0, ttfb: 1, ttft, total, promptTokens: 8, completionTokens: 3, gaps: [2, 4] });
+  const ok = (ttft: number, total: number): Outcome => ({
+    ok: true,
+    status: 200,
+    kind: null,
+    message: null,
+    start: 0,
+    ttfb: 1,
+    ttft,
+    total,
+    promptTokens: 8,
+    completionTokens: 3,
+    gaps: [2, 4],
+  });
   const failed = (kind: string, message: string): Outcome => ({ ...ok(0, 5), ok: false, kind, message });
 
   test('counts rates over the duration, goodput within the TTFT budget, and failures by kind with the first few messages', () => {
     const t = newTally();
-    for (const o of [ok(10, 20), ok(40, 60), ok(80, 90), failed('HTTP 503', 'no ready replica'), failed('HTTP 503', 'again'), failed('timeout', 'no data'),
-      failed('HTTP 503', 'a third'), failed('HTTP 503', 'a fourth')]) record(t, o);
+    for (const o of [
+      ok(10, 20),
+      ok(40, 60),
+      ok(80, 90),
+      failed('HTTP 503', 'no ready replica'),
+      failed('HTTP 503', 'again'),
+      failed('timeout', 'no data'),
+      failed('HTTP 503', 'a third'),
+      failed('HTTP 503', 'a fourth'),
+    ])
+      record(t, o);
     const r = reportOf(options, t, 2, 0.5);
     expect(r.requests).toEqual({ sent: 8, ok: 3, failed: 5 });
     expect(r.requestsPerS).toBe(1.5);
@@ -102,7 +156,10 @@ describe('the report', () => {
     expect(r.goodput).toEqual({ ttftBudgetMs: 50, requests: 2, perS: 1, shareOfOk: 2 / 3 });
     expect(r.ttftMs?.p50).toBe(40);
     expect(r.itlMs).toMatchObject({ n: 6, p50: 3 });
-    expect(r.errors).toEqual([{ kind: 'HTTP 503', count: 4, first: ['no ready replica', 'again', 'a third'] }, { kind: 'timeout', count: 1, first: ['no data'] }]);
+    expect(r.errors).toEqual([
+      { kind: 'HTTP 503', count: 4, first: ['no ready replica', 'again', 'a third'] },
+      { kind: 'timeout', count: 1, first: ['no data'] },
+    ]);
     const text = formatReport(r);
     expect(text).toMatch(/3 ok, 5 failed; 1\.5 completed\/s/);
     expect(text).toMatch(/goodput +1\.0 req\/s with TTFT ≤ 50 ms \(66\.7 % of completed\)/);

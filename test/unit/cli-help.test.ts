@@ -45,7 +45,9 @@ describe('llmgw --help', () => {
   test('onboard-node without --binary refuses, rather than copy the working tree', () => {
     const r = run('onboard-node', '--node', 'gpu-01', '--addr', '10.0.0.5', '--server', 'https://10.0.0.1:7443');
     expect(r.status).toBe(1);
-    expect(r.stderr).toMatch(/LLMGW_ARTEFACT_INVALID: --binary ARTEFACT is required: build one with npm run release[\s\S]*never copies/);
+    expect(r.stderr).toMatch(
+      /LLMGW_ARTEFACT_INVALID: --binary ARTEFACT is required: build one with npm run release[\s\S]*never copies/,
+    );
   });
 
   test('ctl with no command exits 2 and shows an example', () => {

@@ -7,16 +7,26 @@ import { answerErrors } from '../../gateway/errors';
 
 describe('intOption', () => {
   test.each(['0', '3', '64', '007'])('reads %j', (v) => expect(intOption(v, 'N', 9)).toBe(Number(v)));
-  test.each(['', ' 3', '3 ', '1e9', '0x10', '-1', '2.5', '+3', 'NaN', '9'.repeat(16)])('refuses %j, naming the flag', (v) => {
-    expect(() => intOption(v, '--replicas', 0)).toThrow(`--replicas must be a whole number written in digits (e.g. 3), got ${JSON.stringify(v)}`);
-  });
+  test.each(['', ' 3', '3 ', '1e9', '0x10', '-1', '2.5', '+3', 'NaN', '9'.repeat(16)])(
+    'refuses %j, naming the flag',
+    (v) => {
+      expect(() => intOption(v, '--replicas', 0)).toThrow(
+        `--replicas must be a whole number written in digits (e.g. 3), got ${JSON.stringify(v)}`,
+      );
+    },
+  );
   test('an absent option is the fallback', () => expect(intOption(undefined, 'N', 9)).toBe(9));
 });
 
 describe('verbIndex', () => {
   test.each([
-    [['nodes'], 0], [['--config', 'f.yaml', 'nodes'], 2], [['--json', 'nodes'], 1], [['--config=f.yaml', 'nodes', '--json'], 1],
-    [['--server', 'https://x:1', '--config', 'f', 'scale', 'm', '3'], 4], [['--help'], -1], [[], -1],
+    [['nodes'], 0],
+    [['--config', 'f.yaml', 'nodes'], 2],
+    [['--json', 'nodes'], 1],
+    [['--config=f.yaml', 'nodes', '--json'], 1],
+    [['--server', 'https://x:1', '--config', 'f', 'scale', 'm', '3'], 4],
+    [['--help'], -1],
+    [[], -1],
   ])('%j: the verb is at %i', (argv, at) => expect(verbIndex(argv)).toBe(at));
 });
 
@@ -43,7 +53,15 @@ describe('answerErrors', () => {
       expect(r.status).toBe(500);
       expect(body.error.code).toBe('LLMGW_INTERNAL');
       expect(body.error.message).not.toMatch(/SQL/);
-      expect(lines).toEqual([expect.objectContaining({ msg: 'internal error', level: 'error', method: 'GET', route: '/v1/things/:id', error: expect.stringContaining('SQL syntax') })]);
+      expect(lines).toEqual([
+        expect.objectContaining({
+          msg: 'internal error',
+          level: 'error',
+          method: 'GET',
+          route: '/v1/things/:id',
+          error: expect.stringContaining('SQL syntax'),
+        }),
+      ]);
     } finally {
       await app.close();
     }

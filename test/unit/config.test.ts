@@ -28,7 +28,11 @@ describe('config/check', () => {
     const o = c.obj({ a: 1, bb: 2 }, ['x'], ['a', 'b']);
     expect(c.str(o, ['x', 'a'], '"text"')).toBe('');
     expect(c.int(o, ['x', 'missing'], 1, 10, '5')).toBe(0);
-    expect(c.issues.map((i) => i.path)).toEqual([['x', 'bb'], ['x', 'a'], ['x', 'missing']]);
+    expect(c.issues.map((i) => i.path)).toEqual([
+      ['x', 'bb'],
+      ['x', 'a'],
+      ['x', 'missing'],
+    ]);
     expect(c.issues[0]?.fix).toContain('did you mean "b"?');
   });
 });
@@ -53,19 +57,28 @@ describe('parseServerConfig', () => {
     expect(e.fix).toContain('host:port');
     expect(e.message).toMatch(/^\/etc\/llmgw\/server\.yaml:2:\d+: temporal\.address: /);
   });
-  it('reads the drain grace and a model\'s own, and names the key of a bad one', () => {
-    const cfg = parseServerConfig('drain:\n  graceS: 120\ncatalog:\n  - name: m\n    source: sim://m\n    replicas: 1\n    drainGraceS: 3600\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n', 'server.yaml');
+  it("reads the drain grace and a model's own, and names the key of a bad one", () => {
+    const cfg = parseServerConfig(
+      'drain:\n  graceS: 120\ncatalog:\n  - name: m\n    source: sim://m\n    replicas: 1\n    drainGraceS: 3600\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n',
+      'server.yaml',
+    );
     expect(cfg.drain.graceS).toBe(120);
     expect(cfg.catalog[0]?.drainGraceS).toBe(3600);
     expect(DEFAULT_CONFIG.drain.graceS).toBe(600);
     const e = configError('drain:\n  graceS: 10m\n');
     expect(e.keyPath).toBe('drain.graceS');
     expect(e.fix).toMatch(/whole number from 0 to 86400, e\.g\. 600/);
-    expect(configError('catalog:\n  - name: m\n    source: sim://m\n    replicas: 1\n    drainGraceS: -5\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n').keyPath).toBe('catalog[0].drainGraceS');
+    expect(
+      configError(
+        'catalog:\n  - name: m\n    source: sim://m\n    replicas: 1\n    drainGraceS: -5\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n',
+      ).keyPath,
+    ).toBe('catalog[0].drainGraceS');
     expect(configError('drain:\n  grace: 60\n').fix).toContain('did you mean "graceS"?');
   });
   it('names list indexes in the key path', () => {
-    const e = configError('catalog:\n  - name: m\n    source: sim://m\n    replicas: -1\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n');
+    const e = configError(
+      'catalog:\n  - name: m\n    source: sim://m\n    replicas: -1\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n',
+    );
     expect(e.keyPath).toBe('catalog[0].replicas');
     expect(e.fix).toMatch(/whole number/);
   });
@@ -82,15 +95,23 @@ describe('parseServerConfig', () => {
   });
   it('reports several errors at once', () => {
     const e = configError('temporal:\n  adress: x\nmysql:\n  url: postgres://db/x\ngateway:\n  refreshMs: 5\n');
-    expect(e.issues.map((i) => i.keyPath)).toEqual(expect.arrayContaining(['temporal.adress', 'mysql.url', 'gateway.refreshMs']));
+    expect(e.issues.map((i) => i.keyPath)).toEqual(
+      expect.arrayContaining(['temporal.adress', 'mysql.url', 'gateway.refreshMs']),
+    );
     expect(e.issues.length).toBeGreaterThanOrEqual(3);
     expect(e.message.split('\n')).toHaveLength(e.issues.length);
     for (const i of e.issues) expect(i.fix).not.toBe('');
   });
   it('reads the gateway timeouts key by key over the defaults, and names a bad one with its range', () => {
     const cfg = parseServerConfig('gateway:\n  accessLog: true\n  timeouts:\n    idleMs: 5000\n', 'server.yaml');
-    expect(cfg.gateway).toEqual({ ...DEFAULT_CONFIG.gateway, accessLog: true, timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 5000, requestMs: 60_000 } });
-    const e = configError('gateway:\n  accessLog: "yes"\n  timeouts:\n    connectMs: 0\n    firstByteMs: 10m\n    idleMz: 5\n');
+    expect(cfg.gateway).toEqual({
+      ...DEFAULT_CONFIG.gateway,
+      accessLog: true,
+      timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 5000, requestMs: 60_000 },
+    });
+    const e = configError(
+      'gateway:\n  accessLog: "yes"\n  timeouts:\n    connectMs: 0\n    firstByteMs: 10m\n    idleMz: 5\n',
+    );
     expect(e.issues.map((i) => [i.keyPath, i.problem])).toEqual([
       ['gateway.timeouts.idleMz', 'unknown key "idleMz"'],
       ['gateway.timeouts.connectMs', 'expected a whole number from 100 to 60000, got number 0'],
@@ -99,8 +120,9 @@ describe('parseServerConfig', () => {
     ]);
     expect(e.issues[0]?.fix).toContain('did you mean "idleMs"?');
   });
-  it('takes a model\'s own first-byte timeout from the catalog', () => {
-    const model = (extra: string): string => `catalog:\n  - name: m\n    source: sim://m\n    replicas: 1\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n${extra}`;
+  it("takes a model's own first-byte timeout from the catalog", () => {
+    const model = (extra: string): string =>
+      `catalog:\n  - name: m\n    source: sim://m\n    replicas: 1\n    profiles: [{ name: default, engine: sim, nodes: 1, gpusPerNode: 1 }]\n${extra}`;
     expect(parseServerConfig(model('    firstByteMs: 30000\n'), 'server.yaml').catalog[0]?.firstByteMs).toBe(30_000);
     expect(parseServerConfig(model(''), 'server.yaml').catalog[0]).not.toHaveProperty('firstByteMs');
     const e = configError(model('    firstByteMs: 500\n'));
@@ -118,7 +140,9 @@ describe('parseServerConfig', () => {
     expect(e.message).toMatch(/^server\.yaml:\d+:\d+: /);
   });
   it('says a file that cannot be read names the path', () => {
-    expect(() => loadServerConfig('/nonexistent/server.yaml')).toThrow(/\/nonexistent\/server\.yaml: cannot be read \(ENOENT\)/);
+    expect(() => loadServerConfig('/nonexistent/server.yaml')).toThrow(
+      /\/nonexistent\/server\.yaml: cannot be read \(ENOENT\)/,
+    );
   });
 });
 
@@ -133,7 +157,11 @@ describe('config/server.example.yaml', () => {
   test('spells out every key the defaults have', () => {
     const doc = parse(text) as unknown;
     const paths = (v: unknown, at: string): string[] =>
-      isObj(v) ? Object.entries(v).flatMap(([k, inner]) => [`${at}${k}`, ...paths(inner, `${at}${k}.`)]) : Array.isArray(v) ? v.flatMap((x) => paths(x, at)) : [];
+      isObj(v)
+        ? Object.entries(v).flatMap(([k, inner]) => [`${at}${k}`, ...paths(inner, `${at}${k}.`)])
+        : Array.isArray(v)
+          ? v.flatMap((x) => paths(x, at))
+          : [];
     expect([...new Set(paths(doc, ''))].sort()).toEqual([...new Set(paths(DEFAULT_CONFIG, ''))].sort());
   });
 });

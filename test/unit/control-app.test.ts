@@ -10,7 +10,14 @@ function memoryStore(): Store {
   const nodes = new Map<string, NodeRecord>();
   const fake = {
     nodeState: async (id: string) => nodes.get(id)?.state ?? null,
-    upsertNode: async (id: string, inventory: NodeInventory) => void nodes.set(id, { id, state: 'ready', inventory: JSON.parse(JSON.stringify(inventory)) as NodeInventory, lastSeen: new Date(), registeredAt: new Date() } as NodeRecord),
+    upsertNode: async (id: string, inventory: NodeInventory) =>
+      void nodes.set(id, {
+        id,
+        state: 'ready',
+        inventory: JSON.parse(JSON.stringify(inventory)) as NodeInventory,
+        lastSeen: new Date(),
+        registeredAt: new Date(),
+      } as NodeRecord),
     event: async () => undefined,
     listNodes: async () => [...nodes.values()],
     listShards: async () => [],
@@ -20,7 +27,13 @@ function memoryStore(): Store {
 }
 
 const inventory = (extra: Record<string, unknown>): Record<string, unknown> => ({
-  gpus: [], adapters: [], fabrics: { 'ib-a': ['mlx5_0', 'mlx5_1'] }, cpuFlags: ['avx2'], engines: ['sim'], host: '127.0.0.1', ...extra,
+  gpus: [],
+  adapters: [],
+  fabrics: { 'ib-a': ['mlx5_0', 'mlx5_1'] },
+  cpuFlags: ['avx2'],
+  engines: ['sim'],
+  host: '127.0.0.1',
+  ...extra,
 });
 
 describe('POST /v1/agent/register', () => {
@@ -32,14 +45,27 @@ describe('POST /v1/agent/register', () => {
     // What the mTLS gate sets from a verified node certificate: here, each request speaks for the node it names.
     app.addHook('preValidation', async (req) => {
       const nodeId = (req.body as { nodeId?: string } | undefined)?.nodeId ?? 'n0';
-      Object.assign(req, { peer: { cn: nodeId, serial: '01', role: 'node', notAfter: new Date(Date.now() + 3_600_000) } });
+      Object.assign(req, {
+        peer: { cn: nodeId, serial: '01', role: 'node', notAfter: new Date(Date.now() + 3_600_000) },
+      });
     });
-    await app.register(controlRoutes, { store: memoryStore(), temporal: { address: '127.0.0.1:7233', namespace: 'default' }, heartbeatMs: 1000 });
+    await app.register(controlRoutes, {
+      store: memoryStore(),
+      temporal: { address: '127.0.0.1:7233', namespace: 'default' },
+      heartbeatMs: 1000,
+    });
     base = await app.listen({ host: '127.0.0.1', port: 0 });
   });
   afterAll(() => app.close());
-  const register = async (nodeId: string, inv: Record<string, unknown>): Promise<{ statusCode: number; body: string }> => {
-    const res = await fetch(`${base}/v1/agent/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId, inventory: inv }) });
+  const register = async (
+    nodeId: string,
+    inv: Record<string, unknown>,
+  ): Promise<{ statusCode: number; body: string }> => {
+    const res = await fetch(`${base}/v1/agent/register`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ nodeId, inventory: inv }),
+    });
     return { statusCode: res.status, body: await res.text() };
   };
 
@@ -52,14 +78,29 @@ describe('POST /v1/agent/register', () => {
   });
 
   test('an unread SM (null GUID, declared-only) is accepted; an agent older than fabric identity still registers', async () => {
-    expect((await register('n2', inventory({ fabricIdentity: { 'ib-a': { smGuid: null, strength: 'declared-only', note: 'not read' } } }))).statusCode).toBe(200);
+    expect(
+      (
+        await register(
+          'n2',
+          inventory({ fabricIdentity: { 'ib-a': { smGuid: null, strength: 'declared-only', note: 'not read' } } }),
+        )
+      ).statusCode,
+    ).toBe(200);
     expect((await register('n3', inventory({}))).statusCode).toBe(200);
   });
 
   test.each([
-    ['a GUID that is not 0x + 16 hex digits', { fabricIdentity: { 'ib-a': { smGuid: 'fe80::1', strength: 'sm-guid' } } }, /smGuid/],
+    [
+      'a GUID that is not 0x + 16 hex digits',
+      { fabricIdentity: { 'ib-a': { smGuid: 'fe80::1', strength: 'sm-guid' } } },
+      /smGuid/,
+    ],
     ['an unknown strength', { fabricIdentity: { 'ib-a': { smGuid: null, strength: 'guessed' } } }, /strength/],
-    ['a doctor status other than pass, warn, fail', { doctor: [{ id: 'cpu-flags', status: 'broken', summary: '', fix: '' }] }, /status/],
+    [
+      'a doctor status other than pass, warn, fail',
+      { doctor: [{ id: 'cpu-flags', status: 'broken', summary: '', fix: '' }] },
+      /status/,
+    ],
     ['a doctor result without its fix', { doctor: [{ id: 'cpu-flags', status: 'pass', summary: 'ok' }] }, /fix/],
   ])('refuses %s with 400', async (_what, extra, field) => {
     const res = await register('bad', inventory(extra));
@@ -74,11 +115,23 @@ describe('POST /v1/agent/renew', () => {
   const logs: string[] = [];
   beforeAll(async () => {
     app = Fastify();
-    app.addHook('preValidation', async (req) => void Object.assign(req, { peer: { cn: 'n1', serial: '01', role: 'node', notAfter: new Date(Date.now() + 3_600_000) } }));
+    app.addHook(
+      'preValidation',
+      async (req) =>
+        void Object.assign(req, {
+          peer: { cn: 'n1', serial: '01', role: 'node', notAfter: new Date(Date.now() + 3_600_000) },
+        }),
+    );
     await app.register(controlRoutes, {
-      store: memoryStore(), temporal: { address: '127.0.0.1:7233', namespace: 'default' }, heartbeatMs: 1000, log: (msg) => void logs.push(msg),
+      store: memoryStore(),
+      temporal: { address: '127.0.0.1:7233', namespace: 'default' },
+      heartbeatMs: 1000,
+      log: (msg) => void logs.push(msg),
       renew: async () => {
-        throw new LlmgwError('LLMGW_CA_UNAVAILABLE', 'renewing n1\'s certificate: the llmgw-ca worker did not answer in time');
+        throw new LlmgwError(
+          'LLMGW_CA_UNAVAILABLE',
+          "renewing n1's certificate: the llmgw-ca worker did not answer in time",
+        );
       },
     });
     base = await app.listen({ host: '127.0.0.1', port: 0 });
@@ -86,9 +139,15 @@ describe('POST /v1/agent/renew', () => {
   afterAll(() => app.close());
 
   test('the CA worker not answering is a 503 LLMGW_CA_UNAVAILABLE the agent can show, and a log line', async () => {
-    const res = await fetch(`${base}/v1/agent/renew`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ nodeId: 'n1', csr: 'x' }) });
+    const res = await fetch(`${base}/v1/agent/renew`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ nodeId: 'n1', csr: 'x' }),
+    });
     expect(res.status).toBe(503);
-    expect(await res.json()).toMatchObject({ error: { code: 'LLMGW_CA_UNAVAILABLE', message: expect.stringContaining('llmgw-ca worker') } });
+    expect(await res.json()).toMatchObject({
+      error: { code: 'LLMGW_CA_UNAVAILABLE', message: expect.stringContaining('llmgw-ca worker') },
+    });
     expect(logs).toContain('certificate renewal failed');
   });
 });

@@ -5,7 +5,13 @@ import type { IbAdapter } from '../../lib/types';
 import { thrownWithCode } from '../helpers/errors';
 
 const SYSFS = join(__dirname, '..', 'fixtures', 'sysfs');
-const ib = (device: string, state = '4: ACTIVE', linkLayer = 'InfiniBand', port = 1): IbAdapter => ({ device, port, state, rate: '200 Gb/sec (4X HDR)', linkLayer });
+const ib = (device: string, state = '4: ACTIVE', linkLayer = 'InfiniBand', port = 1): IbAdapter => ({
+  device,
+  port,
+  state,
+  rate: '200 Gb/sec (4X HDR)',
+  linkLayer,
+});
 
 /** The thrown error, asserting it carries LLMGW_BAD_REQUEST. */
 function thrown(fn: () => unknown): Error {
@@ -38,12 +44,20 @@ describe('resolveFabrics', () => {
     expect(resolveFabrics([parseFabricFlag('ib-a')], adapters)).toEqual({ 'ib-a': ['mlx5_0', 'mlx5_1'] });
   });
   it('uses natural order and skips down and Ethernet ports for a bare name', () => {
-    const adapters = [ib('mlx5_10'), ib('mlx5_0', '1: DOWN'), ib('mlx5_1', '4: ACTIVE', 'Ethernet'), ib('mlx5_2'), ib('mlx5_3')];
+    const adapters = [
+      ib('mlx5_10'),
+      ib('mlx5_0', '1: DOWN'),
+      ib('mlx5_1', '4: ACTIVE', 'Ethernet'),
+      ib('mlx5_2'),
+      ib('mlx5_3'),
+    ];
     expect(resolveFabrics([{ name: 'ib-a', devices: null }], adapters)).toEqual({ 'ib-a': ['mlx5_2', 'mlx5_3'] });
   });
   it('fails a bare name on a node with no active InfiniBand port', async () => {
     const adapters = await readIbAdapters(join(SYSFS, 'roce'));
-    expect(thrown(() => resolveFabrics([{ name: 'ib-a', devices: null }], adapters)).message).toContain('no active InfiniBand port');
+    expect(thrown(() => resolveFabrics([{ name: 'ib-a', devices: null }], adapters)).message).toContain(
+      'no active InfiniBand port',
+    );
   });
   it('accepts explicit devices that exist, are active and InfiniBand', async () => {
     const adapters = await readIbAdapters(join(SYSFS, 'two-hdr'));
@@ -69,13 +83,18 @@ describe('resolveFabrics', () => {
   });
   it('rejects a device under two fabrics, naming both', async () => {
     const adapters = await readIbAdapters(join(SYSFS, 'two-hdr'));
-    const msg = thrown(() => resolveFabrics([parseFabricFlag('ib-a:mlx5_0'), parseFabricFlag('ib-b:mlx5_0,mlx5_1')], adapters)).message;
+    const msg = thrown(() =>
+      resolveFabrics([parseFabricFlag('ib-a:mlx5_0'), parseFabricFlag('ib-b:mlx5_0,mlx5_1')], adapters),
+    ).message;
     expect(msg).toContain('mlx5_0');
     expect(msg).toContain('ib-a');
     expect(msg).toContain('ib-b');
   });
   it('keeps two fabrics on separate devices', async () => {
     const adapters = await readIbAdapters(join(SYSFS, 'two-hdr'));
-    expect(resolveFabrics([parseFabricFlag('ib-a:mlx5_0'), parseFabricFlag('ib-b:mlx5_1')], adapters)).toEqual({ 'ib-a': ['mlx5_0'], 'ib-b': ['mlx5_1'] });
+    expect(resolveFabrics([parseFabricFlag('ib-a:mlx5_0'), parseFabricFlag('ib-b:mlx5_1')], adapters)).toEqual({
+      'ib-a': ['mlx5_0'],
+      'ib-b': ['mlx5_1'],
+    });
   });
 });

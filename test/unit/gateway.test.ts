@@ -6,7 +6,19 @@ import type { RouteRows } from '../../lib/store/store';
 import { buildGatewayApp } from '../../gateway/inference/app';
 import { RoutingTable } from '../../gateway/inference/routing';
 import { freePort } from '../helpers/ports';
-import { chat, chunk, closeAll, completion, engine, gateway as startTestGateway, post, ready, sleep, table, upstream } from '../helpers/gateway';
+import {
+  chat,
+  chunk,
+  closeAll,
+  completion,
+  engine,
+  gateway as startTestGateway,
+  post,
+  ready,
+  sleep,
+  table,
+  upstream,
+} from '../helpers/gateway';
 
 /** Polls `cond` until true; fails the test with `what` otherwise. */
 async function waitFor(cond: () => boolean, what: string, ms = 5000): Promise<void> {
@@ -17,7 +29,8 @@ async function waitFor(cond: () => boolean, what: string, ms = 5000): Promise<vo
   }
 }
 
-const gateway = (rows: RouteRows, apiKeys: string[] = []): ReturnType<typeof startTestGateway> => startTestGateway(rows, { apiKeys });
+const gateway = (rows: RouteRows, apiKeys: string[] = []): ReturnType<typeof startTestGateway> =>
+  startTestGateway(rows, { apiKeys });
 
 afterEach(closeAll);
 
@@ -26,7 +39,12 @@ describe('routes', () => {
   let app: FastifyInstance;
   let base = '';
   /** A small stand-in for app.inject over a real connection. */
-  const call = async (o: { method: string; url: string; headers?: Record<string, string>; payload?: string }): Promise<{ statusCode: number; json(): { error: { message: string; type: string; code: string } } }> => {
+  const call = async (o: {
+    method: string;
+    url: string;
+    headers?: Record<string, string>;
+    payload?: string;
+  }): Promise<{ statusCode: number; json(): { error: { message: string; type: string; code: string } } }> => {
     const r = await fetch(base + o.url, { method: o.method, headers: o.headers, body: o.payload });
     const text = await r.text();
     return { statusCode: r.status, json: () => JSON.parse(text) };
@@ -34,7 +52,13 @@ describe('routes', () => {
   const rows: RouteRows = {
     models: ['sim-large', 'sim-small', 'sim-empty'],
     replicas: [
-      { id: 'sim-large-0', model: 'sim-large', state: 'waiting', endpoint: null, reason: 'no placement: needs 4 GPUs on one fabric' },
+      {
+        id: 'sim-large-0',
+        model: 'sim-large',
+        state: 'waiting',
+        endpoint: null,
+        reason: 'no placement: needs 4 GPUs on one fabric',
+      },
       ready('sim-small-0', 'sim-small', 'http://127.0.0.1:1'),
     ],
   };
@@ -51,22 +75,46 @@ describe('routes', () => {
   it('lists models in the OpenAI shape', async () => {
     const r = await call({ method: 'GET', url: '/v1/models', headers: auth });
     expect(r.statusCode).toBe(200);
-    expect(r.json()).toEqual({ object: 'list', data: ['sim-empty', 'sim-large', 'sim-small'].map((id) => ({ id, object: 'model', created: expect.any(Number), owned_by: 'llmgw' })) });
+    expect(r.json()).toEqual({
+      object: 'list',
+      data: ['sim-empty', 'sim-large', 'sim-small'].map((id) => ({
+        id,
+        object: 'model',
+        created: expect.any(Number),
+        owned_by: 'llmgw',
+      })),
+    });
   });
 
   it('answers 404 naming an unknown model and the available ones', async () => {
     const r = await call({ method: 'POST', url: '/v1/chat/completions', headers: auth, payload: chat('gpt-9') });
     expect(r.statusCode).toBe(404);
-    expect(r.json().error).toEqual({ message: expect.stringContaining('"gpt-9"'), type: 'invalid_request_error', code: 'LLMGW_UNKNOWN_MODEL' });
+    expect(r.json().error).toEqual({
+      message: expect.stringContaining('"gpt-9"'),
+      type: 'invalid_request_error',
+      code: 'LLMGW_UNKNOWN_MODEL',
+    });
     expect(r.json().error.message).toContain('sim-large, sim-small');
   });
 
   it('answers 503 with the reason when no replica is ready', async () => {
-    const r = await call({ method: 'POST', url: '/v1/completions', headers: auth, payload: JSON.stringify({ model: 'sim-large', prompt: 'x' }) });
+    const r = await call({
+      method: 'POST',
+      url: '/v1/completions',
+      headers: auth,
+      payload: JSON.stringify({ model: 'sim-large', prompt: 'x' }),
+    });
     expect(r.statusCode).toBe(503);
     expect(r.json().error.code).toBe('LLMGW_NO_READY_REPLICA');
-    expect(r.json().error.message).toBe('model sim-large has no ready replica (sim-large-0: waiting — no placement: needs 4 GPUs on one fabric)');
-    const empty = await call({ method: 'POST', url: '/v1/embeddings', headers: auth, payload: JSON.stringify({ model: 'sim-empty', input: 'x' }) });
+    expect(r.json().error.message).toBe(
+      'model sim-large has no ready replica (sim-large-0: waiting — no placement: needs 4 GPUs on one fabric)',
+    );
+    const empty = await call({
+      method: 'POST',
+      url: '/v1/embeddings',
+      headers: auth,
+      payload: JSON.stringify({ model: 'sim-empty', input: 'x' }),
+    });
     expect(empty.json().error.message).toBe('model sim-empty has no replicas');
   });
 
@@ -74,7 +122,11 @@ describe('routes', () => {
     for (const payload of ['{"model":', JSON.stringify({ messages: [] }), '[1,2]', JSON.stringify({ model: 7 })]) {
       const r = await call({ method: 'POST', url: '/v1/chat/completions', headers: auth, payload });
       expect(r.statusCode).toBe(400);
-      expect(r.json().error).toEqual({ message: expect.any(String), type: 'invalid_request_error', code: 'LLMGW_BAD_REQUEST' });
+      expect(r.json().error).toEqual({
+        message: expect.any(String),
+        type: 'invalid_request_error',
+        code: 'LLMGW_BAD_REQUEST',
+      });
     }
   });
 
@@ -82,7 +134,12 @@ describe('routes', () => {
     const none = await call({ method: 'GET', url: '/v1/models' });
     expect(none.statusCode).toBe(401);
     expect(none.json().error.code).toBe('LLMGW_UNAUTHORIZED');
-    const wrong = await call({ method: 'POST', url: '/v1/chat/completions', headers: { ...auth, authorization: 'Bearer nope' }, payload: chat('sim-small') });
+    const wrong = await call({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: { ...auth, authorization: 'Bearer nope' },
+      payload: chat('sim-small'),
+    });
     expect(wrong.statusCode).toBe(401);
     expect((await call({ method: 'GET', url: '/health' })).json()).toEqual({ status: 'ok', models: 3 });
   });
@@ -98,17 +155,32 @@ describe('routes', () => {
 describe('RoutingTable', () => {
   it('round-robins among idle replicas and keeps the last table when a refresh fails', async () => {
     let fail = false;
-    const routing = new RoutingTable(async () => {
-      if (fail) throw new Error('mysql down');
-      return { models: ['m'], replicas: [ready('a', 'm', 'http://127.0.0.1:1'), ready('b', 'm', 'http://127.0.0.1:2/')] };
-    }, { refreshMs: 60_000 });
+    const routing = new RoutingTable(
+      async () => {
+        if (fail) throw new Error('mysql down');
+        return {
+          models: ['m'],
+          replicas: [ready('a', 'm', 'http://127.0.0.1:1'), ready('b', 'm', 'http://127.0.0.1:2/')],
+        };
+      },
+      { refreshMs: 60_000 },
+    );
     await routing.refresh();
-    const ids = [0, 1, 2, 3].map(() => { const p = routing.pick('m'); return p.kind === 'ok' ? p.replica.id : p.kind; });
+    const ids = [0, 1, 2, 3].map(() => {
+      const p = routing.pick('m');
+      return p.kind === 'ok' ? p.replica.id : p.kind;
+    });
     expect(ids).toEqual(['a', 'b', 'a', 'b']);
     fail = true;
     await expect(routing.refresh()).rejects.toThrow('mysql down');
-    expect(routing.pick('m', new Set(['a']))).toEqual({ kind: 'ok', replica: { id: 'b', endpoint: 'http://127.0.0.1:2', host: '127.0.0.1', port: 2 } });
-    expect(routing.pick('m', new Set(['a', 'b']))).toEqual({ kind: 'none-ready', reason: expect.stringContaining('no ready replica left') });
+    expect(routing.pick('m', new Set(['a']))).toEqual({
+      kind: 'ok',
+      replica: { id: 'b', endpoint: 'http://127.0.0.1:2', host: '127.0.0.1', port: 2 },
+    });
+    expect(routing.pick('m', new Set(['a', 'b']))).toEqual({
+      kind: 'none-ready',
+      reason: expect.stringContaining('no ready replica left'),
+    });
   });
 });
 
@@ -139,13 +211,20 @@ describe('proxying to real upstreams', () => {
 
   it('retries on a second replica when the first refuses connections or answers 503', async () => {
     const good = await upstream(engine());
-    const busy = await upstream((_req, res) => void res.writeHead(503, { 'content-type': 'application/json' }).end('{"error":"busy"}'));
+    const busy = await upstream(
+      (_req, res) => void res.writeHead(503, { 'content-type': 'application/json' }).end('{"error":"busy"}'),
+    );
     const refused = `http://127.0.0.1:${await freePort()}`;
-    const { url, routing } = await gateway({ models: ['m'], replicas: [ready('m-0', 'm', refused), ready('m-1', 'm', busy.endpoint), ready('m-2', 'm', good.endpoint)] });
+    const { url, routing } = await gateway({
+      models: ['m'],
+      replicas: [ready('m-0', 'm', refused), ready('m-1', 'm', busy.endpoint), ready('m-2', 'm', good.endpoint)],
+    });
     for (let i = 0; i < 6; i++) {
       const r = await post(`${url}/v1/chat/completions`, chat('m'));
       expect(r.status).toBe(200);
-      expect(((await r.json()) as { choices: { message: { content: string } }[] }).choices[0].message.content).toBe('hello');
+      expect(((await r.json()) as { choices: { message: { content: string } }[] }).choices[0].message.content).toBe(
+        'hello',
+      );
     }
     expect(good.hits).toHaveLength(6);
     expect(busy.hits.length).toBeGreaterThan(0);
@@ -153,11 +232,17 @@ describe('proxying to real upstreams', () => {
   });
 
   it('answers 502 when every replica fails, and passes a 5xx through when no other replica is left', async () => {
-    const { url } = await gateway({ models: ['m'], replicas: [ready('m-0', 'm', `http://127.0.0.1:${await freePort()}`)] });
+    const { url } = await gateway({
+      models: ['m'],
+      replicas: [ready('m-0', 'm', `http://127.0.0.1:${await freePort()}`)],
+    });
     const r = await post(`${url}/v1/chat/completions`, chat('m'));
     expect(r.status).toBe(502);
     expect(((await r.json()) as { error: { code: string } }).error.code).toBe('LLMGW_UPSTREAM_FAILED');
-    const busy = await upstream((_req, res) => void res.writeHead(503, { 'content-type': 'application/json' }).end('{"error":{"message":"warming up"}}'));
+    const busy = await upstream(
+      (_req, res) =>
+        void res.writeHead(503, { 'content-type': 'application/json' }).end('{"error":{"message":"warming up"}}'),
+    );
     const g2 = await gateway({ models: ['m'], replicas: [ready('m-0', 'm', busy.endpoint)] });
     const r2 = await post(`${g2.url}/v1/chat/completions`, chat('m'));
     expect(r2.status).toBe(503);
@@ -168,7 +253,10 @@ describe('proxying to real upstreams', () => {
     const held: ServerResponse[] = [];
     const slow = await upstream((_req, res) => void held.push(res));
     const fast = await upstream(engine());
-    const { url, routing } = await gateway({ models: ['m'], replicas: [ready('m-0', 'm', slow.endpoint), ready('m-1', 'm', fast.endpoint)] });
+    const { url, routing } = await gateway({
+      models: ['m'],
+      replicas: [ready('m-0', 'm', slow.endpoint), ready('m-1', 'm', fast.endpoint)],
+    });
     const pending = post(`${url}/v1/chat/completions`, chat('m'));
     await waitFor(() => held.length === 1, 'the first request to reach m-0');
     expect(routing.inFlightOf('m-0')).toBe(1);
@@ -185,7 +273,8 @@ describe('proxying to real upstreams', () => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       res.write(chunk('m', 'tick'));
       // Half an event: nothing the gateway could add after it would parse, so the client's connection is cut.
-      if (req.url === '/v1/completions') return void res.write('data: {"id":"chatcmpl-1","cho', () => setTimeout(() => res.destroy(), 50));
+      if (req.url === '/v1/completions')
+        return void res.write('data: {"id":"chatcmpl-1","cho', () => setTimeout(() => res.destroy(), 50));
       const t = setInterval(() => res.write(chunk('m', 'tick')), 20);
       res.once('close', () => clearInterval(t));
     });
@@ -209,10 +298,16 @@ describe('proxying to real upstreams', () => {
     expect((await client.models.list()).data.map((m) => m.id)).toEqual(['m']);
     const plain = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
     expect(plain.choices[0].message.content).toBe('hello');
-    const stream = await client.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'hi' }], stream: true });
+    const stream = await client.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+    });
     let text = '';
     for await (const c of stream) text += c.choices[0]?.delta?.content ?? '';
     expect(text).toBe('Hello!');
-    await expect(new OpenAI({ baseURL: `${url}/v1`, apiKey: 'bad', maxRetries: 0 }).models.list()).rejects.toMatchObject({ status: 401 });
+    await expect(
+      new OpenAI({ baseURL: `${url}/v1`, apiKey: 'bad', maxRetries: 0 }).models.list(),
+    ).rejects.toMatchObject({ status: 401 });
   });
 });

@@ -13,16 +13,30 @@ function parse(b: Buffer): Parsed {
   let o = 0;
   const u32 = (): number => ((o += 4), b.readUInt32LE(o - 4));
   const u64 = (): number => ((o += 8), Number(b.readBigUInt64LE(o - 8)));
-  const str = (): string => { const n = u64(); o += n; return b.toString('utf8', o - n, o); };
+  const str = (): string => {
+    const n = u64();
+    o += n;
+    return b.toString('utf8', o - n, o);
+  };
   const value = (t: number): unknown => {
     switch (t) {
-      case 4: return u32();
-      case 5: return ((o += 4), b.readInt32LE(o - 4));
-      case 6: return ((o += 4), b.readFloatLE(o - 4));
-      case 7: return ((o += 1), b[o - 1] === 1);
-      case 8: return str();
-      case 9: { const et = u32(); const n = u64(); return Array.from({ length: n }, () => value(et)); }
-      default: throw new Error(`value type ${t} at ${o}`);
+      case 4:
+        return u32();
+      case 5:
+        return ((o += 4), b.readInt32LE(o - 4));
+      case 6:
+        return ((o += 4), b.readFloatLE(o - 4));
+      case 7:
+        return ((o += 1), b[o - 1] === 1);
+      case 8:
+        return str();
+      case 9: {
+        const et = u32();
+        const n = u64();
+        return Array.from({ length: n }, () => value(et));
+      }
+      default:
+        throw new Error(`value type ${t} at ${o}`);
     }
   };
   expect(b.toString('ascii', 0, 4)).toBe('GGUF');
@@ -31,7 +45,10 @@ function parse(b: Buffer): Parsed {
   const nTensors = u64();
   const nKv = u64();
   const kv = new Map<string, unknown>();
-  for (let i = 0; i < nKv; i++) { const k = str(); kv.set(k, value(u32())); }
+  for (let i = 0; i < nKv; i++) {
+    const k = str();
+    kv.set(k, value(u32()));
+  }
   const tensors = Array.from({ length: nTensors }, () => {
     const name = str();
     const ne = Array.from({ length: u32() }, () => u64());
@@ -47,7 +64,16 @@ test('a llama-architecture GGUF v3 of a few hundred KB, every tensor F32 at a 32
   expect(b.length).toBeGreaterThan(200_000);
   expect(b.length).toBeLessThan(1_000_000);
   expect(g.kv.get('general.architecture')).toBe('llama');
-  for (const k of ['context_length', 'embedding_length', 'block_count', 'feed_forward_length', 'attention.head_count', 'attention.head_count_kv', 'rope.dimension_count', 'attention.layer_norm_rms_epsilon']) {
+  for (const k of [
+    'context_length',
+    'embedding_length',
+    'block_count',
+    'feed_forward_length',
+    'attention.head_count',
+    'attention.head_count_kv',
+    'rope.dimension_count',
+    'attention.layer_norm_rms_epsilon',
+  ]) {
     expect(g.kv.has(`llama.${k}`)).toBe(true);
   }
   const tokens = g.kv.get('tokenizer.ggml.tokens') as string[];
@@ -56,7 +82,15 @@ test('a llama-architecture GGUF v3 of a few hundred KB, every tensor F32 at a 32
   expect(tokens[g.kv.get('tokenizer.ggml.eos_token_id') as number]).toBe('<|im_end|>');
   expect(g.kv.get('tokenizer.chat_template')).toContain('<|im_start|>assistant');
   const names = g.tensors.map((t) => t.name);
-  expect(names).toEqual(expect.arrayContaining(['token_embd.weight', 'output_norm.weight', 'output.weight', 'blk.1.attn_q.weight', 'blk.1.ffn_down.weight']));
+  expect(names).toEqual(
+    expect.arrayContaining([
+      'token_embd.weight',
+      'output_norm.weight',
+      'output.weight',
+      'blk.1.attn_q.weight',
+      'blk.1.ffn_down.weight',
+    ]),
+  );
   expect(names.filter((n) => n.startsWith('blk.0.'))).toHaveLength(9);
   let end = 0;
   for (const t of g.tensors) {

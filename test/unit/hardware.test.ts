@@ -12,7 +12,8 @@ const SYSFS = join(FIXTURES, 'sysfs');
 
 /** Runs the fixture script with extra environment variables (via env(1): jest's process.env is not the child's). */
 function withEnv(env: Record<string, string>) {
-  return (cmd: string, args: string[]) => runCommand('env', [...Object.entries(env).map(([k, v]) => `${k}=${v}`), cmd, ...args]);
+  return (cmd: string, args: string[]) =>
+    runCommand('env', [...Object.entries(env).map(([k, v]) => `${k}=${v}`), cmd, ...args]);
 }
 
 describe('runCommand', () => {
@@ -33,7 +34,9 @@ describe('runCommand', () => {
 
 describe('parseNvidiaSmiCsv', () => {
   it('parses index, name, memory and uuid', () => {
-    const gpus = parseNvidiaSmiCsv('0, NVIDIA A100-SXM4-80GB, 81920, GPU-aaaa\n1, NVIDIA A100-SXM4-80GB, 81920, GPU-bbbb\n');
+    const gpus = parseNvidiaSmiCsv(
+      '0, NVIDIA A100-SXM4-80GB, 81920, GPU-aaaa\n1, NVIDIA A100-SXM4-80GB, 81920, GPU-bbbb\n',
+    );
     expect(gpus).toEqual([
       { index: 0, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: 'GPU-aaaa' },
       { index: 1, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: 'GPU-bbbb' },
@@ -52,7 +55,10 @@ describe('queryGpus', () => {
     expect(NVIDIA_SMI_ARGS).toEqual(['--query-gpu=index,name,memory.total,uuid', '--format=csv,noheader,nounits']);
   });
   it('reads GPUs from the fake nvidia-smi', async () => {
-    const r = await queryGpus(FAKE_SMI, withEnv({ FAKE_NVIDIA_GPUS: '2', FAKE_NVIDIA_SEED: 'node-a', FAKE_NVIDIA_FAIL: '0' }));
+    const r = await queryGpus(
+      FAKE_SMI,
+      withEnv({ FAKE_NVIDIA_GPUS: '2', FAKE_NVIDIA_SEED: 'node-a', FAKE_NVIDIA_FAIL: '0' }),
+    );
     if (r.kind !== 'ok') throw new Error(r.reason);
     expect(r.gpus.map((g) => g.index)).toEqual([0, 1]);
     expect(r.gpus[0]).toMatchObject({ name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920 });
@@ -70,13 +76,16 @@ describe('queryGpus', () => {
     const r = await queryGpus(FAKE_SMI, withEnv({ FAKE_NVIDIA_FAIL: '1' }));
     expect(r.kind).toBe('failed');
     if (r.kind !== 'failed') return;
-    expect(r.reason).toBe(`nvidia-smi at ${FAKE_SMI} failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.`);
+    expect(r.reason).toBe(
+      `nvidia-smi at ${FAKE_SMI} failed (exit 9): NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running.`,
+    );
   });
   it('reports a missing binary with the path and a fix', async () => {
     const r = await queryGpus('/opt/none/nvidia-smi');
     expect(r).toEqual({
       kind: 'failed',
-      reason: 'nvidia-smi not found at /opt/none/nvidia-smi: install the NVIDIA driver or pass --nvidia-smi PATH (a containerised driver puts it elsewhere)',
+      reason:
+        'nvidia-smi not found at /opt/none/nvidia-smi: install the NVIDIA driver or pass --nvidia-smi PATH (a containerised driver puts it elsewhere)',
     });
   });
   it('reports unparseable output as a failure', async () => {
@@ -106,7 +115,11 @@ describe('readIbAdapters', () => {
   it('sorts devices in natural order, then ports', async () => {
     const root = mkdtempSync(join(tmpdir(), 'llmgw-sysfs-'));
     try {
-      for (const [dev, port] of [['mlx5_10', 1], ['mlx5_2', 2], ['mlx5_2', 1]] as const) {
+      for (const [dev, port] of [
+        ['mlx5_10', 1],
+        ['mlx5_2', 2],
+        ['mlx5_2', 1],
+      ] as const) {
         const dir = join(root, 'class/infiniband', dev, 'ports', String(port));
         mkdirSync(dir, { recursive: true });
         writeFileSync(join(dir, 'state'), '4: ACTIVE\n');
@@ -123,7 +136,8 @@ describe('readIbAdapters', () => {
 });
 
 describe('cpu flags', () => {
-  const cpuinfo = 'processor\t: 0\nflags\t\t: fpu sse4_2 avx fma\n\nprocessor\t: 1\nflags\t\t: fpu sse4_2 avx avx2 fma\n';
+  const cpuinfo =
+    'processor\t: 0\nflags\t\t: fpu sse4_2 avx fma\n\nprocessor\t: 1\nflags\t\t: fpu sse4_2 avx avx2 fma\n';
   it('takes the wanted flags from the first flags line', () => {
     expect(parseCpuFlags(cpuinfo)).toEqual(['avx', 'fma', 'sse4_2']);
   });

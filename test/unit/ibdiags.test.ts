@@ -24,15 +24,35 @@ beforeAll(() => {
 });
 
 test('missing, not root: says to install infiniband-diags or pass --sminfo, runs nothing', async () => {
-  const r = await ensureSminfo({ sbin: [], path: bin, root: false, run: async () => { throw new Error('must not run'); }, log: quiet });
-  expect(r).toEqual({ kind: 'missing', why: 'sminfo not found and the agent is not root: install infiniband-diags (apt-get install -y --no-install-recommends infiniband-diags) or pass --sminfo PATH' });
+  const r = await ensureSminfo({
+    sbin: [],
+    path: bin,
+    root: false,
+    run: async () => {
+      throw new Error('must not run');
+    },
+    log: quiet,
+  });
+  expect(r).toEqual({
+    kind: 'missing',
+    why: 'sminfo not found and the agent is not root: install infiniband-diags (apt-get install -y --no-install-recommends infiniband-diags) or pass --sminfo PATH',
+  });
 });
 
-test('missing, root: the install fails -> the exit code and apt\'s last words, nothing found', async () => {
+test("missing, root: the install fails -> the exit code and apt's last words, nothing found", async () => {
   const apt = fakeApt('apt-fail', 'echo "E: Unable to locate package infiniband-diags" >&2; exit 100');
-  const r = await ensureSminfo({ sbin: [], path: bin, root: true, run: runCommand, log: quiet, install: [apt, 'install', 'infiniband-diags'] });
+  const r = await ensureSminfo({
+    sbin: [],
+    path: bin,
+    root: true,
+    run: runCommand,
+    log: quiet,
+    install: [apt, 'install', 'infiniband-diags'],
+  });
   expect(r.kind).toBe('missing');
-  expect(r.kind === 'missing' && r.why).toMatch(/failed \(exit 100: E: Unable to locate package infiniband-diags\): install infiniband-diags by hand or pass --sminfo PATH$/);
+  expect(r.kind === 'missing' && r.why).toMatch(
+    /failed \(exit 100: E: Unable to locate package infiniband-diags\): install infiniband-diags by hand or pass --sminfo PATH$/,
+  );
 });
 
 test('missing, root: installs infiniband-diags, then finds the sminfo it brought', async () => {
@@ -41,7 +61,15 @@ test('missing, root: installs infiniband-diags, then finds the sminfo it brought
   expect(r).toEqual({ kind: 'found', path: join(bin, 'sminfo'), installed: true });
   expect(log).toContain('sminfo missing: installing infiniband-diags');
   // Next start: found, nothing installed.
-  const again = await ensureSminfo({ sbin: [], path: bin, root: true, run: async () => { throw new Error('must not run'); }, log: quiet });
+  const again = await ensureSminfo({
+    sbin: [],
+    path: bin,
+    root: true,
+    run: async () => {
+      throw new Error('must not run');
+    },
+    log: quiet,
+  });
   expect(again).toEqual({ kind: 'found', path: join(bin, 'sminfo'), installed: false });
   expect(findOnPath('sminfo', `/nonexistent:${bin}`, [])).toBe(join(bin, 'sminfo'));
 });

@@ -7,9 +7,17 @@ import { RoutingTable } from '../../gateway/inference/routing';
 import { holdersOf, type GatewayReport, type LiveReport } from '../../lib/store/drain';
 
 /** A sink that records reports; `gate` holds each write until released. */
-function fakeSink(): ReportSink & { writes: GatewayReport[]; forgotten: string[]; fail: boolean; gate: Promise<void> | null } {
+function fakeSink(): ReportSink & {
+  writes: GatewayReport[];
+  forgotten: string[];
+  fail: boolean;
+  gate: Promise<void> | null;
+} {
   const s = {
-    writes: [] as GatewayReport[], forgotten: [] as string[], fail: false, gate: null as Promise<void> | null,
+    writes: [] as GatewayReport[],
+    forgotten: [] as string[],
+    fail: false,
+    gate: null as Promise<void> | null,
     async report(_id: string, r: GatewayReport): Promise<void> {
       if (s.gate) await s.gate;
       if (s.fail) throw new Error('MySQL is down');
@@ -23,13 +31,16 @@ function fakeSink(): ReportSink & { writes: GatewayReport[]; forgotten: string[]
 }
 
 const table = async (): Promise<RoutingTable> => {
-  const t = new RoutingTable(async () => ({
-    models: ['m'],
-    replicas: [
-      { id: 'm-0', model: 'm', state: 'ready', endpoint: 'http://127.0.0.1:1', reason: null },
-      { id: 'm-1', model: 'm', state: 'stopping', endpoint: 'http://127.0.0.1:2', reason: null },
-    ],
-  }), { refreshMs: 60_000 });
+  const t = new RoutingTable(
+    async () => ({
+      models: ['m'],
+      replicas: [
+        { id: 'm-0', model: 'm', state: 'ready', endpoint: 'http://127.0.0.1:1', reason: null },
+        { id: 'm-1', model: 'm', state: 'stopping', endpoint: 'http://127.0.0.1:2', reason: null },
+      ],
+    }),
+    { refreshMs: 60_000 },
+  );
   await t.refresh();
   return t;
 };

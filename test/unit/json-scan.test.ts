@@ -6,17 +6,46 @@ import { embeddingRefusal } from '../../lib/engines/registry';
 import { quoteInput } from '../../lib/errors';
 
 const WANTED = new Set(['model', 'stream', 'messages', 'n']);
-const scan = (text: string, depth = 128): ReturnType<typeof scanJsonObject> => scanJsonObject(Buffer.from(text), WANTED, depth);
+const scan = (text: string, depth = 128): ReturnType<typeof scanJsonObject> =>
+  scanJsonObject(Buffer.from(text), WANTED, depth);
 
 describe('scanJsonObject', () => {
   const valid = [
-    '{}', ' { } ', '{"model":"m"}', '{"model":"m\\u00e9\\n\\"q\\"","n":1}', '{"a":[1,-2.5e+3,0,0.1,1E9,true,false,null,{},[],"x"],"model":"m"}',
+    '{}',
+    ' { } ',
+    '{"model":"m"}',
+    '{"model":"m\\u00e9\\n\\"q\\"","n":1}',
+    '{"a":[1,-2.5e+3,0,0.1,1E9,true,false,null,{},[],"x"],"model":"m"}',
     '{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"h\\\\i"}]}],"stream":false}',
-    '{"model":"a","model":"b"}', '{"mo\\u0064el":"escaped key"}', '{"x":{"model":"nested, not top-level"}}', '{"model":"π ☃ 😀"}',
+    '{"model":"a","model":"b"}',
+    '{"mo\\u0064el":"escaped key"}',
+    '{"x":{"model":"nested, not top-level"}}',
+    '{"model":"π ☃ 😀"}',
   ];
   const invalid = [
-    '', '   ', '[]', '"model"', '{', '{"model"}', '{"model":}', '{"model":"m",}', '{"model":"m"} x', '{"a":01}', '{"a":1.}', '{"a":-}',
-    '{"a":.5}', '{"a":tru}', '{"a":"\\x"}', '{"a":"\\u12g4"}', '{"a":"tab\there"}', '{"a":[1,]}', '{"a":[1 2]}', '{"a" 1}', "{'a':1}", '{"a":1e}', '{"a":"unterminated}',
+    '',
+    '   ',
+    '[]',
+    '"model"',
+    '{',
+    '{"model"}',
+    '{"model":}',
+    '{"model":"m",}',
+    '{"model":"m"} x',
+    '{"a":01}',
+    '{"a":1.}',
+    '{"a":-}',
+    '{"a":.5}',
+    '{"a":tru}',
+    '{"a":"\\x"}',
+    '{"a":"\\u12g4"}',
+    '{"a":"tab\there"}',
+    '{"a":[1,]}',
+    '{"a":[1 2]}',
+    '{"a" 1}',
+    "{'a':1}",
+    '{"a":1e}',
+    '{"a":"unterminated}',
   ];
 
   test.each(valid)('accepts %s as JSON.parse does, with the same top-level values', (text) => {
@@ -35,13 +64,15 @@ describe('scanJsonObject', () => {
   });
 
   test('agrees with JSON.parse on 2,000 random mutations of a request', () => {
-    const base = '{"model":"m","messages":[{"role":"user","content":"hi \\"you\\""}],"n":2,"stream":true,"x":[1.5e3,null,{"a":false}]}';
+    const base =
+      '{"model":"m","messages":[{"role":"user","content":"hi \\"you\\""}],"n":2,"stream":true,"x":[1.5e3,null,{"a":false}]}';
     const alphabet = '{}[]":,\\ 0123456789-+.eEtrufalsn';
     let seed = 42;
     const rand = (n: number): number => (seed = (seed * 1103515245 + 12345) % 2 ** 31) % n;
     for (let k = 0; k < 2000; k++) {
       const chars = [...base];
-      for (let m = 0; m <= rand(3); m++) chars.splice(rand(chars.length), rand(2), alphabet[rand(alphabet.length)] as string);
+      for (let m = 0; m <= rand(3); m++)
+        chars.splice(rand(chars.length), rand(2), alphabet[rand(alphabet.length)] as string);
       const text = chars.join('');
       let parsed: unknown;
       try {
@@ -56,19 +87,35 @@ describe('scanJsonObject', () => {
 
   test('refuses nesting deeper than the bound at the first byte past it, whatever follows', () => {
     expect(scan(`{"a":${'['.repeat(127)}${']'.repeat(127)}}`).kind).toBe('ok');
-    expect(scan(`{"a":${'['.repeat(128)}${']'.repeat(128)}}`)).toEqual({ kind: 'error', message: 'the request body nests deeper than 128 levels' });
+    expect(scan(`{"a":${'['.repeat(128)}${']'.repeat(128)}}`)).toEqual({
+      kind: 'error',
+      message: 'the request body nests deeper than 128 levels',
+    });
     const t0 = performance.now();
     const bomb = Buffer.from(`{"model":"m","messages":${'['.repeat(5_000_000)}`);
-    expect(scanJsonObject(bomb, WANTED, 128)).toEqual({ kind: 'error', message: 'the request body nests deeper than 128 levels' });
+    expect(scanJsonObject(bomb, WANTED, 128)).toEqual({
+      kind: 'error',
+      message: 'the request body nests deeper than 128 levels',
+    });
     expect(performance.now() - t0).toBeLessThan(1000);
   });
 });
 
 describe('checkRequest', () => {
-  const chat = (extra: Record<string, unknown>): Buffer => Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], ...extra }));
+  const chat = (extra: Record<string, unknown>): Buffer =>
+    Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], ...extra }));
   test.each([
     [{}, null],
-    [{ tools: [{ type: 'function', function: { name: 'f', parameters: {} } }], tool_choice: 'auto', temperature: 0.7, n: 1, stream: null }, null],
+    [
+      {
+        tools: [{ type: 'function', function: { name: 'f', parameters: {} } }],
+        tool_choice: 'auto',
+        temperature: 0.7,
+        n: 1,
+        stream: null,
+      },
+      null,
+    ],
     [{ model: '' }, 'model: required, a non-empty string'],
     [{ model: 7 }, 'model: expected a string, got a number'],
     [{ messages: 'hi' }, 'messages: expected an array of messages, got a string'],
@@ -77,27 +124,45 @@ describe('checkRequest', () => {
     [{ max_tokens: 1.5 }, 'max_tokens: expected a whole number from 0 to 2147483647, got 1.5'],
   ])('a chat request with %j: %s', (extra, problem) => {
     const r = checkRequest('/v1/chat/completions', chat(extra));
-    expect(r).toEqual(problem === null ? { kind: 'ok', model: (extra as { model?: string }).model ?? 'm' } : { kind: 'error', message: problem });
+    expect(r).toEqual(
+      problem === null
+        ? { kind: 'ok', model: (extra as { model?: string }).model ?? 'm' }
+        : { kind: 'error', message: problem },
+    );
   });
 
   test('each endpoint requires its own input field', () => {
-    expect(checkRequest('/v1/completions', Buffer.from('{"model":"m"}'))).toEqual({ kind: 'error', message: 'prompt: required, a string or an array' });
-    expect(checkRequest('/v1/embeddings', Buffer.from('{"model":"m","input":["a"],"encoding_format":"hex"}'))).toEqual({ kind: 'error', message: 'encoding_format: expected "float" or "base64", got "hex"' });
+    expect(checkRequest('/v1/completions', Buffer.from('{"model":"m"}'))).toEqual({
+      kind: 'error',
+      message: 'prompt: required, a string or an array',
+    });
+    expect(checkRequest('/v1/embeddings', Buffer.from('{"model":"m","input":["a"],"encoding_format":"hex"}'))).toEqual({
+      kind: 'error',
+      message: 'encoding_format: expected "float" or "base64", got "hex"',
+    });
   });
 });
 
 describe('engineRefusal', () => {
-  const answer = (message: string): Buffer => Buffer.from(JSON.stringify({ error: { code: 500, message, type: 'server_error' } }));
-  test('reads llama.cpp\'s 500s for a request it could not read as the request\'s fault, not the engine\'s', () => {
-    expect(engineRefusal(answer('Failed to parse tools: Expected \'tools\' to be an array, got "x"'))).toMatch(/^Failed to parse tools/);
-    expect(engineRefusal(answer('[json.exception.type_error.302] type must be array, but is string'))).toMatch(/json\.exception/);
+  const answer = (message: string): Buffer =>
+    Buffer.from(JSON.stringify({ error: { code: 500, message, type: 'server_error' } }));
+  test("reads llama.cpp's 500s for a request it could not read as the request's fault, not the engine's", () => {
+    expect(engineRefusal(answer('Failed to parse tools: Expected \'tools\' to be an array, got "x"'))).toMatch(
+      /^Failed to parse tools/,
+    );
+    expect(engineRefusal(answer('[json.exception.type_error.302] type must be array, but is string'))).toMatch(
+      /json\.exception/,
+    );
     expect(engineRefusal(answer('CUDA error: out of memory'))).toBeNull();
     expect(engineRefusal(Buffer.from('<html>502</html>'))).toBeNull();
   });
 });
 
 describe('embeddingRefusal', () => {
-  const p = (engine: 'sim' | 'llamacpp' | 'vllm' | 'sglang', args: string[] = []): { engine: typeof engine; args: string[] } => ({ engine, args });
+  const p = (
+    engine: 'sim' | 'llamacpp' | 'vllm' | 'sglang',
+    args: string[] = [],
+  ): { engine: typeof engine; args: string[] } => ({ engine, args });
   test('refuses only when every profile is known not to embed', () => {
     expect(embeddingRefusal([p('sim')])).toBe('the sim engine serves no embeddings');
     expect(embeddingRefusal([p('llamacpp', ['-c', '512'])])).toMatch(/--embeddings/);

@@ -11,7 +11,14 @@ import { freePort } from '../helpers/ports';
 describe('waitListening', () => {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-listen-'));
   const { waitListening } = createListenActivities({ nodeId: 'rpc-b', stateDir: dir });
-  const input = (port: number, timeoutS = 5) => ({ replicaId: 'm-0', generation: 2, rank: 1, host: '127.0.0.1', port, timeoutS });
+  const input = (port: number, timeoutS = 5) => ({
+    replicaId: 'm-0',
+    generation: 2,
+    rank: 1,
+    host: '127.0.0.1',
+    port,
+    timeoutS,
+  });
   let server: Server | undefined;
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
   afterEach(() => void server?.close());
@@ -23,19 +30,25 @@ describe('waitListening', () => {
     expect(r.waitedMs).toBeGreaterThanOrEqual(300);
   });
 
-  it('fails with the worker\'s exit and its own output when it exited first', async () => {
+  it("fails with the worker's exit and its own output when it exited first", async () => {
     const paths = enginePaths(dir, shardKey('m-0', 2, 1));
     writeFileSync(paths.log, 'Starting RPC server v7.0.0\nerror: failed to bind 127.0.0.1: Address already in use\n');
     writeJsonAtomic(paths.exit, { code: 1, signal: null, at: new Date().toISOString() });
     await expect(new MockActivityEnvironment().run(waitListening, input(await freePort()))).rejects.toMatchObject({
-      type: 'LLMGW_ENGINE_EXITED', message: expect.stringMatching(/rank 1 of m-0 on rpc-b .* exited \(code 1\) before it listened; last output:\n.*Address already in use/s),
+      type: 'LLMGW_ENGINE_EXITED',
+      message: expect.stringMatching(
+        /rank 1 of m-0 on rpc-b .* exited \(code 1\) before it listened; last output:\n.*Address already in use/s,
+      ),
     });
     rmSync(paths.exit);
   });
 
   it('fails with LLMGW_RANK_NOT_LISTENING and the output so far when it never listens', async () => {
     await expect(new MockActivityEnvironment().run(waitListening, input(await freePort(), 1))).rejects.toMatchObject({
-      type: 'LLMGW_RANK_NOT_LISTENING', message: expect.stringMatching(/did not listen within 1s, so rank 0 was not started; last output:\n.*Address already in use/s),
+      type: 'LLMGW_RANK_NOT_LISTENING',
+      message: expect.stringMatching(
+        /did not listen within 1s, so rank 0 was not started; last output:\n.*Address already in use/s,
+      ),
     });
   });
 });

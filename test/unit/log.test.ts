@@ -30,6 +30,8 @@ test('a line has t, level, c and msg, in that order, then the fields; level is i
 
 test('an Error field is its name, message and code (not {}); a bigint is a string', () => {
   const log = makeLog('control-plane');
-  const [line] = written(() => log('failed', { level: 'error', err: Object.assign(new Error('boom'), { code: 'ECONNREFUSED' }), nanos: 12n }));
+  const [line] = written(() =>
+    log('failed', { level: 'error', err: Object.assign(new Error('boom'), { code: 'ECONNREFUSED' }), nanos: 12n }),
+  );
   expect(line).toMatchObject({ err: { name: 'Error', message: 'boom', code: 'ECONNREFUSED' }, nanos: '12' });
 });

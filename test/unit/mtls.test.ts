@@ -25,7 +25,10 @@ describe('mTLS certificate gate', () => {
   const logs: { msg: string; fields: Record<string, unknown> }[] = [];
   const recorded = new Map<string, { cn: string; role: CertRole; revokedAt: Date | null }>();
   const certs: Record<string, Cert> = {};
-  const record = (c: Cert, role: CertRole = 'node'): Cert => (recorded.set(c.serial, { cn: c.cn, role, revokedAt: null }), c);
+  const record = (c: Cert, role: CertRole = 'node'): Cert => (
+    recorded.set(c.serial, { cn: c.cn, role, revokedAt: null }),
+    c
+  );
 
   beforeAll(async () => {
     ca = initCa(join(dir, 'ca'), { keyBits: 2048 });
@@ -47,8 +50,16 @@ describe('mTLS certificate gate', () => {
       refreshMs: 200,
     });
     await gate.start();
-    app = Fastify({ https: mtlsServerOptions({ caPem: ca.certPem, certPem: server.certPem, keyPem: server.keyPem }), forceCloseConnections: true });
-    installGate(app, gate, (u) => (u.startsWith('/v1/agent/') ? 'node' : 'operator'), (msg, fields) => void logs.push({ msg, fields }));
+    app = Fastify({
+      https: mtlsServerOptions({ caPem: ca.certPem, certPem: server.certPem, keyPem: server.keyPem }),
+      forceCloseConnections: true,
+    });
+    installGate(
+      app,
+      gate,
+      (u) => (u.startsWith('/v1/agent/') ? 'node' : 'operator'),
+      (msg, fields) => void logs.push({ msg, fields }),
+    );
     app.get('/v1/agent/whoami', async (req) => ({ cn: req.peer?.cn }));
     app.get('/v1/nodes', async () => ({ nodes: [] }));
     app.get('/health', async () => ({ status: 'ok' }));
@@ -61,20 +72,35 @@ describe('mTLS certificate gate', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const get = (path: string, cert: Cert | null, agent?: Agent): Promise<{ status: number; body: string }> => new Promise((resolve, reject) => {
-    const u = new URL(path, url);
-    const req = request({ host: u.hostname, port: u.port, path: u.pathname, ca: ca.certPem, ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}), agent: agent ?? false }, (res) => {
-      let body = '';
-      res.on('data', (b: Buffer) => void (body += b.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+  const get = (path: string, cert: Cert | null, agent?: Agent): Promise<{ status: number; body: string }> =>
+    new Promise((resolve, reject) => {
+      const u = new URL(path, url);
+      const req = request(
+        {
+          host: u.hostname,
+          port: u.port,
+          path: u.pathname,
+          ca: ca.certPem,
+          ...(cert ? { cert: cert.certPem, key: cert.keyPem } : {}),
+          agent: agent ?? false,
+        },
+        (res) => {
+          let body = '';
+          res.on('data', (b: Buffer) => void (body += b.toString()));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        },
+      );
+      req.on('error', reject);
+      req.end();
     });
-    req.on('error', reject);
-    req.end();
-  });
-  const lastRefusal = (): Record<string, unknown> | undefined => logs.filter((l) => l.msg === 'certificate refused').at(-1)?.fields;
+  const lastRefusal = (): Record<string, unknown> | undefined =>
+    logs.filter((l) => l.msg === 'certificate refused').at(-1)?.fields;
 
   test('a valid node certificate passes, and the route sees its CN', async () => {
-    expect(await get('/v1/agent/whoami', certs.good as Cert)).toEqual({ status: 200, body: JSON.stringify({ cn: 'gpu-01' }) });
+    expect(await get('/v1/agent/whoami', certs.good as Cert)).toEqual({
+      status: 200,
+      body: JSON.stringify({ cn: 'gpu-01' }),
+    });
   });
 
   test.each([
@@ -86,7 +112,9 @@ describe('mTLS certificate gate', () => {
     const before = logs.length;
     const r = await get('/v1/agent/whoami', which ? (certs[which] as Cert) : null);
     expect(r.status).toBe(status);
-    expect(JSON.parse(r.body)).toMatchObject({ error: { code: 'LLMGW_CERT_REFUSED', message: expect.stringContaining(`(${why})`) } });
+    expect(JSON.parse(r.body)).toMatchObject({
+      error: { code: 'LLMGW_CERT_REFUSED', message: expect.stringContaining(`(${why})`) },
+    });
     expect(logs.slice(before).filter((l) => l.msg === 'certificate refused')).toHaveLength(1);
     expect(lastRefusal()).toMatchObject({ reason: why, url: '/v1/agent/whoami' });
   });
@@ -98,7 +126,9 @@ describe('mTLS certificate gate', () => {
   test('a node certificate may not call operator routes; an operator certificate may', async () => {
     const r = await get('/v1/nodes', certs.good as Cert);
     expect(r.status).toBe(403);
-    expect(r.body).toMatch(/a node certificate \(CN gpu-01\) may not call \/v1\/nodes: it needs an operator certificate/);
+    expect(r.body).toMatch(
+      /a node certificate \(CN gpu-01\) may not call \/v1\/nodes: it needs an operator certificate/,
+    );
     expect(lastRefusal()).toMatchObject({ reason: 'wrong-role', cn: 'gpu-01' });
     expect((await get('/v1/nodes', certs.operator as Cert)).status).toBe(200);
   });
@@ -112,8 +142,12 @@ describe('mTLS certificate gate', () => {
     expect(socket).toBeDefined();
     let closed = false;
     socket?.once('close', () => void (closed = true));
-    await waitFor(() => closed, { timeoutMs: 10_000, what: 'the expired certificate\'s open connection to be closed' });
-    expect(logs.some((l) => l.msg === 'certificate refused' && l.fields.reason === 'expired' && l.fields.serial === c.serial)).toBe(true);
+    await waitFor(() => closed, { timeoutMs: 10_000, what: "the expired certificate's open connection to be closed" });
+    expect(
+      logs.some(
+        (l) => l.msg === 'certificate refused' && l.fields.reason === 'expired' && l.fields.serial === c.serial,
+      ),
+    ).toBe(true);
     expect((await get('/v1/agent/whoami', c, agent)).status).toBe(401);
     agent.destroy();
   });
@@ -127,8 +161,12 @@ describe('mTLS certificate gate', () => {
     let closed = false;
     socket?.once('close', () => void (closed = true));
     (recorded.get(c.serial) as { revokedAt: Date | null }).revokedAt = new Date();
-    await waitFor(() => closed, { timeoutMs: 5000, what: 'the revoked certificate\'s open connection to be closed' });
-    expect(logs.some((l) => l.msg === 'certificate refused' && l.fields.reason === 'revoked' && l.fields.serial === c.serial)).toBe(true);
+    await waitFor(() => closed, { timeoutMs: 5000, what: "the revoked certificate's open connection to be closed" });
+    expect(
+      logs.some(
+        (l) => l.msg === 'certificate refused' && l.fields.reason === 'revoked' && l.fields.serial === c.serial,
+      ),
+    ).toBe(true);
     const r = await get('/v1/agent/whoami', c, agent);
     expect(r.status).toBe(403);
     expect(r.body).toMatch(/\(revoked\)/);

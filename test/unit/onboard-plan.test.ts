@@ -3,16 +3,32 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { agentArgv, agentScript, engineProbes, fallbackServiceScript, parseArtefactName, shQuote, systemdUnit, type AgentConfig } from '../../lib/onboard/plan';
+import {
+  agentArgv,
+  agentScript,
+  engineProbes,
+  fallbackServiceScript,
+  parseArtefactName,
+  shQuote,
+  systemdUnit,
+  type AgentConfig,
+} from '../../lib/onboard/plan';
 import { platformOfMachine } from '../../lib/release';
-import { decideHostKey, DEFAULT_HOST_KEY_ALGORITHMS, hostKeyOf, preferredHostKeyAlgorithms } from '../../lib/ssh/host-key';
+import {
+  decideHostKey,
+  DEFAULT_HOST_KEY_ALGORITHMS,
+  hostKeyOf,
+  preferredHostKeyAlgorithms,
+} from '../../lib/ssh/host-key';
 
 /** A real key from ssh-keygen, its blob and what ssh-keygen -l says its fingerprint is. */
 function keygen(type: 'ed25519' | 'ecdsa' | 'rsa'): { blob: Buffer; fingerprint: string } {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-hk-'));
   execFileSync('ssh-keygen', ['-q', '-t', type, '-N', '', '-f', join(dir, 'k')]);
   const blob = Buffer.from(readFileSync(join(dir, 'k.pub'), 'utf8').split(' ')[1]!, 'base64');
-  const fingerprint = execFileSync('ssh-keygen', ['-l', '-E', 'sha256', '-f', join(dir, 'k.pub')], { encoding: 'utf8' }).split(' ')[1]!;
+  const fingerprint = execFileSync('ssh-keygen', ['-l', '-E', 'sha256', '-f', join(dir, 'k.pub')], {
+    encoding: 'utf8',
+  }).split(' ')[1]!;
   return { blob, fingerprint };
 }
 
@@ -40,28 +56,56 @@ describe('host keys, accept-new', () => {
     const ecdsaFirst = preferredHostKeyAlgorithms([hostKeyOf(ec.blob)]);
     expect(ecdsaFirst[0]).toBe('ecdsa-sha2-nistp256');
     expect(ecdsaFirst.slice().sort()).toEqual([...DEFAULT_HOST_KEY_ALGORITHMS].sort());
-    expect(preferredHostKeyAlgorithms([{ type: 'ssh-rsa', fingerprint: '', key: '' }]).slice(0, 3)).toEqual(['rsa-sha2-512', 'rsa-sha2-256', 'ssh-rsa']);
+    expect(preferredHostKeyAlgorithms([{ type: 'ssh-rsa', fingerprint: '', key: '' }]).slice(0, 3)).toEqual([
+      'rsa-sha2-512',
+      'rsa-sha2-256',
+      'ssh-rsa',
+    ]);
   });
 });
 
 describe('what onboarding puts on a node', () => {
   const config: AgentConfig = {
-    nodeId: 'gpu-01', server: 'https://10.0.0.140:7443', advertiseHost: '10.0.0.5', fabrics: ['ib-b:mlx5_2,mlx5_3'], noGpu: false,
-    nvidiaSmi: '/opt/nvidia/bin/nvidia-smi', bins: { llamacpp: '/opt/llama.cpp/llama-server' }, caPath: '/usr/local/share/ca-certificates/llmgw-ca.crt',
+    nodeId: 'gpu-01',
+    server: 'https://10.0.0.140:7443',
+    advertiseHost: '10.0.0.5',
+    fabrics: ['ib-b:mlx5_2,mlx5_3'],
+    noGpu: false,
+    nvidiaSmi: '/opt/nvidia/bin/nvidia-smi',
+    bins: { llamacpp: '/opt/llama.cpp/llama-server' },
+    caPath: '/usr/local/share/ca-certificates/llmgw-ca.crt',
   };
 
   test('the agent gets its node, server, certificate, fabric, driver and the engines on offer', () => {
     expect(agentArgv(config)).toEqual([
-      '/opt/llmgw/current/bin/llmgw', 'agent', '--node', 'gpu-01', '--server', 'https://10.0.0.140:7443',
-      '--cert', '/etc/llmgw/node.crt', '--key', '/etc/llmgw/node.key', '--ca', '/usr/local/share/ca-certificates/llmgw-ca.crt',
-      '--advertise-host', '10.0.0.5', '--state-dir', '/var/lib/llmgw/engines', '--llamacpp-bin', '/opt/llama.cpp/llama-server',
-      '--fabric', 'ib-b:mlx5_2,mlx5_3', '--nvidia-smi', '/opt/nvidia/bin/nvidia-smi',
+      '/opt/llmgw/current/bin/llmgw',
+      'agent',
+      '--node',
+      'gpu-01',
+      '--server',
+      'https://10.0.0.140:7443',
+      '--cert',
+      '/etc/llmgw/node.crt',
+      '--key',
+      '/etc/llmgw/node.key',
+      '--ca',
+      '/usr/local/share/ca-certificates/llmgw-ca.crt',
+      '--advertise-host',
+      '10.0.0.5',
+      '--state-dir',
+      '/var/lib/llmgw/engines',
+      '--llamacpp-bin',
+      '/opt/llama.cpp/llama-server',
+      '--fabric',
+      'ib-b:mlx5_2,mlx5_3',
+      '--nvidia-smi',
+      '/opt/nvidia/bin/nvidia-smi',
     ]);
     expect(agentArgv({ ...config, noGpu: true })).toContain('--no-gpu');
     expect(agentArgv({ ...config, noGpu: true })).not.toContain('--nvidia-smi');
   });
 
-  test('the agent script sets PATH and Node\'s CA list, and quotes what needs it', () => {
+  test("the agent script sets PATH and Node's CA list, and quotes what needs it", () => {
     const s = agentScript(config, { NODE_EXTRA_CA_CERTS: '/usr/local/share/ca-certificates/llmgw-ca.crt' });
     expect(s).toMatch(/^#!\/bin\/sh\n/);
     expect(s).toContain('export PATH=/usr/local/sbin:');
@@ -84,12 +128,20 @@ describe('what onboarding puts on a node', () => {
     const file = join(dir, 'agent-service');
     writeFileSync(file, fallbackServiceScript());
     execFileSync('sh', ['-n', file]);
-    expect(fallbackServiceScript()).toMatch(/start\) start ;;[\s\S]*stop\) stop ;;[\s\S]*restart\) stop; start ;;[\s\S]*status\)/);
+    expect(fallbackServiceScript()).toMatch(
+      /start\) start ;;[\s\S]*stop\) stop ;;[\s\S]*restart\) stop; start ;;[\s\S]*status\)/,
+    );
   });
 
-  test('each configured engine has a probe: the sim engine started for real, the others\' own programs', () => {
-    expect(engineProbes({ bins: {} }).map((p) => p.command)).toEqual(['/opt/llmgw/current/bin/llmgw engine-probe sim --timeout 60']);
-    expect(engineProbes({ bins: { llamacpp: '/opt/l/llama-server', vllm: '/v/bin/vllm', sglang: '/s/bin/python' } }).map((p) => [p.engine, p.command, p.flag])).toEqual([
+  test("each configured engine has a probe: the sim engine started for real, the others' own programs", () => {
+    expect(engineProbes({ bins: {} }).map((p) => p.command)).toEqual([
+      '/opt/llmgw/current/bin/llmgw engine-probe sim --timeout 60',
+    ]);
+    expect(
+      engineProbes({ bins: { llamacpp: '/opt/l/llama-server', vllm: '/v/bin/vllm', sglang: '/s/bin/python' } }).map(
+        (p) => [p.engine, p.command, p.flag],
+      ),
+    ).toEqual([
       ['sim', '/opt/llmgw/current/bin/llmgw engine-probe sim --timeout 60', '--binary'],
       ['llamacpp', '/opt/l/llama-server --version', '--llamacpp-bin'],
       ['vllm', '/v/bin/vllm --version', '--vllm-bin'],
@@ -100,14 +152,22 @@ describe('what onboarding puts on a node', () => {
 
 describe('release artefacts', () => {
   test('names: llmgw-<version>-<platform>.tar.gz, nothing else', () => {
-    expect(parseArtefactName('/x/dist/llmgw-0.1.0-linux-x64.tar.gz')).toEqual({ name: 'llmgw-0.1.0-linux-x64', version: '0.1.0', platform: 'linux-x64' });
-    expect(parseArtefactName('llmgw-1.2.3-rc.1-linux-arm64.tar.gz')).toEqual({ name: 'llmgw-1.2.3-rc.1-linux-arm64', version: '1.2.3-rc.1', platform: 'linux-arm64' });
+    expect(parseArtefactName('/x/dist/llmgw-0.1.0-linux-x64.tar.gz')).toEqual({
+      name: 'llmgw-0.1.0-linux-x64',
+      version: '0.1.0',
+      platform: 'linux-x64',
+    });
+    expect(parseArtefactName('llmgw-1.2.3-rc.1-linux-arm64.tar.gz')).toEqual({
+      name: 'llmgw-1.2.3-rc.1-linux-arm64',
+      version: '1.2.3-rc.1',
+      platform: 'linux-arm64',
+    });
     expect(parseArtefactName('/x/llmgw.tar.gz')).toBeNull();
     expect(parseArtefactName('/x/llmgw-0.1.0-darwin-arm64.tar.gz')).toBeNull();
     expect(parseArtefactName('/work/main')).toBeNull();
   });
 
-  test('a machine\'s uname -m names the artefact that runs there', () => {
+  test("a machine's uname -m names the artefact that runs there", () => {
     expect(platformOfMachine('x86_64\n')).toBe('linux-x64');
     expect(platformOfMachine('aarch64')).toBe('linux-arm64');
     expect(platformOfMachine('riscv64')).toBeNull();

@@ -4,15 +4,38 @@
  */
 import { spawnSync } from 'node:child_process';
 import { createHash, X509Certificate } from 'node:crypto';
-import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  copyFileSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import forge from 'node-forge';
 import {
-  buildCrl, caCertPem, certificateInfo, checkNodeId, crlRefreshAt, generateRsaKey, initCa, issueNodeCertificate, issueServerCertificate,
-  loadCa, NODE_CA_PATH, randomSerial, renewAt, signNodeCsr, trustInstallPlan, type Ca,
+  buildCrl,
+  caCertPem,
+  certificateInfo,
+  checkNodeId,
+  crlRefreshAt,
+  generateRsaKey,
+  initCa,
+  issueNodeCertificate,
+  issueServerCertificate,
+  loadCa,
+  NODE_CA_PATH,
+  randomSerial,
+  renewAt,
+  signNodeCsr,
+  trustInstallPlan,
+  type Ca,
 } from '../../lib/pki';
 import { thrownWithCode } from '../helpers/errors';
 
@@ -68,15 +91,23 @@ describe('the CA', () => {
   });
 
   test('init refuses to overwrite a CA, naming the directory, and leaves it as it was', () => {
-    const before = createHash('sha256').update(readFileSync(join(caDir, 'ca.key'))).digest('hex');
+    const before = createHash('sha256')
+      .update(readFileSync(join(caDir, 'ca.key')))
+      .digest('hex');
     const err = thrownWithCode(() => initCa(caDir), 'LLMGW_CA_EXISTS');
     expect(err.message).toContain(caDir);
     expect(err.message).toMatch(/move the directory away/);
-    expect(createHash('sha256').update(readFileSync(join(caDir, 'ca.key'))).digest('hex')).toBe(before);
+    expect(
+      createHash('sha256')
+        .update(readFileSync(join(caDir, 'ca.key')))
+        .digest('hex'),
+    ).toBe(before);
   });
 
   test('loadCa refuses a missing CA, a key others can read, and a key of another CA', () => {
-    expect(thrownWithCode(() => loadCa(join(tmp, 'nowhere')), 'LLMGW_CA_MISSING').message).toMatch(/llmgw ca init --dir/);
+    expect(thrownWithCode(() => loadCa(join(tmp, 'nowhere')), 'LLMGW_CA_MISSING').message).toMatch(
+      /llmgw ca init --dir/,
+    );
     const copy = join(tmp, 'copy');
     mkdirSync(copy);
     copyFileSync(join(caDir, 'ca.crt'), join(copy, 'ca.crt'));
@@ -111,11 +142,16 @@ describe('node certificates', () => {
     const ski = /Subject Key Identifier:\s+([0-9A-F:]+)/.exec(text(ca.certPem))?.[1];
     expect(/Authority Key Identifier:\s+(?:keyid:)?([0-9A-F:]+)/.exec(t2)?.[1]).toBe(ski);
     const crt = file('node-a.crt', n.certPem);
-    expect(openssl('verify', '-CAfile', join(caDir, 'ca.crt'), '-purpose', 'sslclient', crt)).toEqual({ status: 0, out: `${crt}: OK\n` });
+    expect(openssl('verify', '-CAfile', join(caDir, 'ca.crt'), '-purpose', 'sslclient', crt)).toEqual({
+      status: 0,
+      out: `${crt}: OK\n`,
+    });
     expect(openssl('verify', '-CAfile', join(caDir, 'ca.crt'), '-purpose', 'sslserver', crt).status).not.toBe(0);
     expect(openssl('verify', '-CAfile', join(tmp, 'other', 'ca.crt'), crt).status).not.toBe(0);
     // its key is the key of the certificate
-    expect(forge.pki.privateKeyFromPem(n.keyPem).n.toString(16)).toBe((forge.pki.certificateFromPem(n.certPem).publicKey as forge.pki.rsa.PublicKey).n.toString(16));
+    expect(forge.pki.privateKeyFromPem(n.keyPem).n.toString(16)).toBe(
+      (forge.pki.certificateFromPem(n.certPem).publicKey as forge.pki.rsa.PublicKey).n.toString(16),
+    );
   });
 
   test('serials are random positive 128-bit numbers, recorded as 32 lowercase hex digits', () => {
@@ -136,14 +172,19 @@ describe('node certificates', () => {
     expect(d90.notBefore.getTime()).toBeLessThan(now.getTime()); // backdated for clock skew
     expect(new X509Certificate(d90.certPem).validTo).toBe('Apr  1 00:00:00 2027 GMT');
     expect(issueNodeCertificate(ca, 'node-a', { now, days: 7 }).notAfter.getTime() - now.getTime()).toBe(7 * DAY);
-    expect(thrownWithCode(() => issueNodeCertificate(ca, 'node-a', { days: 4000 }), 'LLMGW_CA_INVALID').message).toMatch(/outlive the CA/);
+    expect(
+      thrownWithCode(() => issueNodeCertificate(ca, 'node-a', { days: 4000 }), 'LLMGW_CA_INVALID').message,
+    ).toMatch(/outlive the CA/);
     expect(renewAt(new Date(0), new Date(90 * DAY)).getTime()).toBe(60 * DAY);
   });
 
-  test.each(['Node-A', 'a', '-ab', 'ab-', 'a_b', 'a.b', '1abc', 'x'.repeat(64), '', 'node a'])('node id %j is refused with LLMGW_BAD_NODE_ID', (id) => {
-    const err = thrownWithCode(() => issueNodeCertificate(ca, id), 'LLMGW_BAD_NODE_ID');
-    expect(err.message).toMatch(/a-z, 0-9 and '-'/);
-  });
+  test.each(['Node-A', 'a', '-ab', 'ab-', 'a_b', 'a.b', '1abc', 'x'.repeat(64), '', 'node a'])(
+    'node id %j is refused with LLMGW_BAD_NODE_ID',
+    (id) => {
+      const err = thrownWithCode(() => issueNodeCertificate(ca, id), 'LLMGW_BAD_NODE_ID');
+      expect(err.message).toMatch(/a-z, 0-9 and '-'/);
+    },
+  );
 
   test('ids that fit the alphabet pass', () => {
     for (const id of ['gpu-07', 'sim-a', 'ab', 'n'.repeat(32)]) expect(checkNodeId(id)).toBe(id);
@@ -159,20 +200,44 @@ describe('signing a CSR', () => {
     expect(x.subject).toBe('CN=node-a');
     expect(x.subjectAltName).toBe('DNS:node-a');
     const csrKey = forge.pki.certificationRequestFromPem(csr).publicKey as forge.pki.rsa.PublicKey;
-    expect((forge.pki.certificateFromPem(c.certPem).publicKey as forge.pki.rsa.PublicKey).n.equals(csrKey.n)).toBe(true);
-    expect(openssl('verify', '-CAfile', join(caDir, 'ca.crt'), '-purpose', 'sslclient', file('csr.crt', c.certPem)).status).toBe(0);
+    expect((forge.pki.certificateFromPem(c.certPem).publicKey as forge.pki.rsa.PublicKey).n.equals(csrKey.n)).toBe(
+      true,
+    );
+    expect(
+      openssl('verify', '-CAfile', join(caDir, 'ca.crt'), '-purpose', 'sslclient', file('csr.crt', c.certPem)).status,
+    ).toBe(0);
   });
 
   test('a CSR whose signature does not verify is refused with LLMGW_BAD_CSR', () => {
     const der = Buffer.from(forge.pem.decode(csrFor('node-a'))[0]!.body, 'binary');
     der[der.length - 1]! ^= 0x01; // the last byte is inside the signature
     const tampered = forge.pem.encode({ type: 'CERTIFICATE REQUEST', body: der.toString('binary') });
-    expect(thrownWithCode(() => signNodeCsr(ca, tampered, 'node-a'), 'LLMGW_BAD_CSR').message).toMatch(/does not verify/);
+    expect(thrownWithCode(() => signNodeCsr(ca, tampered, 'node-a'), 'LLMGW_BAD_CSR').message).toMatch(
+      /does not verify/,
+    );
   });
 
   test('a CSR with a small RSA key or an EC key is refused with LLMGW_BAD_CSR', () => {
-    expect(thrownWithCode(() => signNodeCsr(ca, csrFor('node-a', 1024), 'node-a'), 'LLMGW_BAD_CSR').message).toMatch(/1024 bits/);
-    const ec = spawnSync('openssl', ['req', '-new', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', join(tmp, 'ec.key'), '-subj', '/CN=node-a'], { encoding: 'utf8' });
+    expect(thrownWithCode(() => signNodeCsr(ca, csrFor('node-a', 1024), 'node-a'), 'LLMGW_BAD_CSR').message).toMatch(
+      /1024 bits/,
+    );
+    const ec = spawnSync(
+      'openssl',
+      [
+        'req',
+        '-new',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:prime256v1',
+        '-nodes',
+        '-keyout',
+        join(tmp, 'ec.key'),
+        '-subj',
+        '/CN=node-a',
+      ],
+      { encoding: 'utf8' },
+    );
     expect(ec.stdout).toMatch(/BEGIN CERTIFICATE REQUEST/);
     expect(thrownWithCode(() => signNodeCsr(ca, ec.stdout, 'node-a'), 'LLMGW_BAD_CSR').message).toMatch(/not RSA/);
   });
@@ -181,12 +246,18 @@ describe('signing a CSR', () => {
     ['nothing', '', /got nothing/],
     ['no PEM block', 'hello', /no BEGIN\/END block/],
     ['a certificate', 'CERT', /is a "CERTIFICATE" block/],
-    ['garbage inside the block', '-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n', /does not hold a readable/],
+    [
+      'garbage inside the block',
+      '-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n',
+      /does not hold a readable/,
+    ],
     ['two CSRs', 'TWO', /holds 2 PEM blocks/],
   ])('%s instead of a CSR is LLMGW_BAD_PEM naming what was expected', (_what, input, why) => {
     const pem = input === 'CERT' ? ca.certPem : input === 'TWO' ? csrFor('a1') + csrFor('a2') : input;
     const err = thrownWithCode(() => signNodeCsr(ca, pem, 'node-a'), 'LLMGW_BAD_PEM');
-    expect(err.message).toMatch(/CSR from node-a: expected a PEM certificate request \(-----BEGIN CERTIFICATE REQUEST-----/);
+    expect(err.message).toMatch(
+      /CSR from node-a: expected a PEM certificate request \(-----BEGIN CERTIFICATE REQUEST-----/,
+    );
     expect(err.message).toMatch(why);
   });
 
@@ -211,7 +282,9 @@ describe('server certificates', () => {
 
   test('needs hosts, each a DNS name or an IP address', () => {
     thrownWithCode(() => issueServerCertificate(ca, 'cp', []), 'LLMGW_BAD_REQUEST');
-    expect(thrownWithCode(() => issueServerCertificate(ca, 'cp', ['not a host']), 'LLMGW_BAD_REQUEST').message).toMatch(/"not a host"/);
+    expect(thrownWithCode(() => issueServerCertificate(ca, 'cp', ['not a host']), 'LLMGW_BAD_REQUEST').message).toMatch(
+      /"not a host"/,
+    );
   });
 });
 
@@ -219,7 +292,10 @@ describe('the CRL', () => {
   test('OpenSSL parses and verifies it against the CA; it lists the revoked serials; verify -crl_check refuses them', () => {
     const revoked = issueNodeCertificate(ca, 'node-r');
     const kept = issueNodeCertificate(ca, 'node-k');
-    const crl = buildCrl(ca, [{ serial: revoked.serial, revokedAt: new Date() }, { serial: randomSerial(), revokedAt: new Date(Date.now() - DAY) }]);
+    const crl = buildCrl(ca, [
+      { serial: revoked.serial, revokedAt: new Date() },
+      { serial: randomSerial(), revokedAt: new Date(Date.now() - DAY) },
+    ]);
     const crlFile = file('crl.pem', crl.pem);
     expect(crl.pem).toMatch(/^-----BEGIN X509 CRL-----\n/);
     const r = openssl('crl', '-in', crlFile, '-CAfile', join(caDir, 'ca.crt'), '-noout', '-text');
@@ -247,15 +323,26 @@ describe('the CRL', () => {
     const a = buildCrl(ca, []);
     const b = buildCrl(ca, []);
     expect(BigInt(b.number)).toBeGreaterThan(BigInt(a.number));
-    expect(openssl('crl', '-in', file('empty.pem', a.pem), '-CAfile', join(caDir, 'ca.crt'), '-noout').out).toMatch(/verify OK/);
-    const foreign = openssl('crl', '-in', file('foreign.pem', buildCrl(other, []).pem), '-CAfile', join(caDir, 'ca.crt'), '-noout');
+    expect(openssl('crl', '-in', file('empty.pem', a.pem), '-CAfile', join(caDir, 'ca.crt'), '-noout').out).toMatch(
+      /verify OK/,
+    );
+    const foreign = openssl(
+      'crl',
+      '-in',
+      file('foreign.pem', buildCrl(other, []).pem),
+      '-CAfile',
+      join(caDir, 'ca.crt'),
+      '-noout',
+    );
     expect(foreign.out).not.toMatch(/verify OK/);
   });
 
   test("Node's TLS accepts it as a CRL (and rejects a broken one)", () => {
     const crl = buildCrl(ca, [{ serial: randomSerial(), revokedAt: new Date() }]).pem;
     expect(() => tls.createSecureContext({ ca: ca.certPem, crl })).not.toThrow();
-    expect(() => tls.createSecureContext({ ca: ca.certPem, crl: '-----BEGIN X509 CRL-----\nAAAAAAAA\n-----END X509 CRL-----\n' })).toThrow();
+    expect(() =>
+      tls.createSecureContext({ ca: ca.certPem, crl: '-----BEGIN X509 CRL-----\nAAAAAAAA\n-----END X509 CRL-----\n' }),
+    ).toThrow();
   });
 });
 
@@ -266,13 +353,27 @@ describe('mutual TLS on loopback with these certificates', () => {
    */
   const handshake = async (client: { certPem: string; keyPem: string }, crl?: string): Promise<string> => {
     const server = issueServerCertificate(ca, 'control-plane', ['localhost', '127.0.0.1']);
-    const srv = tls.createServer({ key: server.keyPem, cert: server.certPem, ca: ca.certPem, requestCert: true, rejectUnauthorized: false, crl }, (s) => {
-      s.end(s.authorized ? `hello ${(s.getPeerCertificate().subject as { CN?: string }).CN}` : `refused: ${String(s.authorizationError)}`);
-    });
+    const srv = tls.createServer(
+      { key: server.keyPem, cert: server.certPem, ca: ca.certPem, requestCert: true, rejectUnauthorized: false, crl },
+      (s) => {
+        s.end(
+          s.authorized
+            ? `hello ${(s.getPeerCertificate().subject as { CN?: string }).CN}`
+            : `refused: ${String(s.authorizationError)}`,
+        );
+      },
+    );
     await new Promise<void>((ok) => srv.listen(0, '127.0.0.1', ok));
     try {
       return await new Promise<string>((ok, fail) => {
-        const c = tls.connect({ host: '127.0.0.1', port: (srv.address() as AddressInfo).port, servername: 'localhost', ca: ca.certPem, cert: client.certPem, key: client.keyPem });
+        const c = tls.connect({
+          host: '127.0.0.1',
+          port: (srv.address() as AddressInfo).port,
+          servername: 'localhost',
+          ca: ca.certPem,
+          cert: client.certPem,
+          key: client.keyPem,
+        });
         let got = '';
         c.on('data', (d: Buffer) => (got += d.toString()));
         c.on('end', () => ok(got));
@@ -288,7 +389,9 @@ describe('mutual TLS on loopback with these certificates', () => {
     expect(await handshake(n)).toBe('hello node-a');
     const crl = buildCrl(ca, [{ serial: n.serial, revokedAt: new Date() }]).pem;
     expect(await handshake(n, crl)).toBe('refused: CERT_REVOKED');
-    expect(await handshake(issueNodeCertificate(other, 'node-a'))).toMatch(/^refused: (UNABLE_TO_GET_ISSUER_CERT_LOCALLY|UNABLE_TO_VERIFY_LEAF_SIGNATURE)$/);
+    expect(await handshake(issueNodeCertificate(other, 'node-a'))).toMatch(
+      /^refused: (UNABLE_TO_GET_ISSUER_CERT_LOCALLY|UNABLE_TO_VERIFY_LEAF_SIGNATURE)$/,
+    );
   });
 });
 
@@ -296,7 +399,12 @@ describe('certificateInfo', () => {
   test('serial, CN and dates as recorded; issuerMatches only our CA; PEM or DER', () => {
     const n = issueNodeCertificate(ca, 'node-a');
     const info = certificateInfo(n.certPem);
-    expect({ serial: info.serial, cn: info.cn, notBefore: info.notBefore, notAfter: info.notAfter }).toEqual({ serial: n.serial, cn: 'node-a', notBefore: n.notBefore, notAfter: n.notAfter });
+    expect({ serial: info.serial, cn: info.cn, notBefore: info.notBefore, notAfter: info.notAfter }).toEqual({
+      serial: n.serial,
+      cn: 'node-a',
+      notBefore: n.notBefore,
+      notAfter: n.notAfter,
+    });
     expect(info.issuerMatches(ca.certPem)).toBe(true);
     expect(info.issuerMatches(other.certPem)).toBe(false);
     expect(certificateInfo(new X509Certificate(n.certPem).raw).serial).toBe(n.serial);
@@ -312,6 +420,9 @@ describe('trust on the node', () => {
       unitLines: ['Environment=NODE_EXTRA_CA_CERTS=/usr/local/share/ca-certificates/llmgw-ca.crt'],
     });
     expect(NODE_CA_PATH).toBe('/usr/local/share/ca-certificates/llmgw-ca.crt');
-    thrownWithCode(() => trustInstallPlan('-----BEGIN PRIVATE KEY-----\nAA\n-----END PRIVATE KEY-----\n'), 'LLMGW_BAD_PEM');
+    thrownWithCode(
+      () => trustInstallPlan('-----BEGIN PRIVATE KEY-----\nAA\n-----END PRIVATE KEY-----\n'),
+      'LLMGW_BAD_PEM',
+    );
   });
 });

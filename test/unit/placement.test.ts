@@ -1,15 +1,30 @@
 import { fabricGroups, place } from '../../lib/placement';
 import { parseNodeId, type EngineName, type NodeRecord, type NodeState, type Profile } from '../../lib/types';
 
-function node(id: string, o: { gpus?: number; fabric?: string | null; state?: NodeState; engines?: EngineName[]; smGuid?: string | null } = {}): NodeRecord {
-  const gpus = Array.from({ length: o.gpus ?? 1 }, (_, index) => ({ index, name: 'NVIDIA A100-SXM4-80GB', memoryMiB: 81920, uuid: `GPU-${id}-${index}` }));
+function node(
+  id: string,
+  o: { gpus?: number; fabric?: string | null; state?: NodeState; engines?: EngineName[]; smGuid?: string | null } = {},
+): NodeRecord {
+  const gpus = Array.from({ length: o.gpus ?? 1 }, (_, index) => ({
+    index,
+    name: 'NVIDIA A100-SXM4-80GB',
+    memoryMiB: 81920,
+    uuid: `GPU-${id}-${index}`,
+  }));
   const fabric = o.fabric === undefined ? 'ib-a' : o.fabric;
   return {
     id: parseNodeId(id),
     state: o.state ?? 'ready',
     inventory: {
-      gpus, adapters: [], fabrics: fabric ? { [fabric]: ['mlx5_0', 'mlx5_1'] } : {}, cpuFlags: ['avx', 'avx2'], engines: o.engines ?? ['sim'], host: '127.0.0.1',
-      ...(fabric && o.smGuid !== undefined ? { fabricIdentity: { [fabric]: { smGuid: o.smGuid, strength: o.smGuid ? 'sm-guid' : 'declared-only' } } } : {}),
+      gpus,
+      adapters: [],
+      fabrics: fabric ? { [fabric]: ['mlx5_0', 'mlx5_1'] } : {},
+      cpuFlags: ['avx', 'avx2'],
+      engines: o.engines ?? ['sim'],
+      host: '127.0.0.1',
+      ...(fabric && o.smGuid !== undefined
+        ? { fabricIdentity: { [fabric]: { smGuid: o.smGuid, strength: o.smGuid ? 'sm-guid' : 'declared-only' } } }
+        : {}),
     },
     lastSeen: new Date(0),
     registeredAt: new Date(0),
@@ -17,7 +32,8 @@ function node(id: string, o: { gpus?: number; fabric?: string | null; state?: No
 }
 
 /** GPU counts held per node as the lowest indices. */
-const held = (counts: Record<string, number>): Record<string, number[]> => Object.fromEntries(Object.entries(counts).map(([n, c]) => [n, Array.from({ length: c }, (_, i) => i)]));
+const held = (counts: Record<string, number>): Record<string, number[]> =>
+  Object.fromEntries(Object.entries(counts).map(([n, c]) => [n, Array.from({ length: c }, (_, i) => i)]));
 
 const small: Profile = { name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: [] };
 const large: Profile = { name: 'tp2', engine: 'sim', nodes: 2, gpusPerNode: 1, args: [] };
@@ -25,11 +41,23 @@ const large: Profile = { name: 'tp2', engine: 'sim', nodes: 2, gpusPerNode: 1, a
 describe('place: single node', () => {
   it('picks the node with most free GPUs, ties by id, with no fabric', () => {
     const nodes = [node('sim-b', { gpus: 2 }), node('sim-a', { gpus: 2 }), node('sim-c', { gpus: 1 })];
-    expect(place({ nodes, profile: small, heldGpus: {} })).toMatchObject({ kind: 'placed', fabric: null, nodes: ['sim-a'] });
-    expect(place({ nodes, profile: small, heldGpus: held({ 'sim-a': 1 }) })).toMatchObject({ kind: 'placed', fabric: null, nodes: ['sim-b'] });
+    expect(place({ nodes, profile: small, heldGpus: {} })).toMatchObject({
+      kind: 'placed',
+      fabric: null,
+      nodes: ['sim-a'],
+    });
+    expect(place({ nodes, profile: small, heldGpus: held({ 'sim-a': 1 }) })).toMatchObject({
+      kind: 'placed',
+      fabric: null,
+      nodes: ['sim-b'],
+    });
   });
   it('places on an island', () => {
-    expect(place({ nodes: [node('sim-c', { fabric: null })], profile: small, heldGpus: {} })).toMatchObject({ kind: 'placed', fabric: null, nodes: ['sim-c'] });
+    expect(place({ nodes: [node('sim-c', { fabric: null })], profile: small, heldGpus: {} })).toMatchObject({
+      kind: 'placed',
+      fabric: null,
+      nodes: ['sim-c'],
+    });
   });
   it('skips cordoned, down, excluded, engine-less and full nodes', () => {
     const nodes = [
@@ -40,7 +68,11 @@ describe('place: single node', () => {
       node('sim-e', { gpus: 2 }),
       node('sim-f', { gpus: 1 }),
     ];
-    expect(place({ nodes, profile: small, heldGpus: held({ 'sim-e': 2 }), exclude: ['sim-c'] })).toMatchObject({ kind: 'placed', fabric: null, nodes: ['sim-f'] });
+    expect(place({ nodes, profile: small, heldGpus: held({ 'sim-e': 2 }), exclude: ['sim-c'] })).toMatchObject({
+      kind: 'placed',
+      fabric: null,
+      nodes: ['sim-f'],
+    });
   });
   it('needs gpusPerNode free GPUs on the node', () => {
     const nodes = [node('sim-a', { gpus: 4 })];
@@ -75,7 +107,11 @@ describe('place: single node', () => {
 describe('place: multi node', () => {
   it('places all ranks on one fabric, rank 0 with most free GPUs', () => {
     const nodes = [node('sim-a', { gpus: 1 }), node('sim-b', { gpus: 2 }), node('sim-c', { fabric: null, gpus: 8 })];
-    expect(place({ nodes, profile: large, heldGpus: {} })).toMatchObject({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-b', 'sim-a'] });
+    expect(place({ nodes, profile: large, heldGpus: {} })).toMatchObject({
+      kind: 'placed',
+      fabric: 'ib-a',
+      nodes: ['sim-b', 'sim-a'],
+    });
   });
   it('never uses islands', () => {
     const nodes = [node('sim-a'), node('sim-c', { fabric: null }), node('sim-d', { fabric: null })];
@@ -86,14 +122,43 @@ describe('place: multi node', () => {
     expect(place({ nodes, profile: large, heldGpus: {} }).kind).toBe('unplaceable');
   });
   it('chooses the fabric with most usable nodes, ties by name', () => {
-    const nodes = [node('sim-a', { fabric: 'ib-a' }), node('sim-b', { fabric: 'ib-a' }), node('sim-c', { fabric: 'ib-b' }), node('sim-d', { fabric: 'ib-b' }), node('sim-e', { fabric: 'ib-b' })];
-    expect(place({ nodes, profile: large, heldGpus: {} })).toMatchObject({ kind: 'placed', fabric: 'ib-b', nodes: ['sim-c', 'sim-d'] });
-    expect(place({ nodes, profile: large, heldGpus: held({ 'sim-c': 1, 'sim-d': 1 }) })).toMatchObject({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-b'] });
-    expect(place({ nodes: nodes.slice(0, 4), profile: large, heldGpus: {} })).toMatchObject({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-b'] });
+    const nodes = [
+      node('sim-a', { fabric: 'ib-a' }),
+      node('sim-b', { fabric: 'ib-a' }),
+      node('sim-c', { fabric: 'ib-b' }),
+      node('sim-d', { fabric: 'ib-b' }),
+      node('sim-e', { fabric: 'ib-b' }),
+    ];
+    expect(place({ nodes, profile: large, heldGpus: {} })).toMatchObject({
+      kind: 'placed',
+      fabric: 'ib-b',
+      nodes: ['sim-c', 'sim-d'],
+    });
+    expect(place({ nodes, profile: large, heldGpus: held({ 'sim-c': 1, 'sim-d': 1 }) })).toMatchObject({
+      kind: 'placed',
+      fabric: 'ib-a',
+      nodes: ['sim-a', 'sim-b'],
+    });
+    expect(place({ nodes: nodes.slice(0, 4), profile: large, heldGpus: {} })).toMatchObject({
+      kind: 'placed',
+      fabric: 'ib-a',
+      nodes: ['sim-a', 'sim-b'],
+    });
   });
   it('skips cordoned, down, excluded and engine-less nodes on the fabric', () => {
-    const nodes = [node('sim-a', { state: 'cordoned' }), node('sim-b', { state: 'down' }), node('sim-c'), node('sim-d', { engines: ['vllm'] }), node('sim-e'), node('sim-f')];
-    expect(place({ nodes, profile: large, heldGpus: {}, exclude: ['sim-c'] })).toMatchObject({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-e', 'sim-f'] });
+    const nodes = [
+      node('sim-a', { state: 'cordoned' }),
+      node('sim-b', { state: 'down' }),
+      node('sim-c'),
+      node('sim-d', { engines: ['vllm'] }),
+      node('sim-e'),
+      node('sim-f'),
+    ];
+    expect(place({ nodes, profile: large, heldGpus: {}, exclude: ['sim-c'] })).toMatchObject({
+      kind: 'placed',
+      fabric: 'ib-a',
+      nodes: ['sim-e', 'sim-f'],
+    });
   });
   it('names the fabric shortfall, each blocked node and the islands', () => {
     const nodes = [node('sim-b', { state: 'cordoned' }), node('sim-a'), node('sim-c', { fabric: null })];
@@ -111,7 +176,11 @@ describe('place: multi node', () => {
     );
   });
   it('says when no node declares a fabric', () => {
-    const r = place({ nodes: [node('sim-c', { fabric: null }), node('sim-d', { fabric: null })], profile: large, heldGpus: {} });
+    const r = place({
+      nodes: [node('sim-c', { fabric: null }), node('sim-d', { fabric: null })],
+      profile: large,
+      heldGpus: {},
+    });
     expect(r.kind === 'unplaceable' && r.reason).toMatch(/no node declares a fabric.*sim-c, sim-d are islands/);
   });
 });
@@ -127,23 +196,55 @@ describe('place: one fabric name, two subnet managers', () => {
     });
   });
   it('places inside the side that has enough nodes', () => {
-    const nodes = [node('sim-a', { smGuid: A }), node('sim-b', { smGuid: B, gpus: 8 }), node('sim-c', { smGuid: A }), node('sim-d', { smGuid: B, state: 'cordoned' })];
-    expect(place({ nodes, profile: large, heldGpus: {} })).toMatchObject({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-c'] });
+    const nodes = [
+      node('sim-a', { smGuid: A }),
+      node('sim-b', { smGuid: B, gpus: 8 }),
+      node('sim-c', { smGuid: A }),
+      node('sim-d', { smGuid: B, state: 'cordoned' }),
+    ];
+    expect(place({ nodes, profile: large, heldGpus: {} })).toMatchObject({
+      kind: 'placed',
+      fabric: 'ib-a',
+      nodes: ['sim-a', 'sim-c'],
+    });
     const r = place({ nodes, profile: large, heldGpus: held({ 'sim-c': 1 }) });
     expect(r.kind === 'unplaceable' && r.reason).toContain(`SM ${B}: sim-b, sim-d (1 of 2 usable; sim-d: cordoned)`);
   });
   it('leaves nodes whose SM is unknown out of a split name: they may be on either side', () => {
-    const nodes = [node('sim-a', { smGuid: A }), node('sim-b', { smGuid: B }), node('sim-c', { smGuid: null }), node('sim-d')];
+    const nodes = [
+      node('sim-a', { smGuid: A }),
+      node('sim-b', { smGuid: B }),
+      node('sim-c', { smGuid: null }),
+      node('sim-d'),
+    ];
     const r = place({ nodes, profile: large, heldGpus: {} });
-    expect(r.kind === 'unplaceable' && r.reason).toContain('SM unknown: sim-c, sim-d (not used: which side they are on is unknown;');
-    expect(place({ nodes: [...nodes, node('sim-e', { smGuid: A })], profile: large, heldGpus: {} })).toMatchObject({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-e'] });
+    expect(r.kind === 'unplaceable' && r.reason).toContain(
+      'SM unknown: sim-c, sim-d (not used: which side they are on is unknown;',
+    );
+    expect(place({ nodes: [...nodes, node('sim-e', { smGuid: A })], profile: large, heldGpus: {} })).toMatchObject({
+      kind: 'placed',
+      fabric: 'ib-a',
+      nodes: ['sim-a', 'sim-e'],
+    });
   });
   it('one GUID plus nodes without identity is one fabric, as before', () => {
     const nodes = [node('sim-a', { smGuid: A }), node('sim-b'), node('sim-c', { smGuid: null })];
-    expect(place({ nodes, profile: { ...large, nodes: 3 }, heldGpus: {} })).toMatchObject({ kind: 'placed', fabric: 'ib-a', nodes: ['sim-a', 'sim-b', 'sim-c'] });
+    expect(place({ nodes, profile: { ...large, nodes: 3 }, heldGpus: {} })).toMatchObject({
+      kind: 'placed',
+      fabric: 'ib-a',
+      nodes: ['sim-a', 'sim-b', 'sim-c'],
+    });
   });
   it('fabricGroups names each side', () => {
-    const groups = fabricGroups([node('sim-a', { smGuid: B }), node('sim-b', { smGuid: A }), node('sim-c', { fabric: 'ib-b' })]);
-    expect(groups.map((g) => [g.key, g.split, g.members.map((n) => n.id)])).toEqual([[`ib-a@${A}`, true, ['sim-b']], [`ib-a@${B}`, true, ['sim-a']], ['ib-b', false, ['sim-c']]]);
+    const groups = fabricGroups([
+      node('sim-a', { smGuid: B }),
+      node('sim-b', { smGuid: A }),
+      node('sim-c', { fabric: 'ib-b' }),
+    ]);
+    expect(groups.map((g) => [g.key, g.split, g.members.map((n) => n.id)])).toEqual([
+      [`ib-a@${A}`, true, ['sim-b']],
+      [`ib-a@${B}`, true, ['sim-a']],
+      ['ib-b', false, ['sim-c']],
+    ]);
   });
 });

@@ -10,8 +10,22 @@ import { provisionInput } from '../../cli/provision-input';
 import type { ServerConfig } from '../../config/types';
 import { LlmgwError } from '../../lib/errors';
 import {
-  checkVmid, classifyPve, createParams, defaultVmid, describeVm, diskSizeGiB, encodeSshKeys, isOwnVm, LLMGW_TAG, parseCidr, parseDiskGiB,
-  parsePveError, parseUpid, runTag, taskSucceeded, type VmSpec,
+  checkVmid,
+  classifyPve,
+  createParams,
+  defaultVmid,
+  describeVm,
+  diskSizeGiB,
+  encodeSshKeys,
+  isOwnVm,
+  LLMGW_TAG,
+  parseCidr,
+  parseDiskGiB,
+  parsePveError,
+  parseUpid,
+  runTag,
+  taskSucceeded,
+  type VmSpec,
 } from '../../lib/proxmox/plan';
 
 /** The error `fn` throws (fails the test when it throws none). */
@@ -29,9 +43,22 @@ const ED = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG+x/Yz9Qw== root@ca-host';
 const RSA = 'ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQC7+/ab== ops key';
 
 const spec = (over: Partial<VmSpec> = {}): VmSpec => ({
-  vmid: 144, name: 'gpu-144', ip: '10.0.0.144/24', gateway: '10.0.0.1', nameserver: null, cores: 4, memoryMiB: 8192, diskGiB: 64,
-  cpu: 'host', image: 'local:import/debian-12-genericcloud-amd64.qcow2', storage: 'local-lvm', bridge: 'vmbr0', sshKeys: [ED],
-  ciuser: 'root', runTag: 'run-0a1b2c', ...over,
+  vmid: 144,
+  name: 'gpu-144',
+  ip: '10.0.0.144/24',
+  gateway: '10.0.0.1',
+  nameserver: null,
+  cores: 4,
+  memoryMiB: 8192,
+  diskGiB: 64,
+  cpu: 'host',
+  image: 'local:import/debian-12-genericcloud-amd64.qcow2',
+  storage: 'local-lvm',
+  bridge: 'vmbr0',
+  sshKeys: [ED],
+  ciuser: 'root',
+  runTag: 'run-0a1b2c',
+  ...over,
 });
 
 describe('VMIDs', () => {
@@ -53,7 +80,9 @@ describe('VMIDs', () => {
   });
 
   test('defaultVmid refuses what is not ADDR/PREFIX', () => {
-    expect(thrown(() => defaultVmid('10.0.0.144')).message).toContain('--ip 10.0.0.144: expected an IPv4 address with its prefix length');
+    expect(thrown(() => defaultVmid('10.0.0.144')).message).toContain(
+      '--ip 10.0.0.144: expected an IPv4 address with its prefix length',
+    );
   });
 
   test('checkVmid: whole numbers 100..999999999', () => {
@@ -76,8 +105,20 @@ describe('parseCidr', () => {
   });
 
   test.each([
-    '10.0.0.144', '10.0.0.144/', '10.0.0.144/0', '10.0.0.144/33', '10.0.0.144/024', '256.0.0.1/24', '10.0.0/24', '10.0.0.1.2/24',
-    'fd00::1/64', 'pve.example.net/24', '10.0.0.144/24,gw=10.0.0.1', '', '/24', '010.0.0.1/24',
+    '10.0.0.144',
+    '10.0.0.144/',
+    '10.0.0.144/0',
+    '10.0.0.144/33',
+    '10.0.0.144/024',
+    '256.0.0.1/24',
+    '10.0.0/24',
+    '10.0.0.1.2/24',
+    'fd00::1/64',
+    'pve.example.net/24',
+    '10.0.0.144/24,gw=10.0.0.1',
+    '',
+    '/24',
+    '010.0.0.1/24',
   ])('refuses %j with the flag and an example', (bad) => {
     const e = thrown(() => parseCidr(bad));
     expect(e.code).toBe('LLMGW_BAD_REQUEST');
@@ -102,7 +143,9 @@ describe('parseDiskGiB', () => {
   });
 
   test('the flag named is the one given', () => {
-    expect(thrown(() => parseDiskGiB('x', 'proxmox.disk')).message).toBe('proxmox.disk x: expected a size in GiB, e.g. 64G');
+    expect(thrown(() => parseDiskGiB('x', 'proxmox.disk')).message).toBe(
+      'proxmox.disk x: expected a size in GiB, e.g. 64G',
+    );
   });
 });
 
@@ -120,13 +163,15 @@ describe('encodeSshKeys (Proxmox sshkeys: URL-encoded exactly once)', () => {
 
   test('keys joined by a newline (%0A), trimmed, blank lines dropped', () => {
     const enc = encodeSshKeys([`  ${ED}\n`, '', '   ', RSA]);
-    expect(enc).toBe('ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIG%2Bx%2FYz9Qw%3D%3D%20root%40ca-host%0Assh-rsa%20AAAAB3NzaC1yc2EAAAADAQABAAABAQC7%2B%2Fab%3D%3D%20ops%20key');
+    expect(enc).toBe(
+      'ssh-ed25519%20AAAAC3NzaC1lZDI1NTE5AAAAIG%2Bx%2FYz9Qw%3D%3D%20root%40ca-host%0Assh-rsa%20AAAAB3NzaC1yc2EAAAADAQABAAABAQC7%2B%2Fab%3D%3D%20ops%20key',
+    );
     expect(enc).toMatch(SAFE);
     expect(enc).not.toContain('%25');
   });
 
   test('one decodeURIComponent gives the keys back exactly (not double-encoded)', () => {
-    const keys = [ED, RSA, 'ecdsa-sha2-nistp256 AAAAE2VjZHNh+/= a comment with (parens) and ~*!\'_.-'];
+    const keys = [ED, RSA, "ecdsa-sha2-nistp256 AAAAE2VjZHNh+/= a comment with (parens) and ~*!'_.-"];
     const enc = encodeSshKeys(keys);
     expect(enc).toMatch(SAFE);
     expect(decodeURIComponent(enc)).toBe(keys.join('\n'));
@@ -195,13 +240,17 @@ describe('createParams', () => {
 
   test('scsi0 imports the image in the STORAGE:0,import-from=IMAGE form', () => {
     const p = createParams(spec({ storage: 'ceph-vm', image: 'nfs-images:import/noble-server-cloudimg-amd64.qcow2' }));
-    expect(p.scsi0).toBe('ceph-vm:0,import-from=nfs-images:import/noble-server-cloudimg-amd64.qcow2,discard=on,iothread=1');
+    expect(p.scsi0).toBe(
+      'ceph-vm:0,import-from=nfs-images:import/noble-server-cloudimg-amd64.qcow2,discard=on,iothread=1',
+    );
     expect(String(p.scsi0)).toMatch(/^ceph-vm:0,import-from=/);
     expect(p.ide2).toBe('ceph-vm:cloudinit');
   });
 
   test('ipconfig0 ip=A/P,gw=G; without a gateway just ip=A/P', () => {
-    expect(createParams(spec({ ip: '192.168.5.201/16', gateway: '192.168.0.1' })).ipconfig0).toBe('ip=192.168.5.201/16,gw=192.168.0.1');
+    expect(createParams(spec({ ip: '192.168.5.201/16', gateway: '192.168.0.1' })).ipconfig0).toBe(
+      'ip=192.168.5.201/16,gw=192.168.0.1',
+    );
     expect(createParams(spec({ gateway: null })).ipconfig0).toBe('ip=10.0.0.144/24');
     expect(createParams(spec({ ip: ' 10.0.0.144/24 ' })).ipconfig0).toBe('ip=10.0.0.144/24,gw=10.0.0.1');
   });
@@ -234,15 +283,30 @@ describe('createParams', () => {
     writeFileSync(join(dir, 'id.pub'), `${ED}\n# a comment\n\n`);
     const config = {
       proxmox: {
-        url: 'https://pve.example.net:8006', node: 'pve', tokenId: 'llmgw@pve!provision', tokenSecretFile: '/dev/null', ca: '/dev/null',
-        storage: 'local-lvm', image: 'local:import/debian-12-genericcloud-amd64.qcow2', bridge: 'vmbr0', gateway: '10.0.0.1', nameserver: null,
-        cores: 4, memoryMiB: 8192, disk: '64G',
+        url: 'https://pve.example.net:8006',
+        node: 'pve',
+        tokenId: 'llmgw@pve!provision',
+        tokenSecretFile: '/dev/null',
+        ca: '/dev/null',
+        storage: 'local-lvm',
+        image: 'local:import/debian-12-genericcloud-amd64.qcow2',
+        bridge: 'vmbr0',
+        gateway: '10.0.0.1',
+        nameserver: null,
+        cores: 4,
+        memoryMiB: 8192,
+        disk: '64G',
       },
     } as unknown as ServerConfig;
     const input = provisionInput({ name: 'gpu-144', ip: '10.0.0.144/24', 'ssh-key': join(dir, 'id') }, config);
     expect(input).toMatchObject({ cpu: 'host', vmid: 144, diskGiB: 64, sshKeys: [ED], ciuser: 'root' });
-    expect(provisionInput({ name: 'gpu-144', ip: '10.0.0.144/24', 'ssh-key': join(dir, 'id'), cpu: 'x86-64-v2-AES' }, config).cpu).toBe('x86-64-v2-AES');
-    expect(() => provisionInput({ name: 'gpu-44', ip: '10.0.0.44/24', 'ssh-key': join(dir, 'id') }, config)).toThrow(/pass --vmid N/);
+    expect(
+      provisionInput({ name: 'gpu-144', ip: '10.0.0.144/24', 'ssh-key': join(dir, 'id'), cpu: 'x86-64-v2-AES' }, config)
+        .cpu,
+    ).toBe('x86-64-v2-AES');
+    expect(() => provisionInput({ name: 'gpu-44', ip: '10.0.0.44/24', 'ssh-key': join(dir, 'id') }, config)).toThrow(
+      /pass --vmid N/,
+    );
   });
 });
 
@@ -259,7 +323,7 @@ describe('isOwnVm', () => {
     expect(isOwnVm({ name: 'gpu-144', tags: 'llmgw-old;prod' }, 'gpu-144')).toBe(false);
   });
 
-  test('given a run, only that run\'s VM is ours', () => {
+  test("given a run, only that run's VM is ours", () => {
     expect(isOwnVm({ name: 'gpu-144', tags: `llmgw;${RUN}` }, 'gpu-144', RUN)).toBe(true);
     expect(isOwnVm({ name: 'gpu-144', tags: 'llmgw;run-ffff' }, 'gpu-144', RUN)).toBe(false);
     expect(isOwnVm({ name: 'gpu-144', tags: 'llmgw' }, 'gpu-144', RUN)).toBe(false);
@@ -278,7 +342,9 @@ describe('isOwnVm', () => {
   });
 
   test('describeVm names the holder', () => {
-    expect(describeVm({ vmid: 144, name: 'db-1', node: 'pve2', status: 'running', tags: 'prod' })).toBe('VM 144 "db-1" on node pve2 (running, tags prod)');
+    expect(describeVm({ vmid: 144, name: 'db-1', node: 'pve2', status: 'running', tags: 'prod' })).toBe(
+      'VM 144 "db-1" on node pve2 (running, tags prod)',
+    );
     expect(describeVm({ vmid: 144, node: 'pve', status: 'stopped' })).toBe('VM 144 on node pve (stopped)');
   });
 });
@@ -287,40 +353,81 @@ describe('parsePveError / classifyPve (proxmox-api 1.1.1 messages)', () => {
   const URL = 'https://pve.example.net:8006/api2/json';
 
   test('500 create on a taken VMID: exists', () => {
-    const e = parsePveError(new Error(`POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 144 - VM 144 already exists on node 'pve': {"data":null,"message":"unable to create VM 144 - VM 144 already exists on node 'pve'\\n"}`));
-    expect(e).toEqual({ method: 'POST', url: `${URL}/nodes/pve/qemu`, status: 500, reason: "unable to create VM 144 - VM 144 already exists on node 'pve'" });
+    const e = parsePveError(
+      new Error(
+        `POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 144 - VM 144 already exists on node 'pve': {"data":null,"message":"unable to create VM 144 - VM 144 already exists on node 'pve'\\n"}`,
+      ),
+    );
+    expect(e).toEqual({
+      method: 'POST',
+      url: `${URL}/nodes/pve/qemu`,
+      status: 500,
+      reason: "unable to create VM 144 - VM 144 already exists on node 'pve'",
+    });
     expect(classifyPve(e.reason)).toBe('exists');
   });
 
   test('400 nextid with parameter errors: the errors are appended, and it is exists', () => {
-    const e = parsePveError(new Error(`GET ${URL}/cluster/nextid?vmid=144 return Error 400 Parameter verification failed.: {"data":null,"errors":{"vmid":"VM 144 already exists\\n"}}`));
-    expect(e).toEqual({ method: 'GET', url: `${URL}/cluster/nextid?vmid=144`, status: 400, reason: 'Parameter verification failed. (vmid: VM 144 already exists)' });
+    const e = parsePveError(
+      new Error(
+        `GET ${URL}/cluster/nextid?vmid=144 return Error 400 Parameter verification failed.: {"data":null,"errors":{"vmid":"VM 144 already exists\\n"}}`,
+      ),
+    );
+    expect(e).toEqual({
+      method: 'GET',
+      url: `${URL}/cluster/nextid?vmid=144`,
+      status: 400,
+      reason: 'Parameter verification failed. (vmid: VM 144 already exists)',
+    });
     expect(classifyPve(e.reason)).toBe('exists');
   });
 
   test('several parameter errors, joined by ;', () => {
-    const e = parsePveError(new Error(`POST ${URL}/nodes/pve/qemu return Error 400 Parameter verification failed.: {"data":null,"errors":{"sshkeys":"invalid urlencoded string","cores":"value must have a minimum value of 1"}}`));
-    expect(e.reason).toBe('Parameter verification failed. (sshkeys: invalid urlencoded string; cores: value must have a minimum value of 1)');
+    const e = parsePveError(
+      new Error(
+        `POST ${URL}/nodes/pve/qemu return Error 400 Parameter verification failed.: {"data":null,"errors":{"sshkeys":"invalid urlencoded string","cores":"value must have a minimum value of 1"}}`,
+      ),
+    );
+    expect(e.reason).toBe(
+      'Parameter verification failed. (sshkeys: invalid urlencoded string; cores: value must have a minimum value of 1)',
+    );
     expect(classifyPve(e.reason)).toBe('other');
   });
 
   test('storage lock "got timeout": lock-timeout', () => {
-    const e = parsePveError(new Error(`POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 145 - can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout: {"data":null}`));
+    const e = parsePveError(
+      new Error(
+        `POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 145 - can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout: {"data":null}`,
+      ),
+    );
     expect(e.status).toBe(500);
-    expect(e.reason).toBe("unable to create VM 145 - can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout");
+    expect(e.reason).toBe(
+      "unable to create VM 145 - can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout",
+    );
     expect(classifyPve(e.reason)).toBe('lock-timeout');
     // a task's exit status says the same
     expect(classifyPve("can't lock file '/var/lock/qemu-server/lock-144.conf' - got timeout")).toBe('lock-timeout');
   });
 
   test('"VM is locked": locked', () => {
-    const e = parsePveError(new Error(`PUT ${URL}/nodes/pve/qemu/144/resize return Error 500 VM is locked (create): {"data":null}`));
-    expect(e).toEqual({ method: 'PUT', url: `${URL}/nodes/pve/qemu/144/resize`, status: 500, reason: 'VM is locked (create)' });
+    const e = parsePveError(
+      new Error(`PUT ${URL}/nodes/pve/qemu/144/resize return Error 500 VM is locked (create): {"data":null}`),
+    );
+    expect(e).toEqual({
+      method: 'PUT',
+      url: `${URL}/nodes/pve/qemu/144/resize`,
+      status: 500,
+      reason: 'VM is locked (create)',
+    });
     expect(classifyPve(e.reason)).toBe('locked');
   });
 
   test('"does not exist": missing', () => {
-    const e = parsePveError(new Error(`GET ${URL}/nodes/pve/qemu/144/status/current return Error 500 Configuration file 'nodes/pve/qemu-server/144.conf' does not exist: {"data":null}`));
+    const e = parsePveError(
+      new Error(
+        `GET ${URL}/nodes/pve/qemu/144/status/current return Error 500 Configuration file 'nodes/pve/qemu-server/144.conf' does not exist: {"data":null}`,
+      ),
+    );
     expect(e.status).toBe(500);
     expect(e.reason).toBe("Configuration file 'nodes/pve/qemu-server/144.conf' does not exist");
     expect(classifyPve(e.reason)).toBe('missing');
@@ -336,29 +443,62 @@ describe('parsePveError / classifyPve (proxmox-api 1.1.1 messages)', () => {
 
   test('other statuses ("connection failed with"): method, url and status read', () => {
     // proxmox-api writes `<reason> return: <body>` here.
-    const e = parsePveError(new Error(`POST ${URL}/nodes/pve/qemu connection failed with 403 Permission check failed (/vms/144, VM.Allocate) return: {"data":null}`));
+    const e = parsePveError(
+      new Error(
+        `POST ${URL}/nodes/pve/qemu connection failed with 403 Permission check failed (/vms/144, VM.Allocate) return: {"data":null}`,
+      ),
+    );
     expect(e).toMatchObject({ method: 'POST', url: `${URL}/nodes/pve/qemu`, status: 403 });
     expect(e.reason).toBe('Permission check failed (/vms/144, VM.Allocate)');
     expect(classifyPve(e.reason)).toBe('other');
   });
 
-  test('an empty reason phrase takes the body\'s message', () => {
-    const e = parsePveError(new Error(`DELETE ${URL}/nodes/pve/qemu/144 return Error 500 : {"data":null,"message":"VM 144 is running - destroy failed\\n"}`));
-    expect(e).toEqual({ method: 'DELETE', url: `${URL}/nodes/pve/qemu/144`, status: 500, reason: 'VM 144 is running - destroy failed' });
+  test("an empty reason phrase takes the body's message", () => {
+    const e = parsePveError(
+      new Error(
+        `DELETE ${URL}/nodes/pve/qemu/144 return Error 500 : {"data":null,"message":"VM 144 is running - destroy failed\\n"}`,
+      ),
+    );
+    expect(e).toEqual({
+      method: 'DELETE',
+      url: `${URL}/nodes/pve/qemu/144`,
+      status: 500,
+      reason: 'VM 144 is running - destroy failed',
+    });
   });
 
   test('a body that is not JSON (a proxy page) stays in the reason, so it is seen', () => {
-    expect(parsePveError(new Error(`GET ${URL}/version return Error 500 Internal Server Error: not json`)).reason).toBe('Internal Server Error: not json');
+    expect(parsePveError(new Error(`GET ${URL}/version return Error 500 Internal Server Error: not json`)).reason).toBe(
+      'Internal Server Error: not json',
+    );
   });
 
   test('network failures ("FaILED to call"): no status', () => {
-    expect(parsePveError(new Error(`FaILED to call POST ${URL}/nodes/pve/qemu cause by:connect ECONNREFUSED 127.0.0.1:8006`)))
-      .toEqual({ method: 'POST', url: `${URL}/nodes/pve/qemu`, status: null, reason: 'connection failed: connect ECONNREFUSED 127.0.0.1:8006' });
-    expect(parsePveError(new Error(`FaILED to call GET ${URL}/version`))).toEqual({ method: 'GET', url: `${URL}/version`, status: null, reason: 'connection failed' });
+    expect(
+      parsePveError(
+        new Error(`FaILED to call POST ${URL}/nodes/pve/qemu cause by:connect ECONNREFUSED 127.0.0.1:8006`),
+      ),
+    ).toEqual({
+      method: 'POST',
+      url: `${URL}/nodes/pve/qemu`,
+      status: null,
+      reason: 'connection failed: connect ECONNREFUSED 127.0.0.1:8006',
+    });
+    expect(parsePveError(new Error(`FaILED to call GET ${URL}/version`))).toEqual({
+      method: 'GET',
+      url: `${URL}/version`,
+      status: null,
+      reason: 'connection failed',
+    });
   });
 
   test('anything else: the message as the reason, no status', () => {
-    expect(parsePveError(new Error('something odd'))).toEqual({ method: '', url: '', status: null, reason: 'something odd' });
+    expect(parsePveError(new Error('something odd'))).toEqual({
+      method: '',
+      url: '',
+      status: null,
+      reason: 'something odd',
+    });
     expect(parsePveError('a string')).toEqual({ method: '', url: '', status: null, reason: 'a string' });
   });
 
@@ -371,10 +511,18 @@ describe('parsePveError / classifyPve (proxmox-api 1.1.1 messages)', () => {
 
 describe('tasks', () => {
   test('parseUpid: node, type, id, user', () => {
-    expect(parseUpid('UPID:pve:000A1B2C:0123ABCD:65A1B2C3:qmcreate:144:llmgw@pve!provision:'))
-      .toEqual({ node: 'pve', type: 'qmcreate', id: '144', user: 'llmgw@pve!provision' });
-    expect(parseUpid('UPID:pve-2:00001234:1234ABCDE:6789ABCD:resize:145:root@pam:'))
-      .toEqual({ node: 'pve-2', type: 'resize', id: '145', user: 'root@pam' });
+    expect(parseUpid('UPID:pve:000A1B2C:0123ABCD:65A1B2C3:qmcreate:144:llmgw@pve!provision:')).toEqual({
+      node: 'pve',
+      type: 'qmcreate',
+      id: '144',
+      user: 'llmgw@pve!provision',
+    });
+    expect(parseUpid('UPID:pve-2:00001234:1234ABCDE:6789ABCD:resize:145:root@pam:')).toEqual({
+      node: 'pve-2',
+      type: 'resize',
+      id: '145',
+      user: 'root@pam',
+    });
   });
 
   test.each([
@@ -382,7 +530,8 @@ describe('tasks', () => {
     'pve:000A1B2C:0123ABCD:65A1B2C3:qmcreate:144:root@pam:',
     'UPID:pve:A1B2C:0123ABCD:65A1B2C3:qmcreate:144:root@pam:', // pid not 8 hex digits
     'UPID:pve:000A1B2C:0123ABCD:65A1B2CZ:qmcreate:144:root@pam:',
-    '', 'null',
+    '',
+    'null',
   ])('parseUpid refuses %j', (bad) => {
     const e = thrown(() => parseUpid(bad));
     expect(e.code).toBe('LLMGW_PROXMOX_FAILED');
@@ -393,7 +542,18 @@ describe('tasks', () => {
     expect(taskSucceeded('OK')).toBe(true);
     expect(taskSucceeded('WARNINGS: 2')).toBe(true);
     expect(taskSucceeded('WARNINGS: 17')).toBe(true);
-    for (const s of [undefined, '', 'ok', 'OK ', 'WARNINGS', 'WARNINGS: ', 'WARNINGS: two', "can't lock file '/var/lock/qemu-server/lock-144.conf' - got timeout", 'unexpected status', 'job errors']) {
+    for (const s of [
+      undefined,
+      '',
+      'ok',
+      'OK ',
+      'WARNINGS',
+      'WARNINGS: ',
+      'WARNINGS: two',
+      "can't lock file '/var/lock/qemu-server/lock-144.conf' - got timeout",
+      'unexpected status',
+      'job errors',
+    ]) {
       expect(taskSucceeded(s)).toBe(false);
     }
   });
@@ -402,11 +562,24 @@ describe('tasks', () => {
 describe('parsePveError: reasons that hold colons', () => {
   const URL = 'https://pve.example.net:8006/api2/json';
   test('a volid in the reason is not a lost connection', () => {
-    const e = parsePveError(new Error(`POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 144 - volume 'local:import/x.qcow2' does not exist: {"data":null}`));
-    expect(e).toEqual({ method: 'POST', url: `${URL}/nodes/pve/qemu`, status: 500, reason: "unable to create VM 144 - volume 'local:import/x.qcow2' does not exist" });
+    const e = parsePveError(
+      new Error(
+        `POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 144 - volume 'local:import/x.qcow2' does not exist: {"data":null}`,
+      ),
+    );
+    expect(e).toEqual({
+      method: 'POST',
+      url: `${URL}/nodes/pve/qemu`,
+      status: 500,
+      reason: "unable to create VM 144 - volume 'local:import/x.qcow2' does not exist",
+    });
   });
   test('a reason with ": " inside is kept whole', () => {
-    const e = parsePveError(new Error(`POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 144 - import failed: exit code 1: {"data":null}`));
+    const e = parsePveError(
+      new Error(
+        `POST ${URL}/nodes/pve/qemu return Error 500 unable to create VM 144 - import failed: exit code 1: {"data":null}`,
+      ),
+    );
     expect(e.reason).toBe('unable to create VM 144 - import failed: exit code 1');
   });
 });

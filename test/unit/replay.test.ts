@@ -14,17 +14,45 @@ const HISTORIES = join(__dirname, '../fixtures/histories');
 /** What each recording must contain for its replay to mean something. */
 const COVERS: Record<string, string[]> = {
   // placed, a shard died (rebuild), stopped with its shards cancelled, finished
-  'replica-pair-0.json': ['ACTIVITY_TASK_FAILED', 'ACTIVITY_TASK_CANCELED', 'WORKFLOW_EXECUTION_SIGNALED', 'WORKFLOW_EXECUTION_COMPLETED'],
+  'replica-pair-0.json': [
+    'ACTIVITY_TASK_FAILED',
+    'ACTIVITY_TASK_CANCELED',
+    'WORKFLOW_EXECUTION_SIGNALED',
+    'WORKFLOW_EXECUTION_COMPLETED',
+  ],
   // started its child, took a scale update, saw the child finish (the deployment itself runs on)
-  'model-pair.json': ['START_CHILD_WORKFLOW_EXECUTION_INITIATED', 'WORKFLOW_EXECUTION_UPDATE_COMPLETED', 'CHILD_WORKFLOW_EXECUTION_COMPLETED'],
+  'model-pair.json': [
+    'START_CHILD_WORKFLOW_EXECUTION_INITIATED',
+    'WORKFLOW_EXECUTION_UPDATE_COMPLETED',
+    'CHILD_WORKFLOW_EXECUTION_COMPLETED',
+  ],
   // (test/integration/drain-cancel.test.ts) a drain cancelled while its replacement waited: it withdrew the replacement
-  'drain-cancelled.json': ['MARKER_RECORDED', 'WORKFLOW_EXECUTION_CANCEL_REQUESTED', 'SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED', 'WORKFLOW_EXECUTION_CANCELED'],
+  'drain-cancelled.json': [
+    'MARKER_RECORDED',
+    'WORKFLOW_EXECUTION_CANCEL_REQUESTED',
+    'SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED',
+    'WORKFLOW_EXECUTION_CANCELED',
+  ],
   // a drain told --allow-downtime while it waited (its long-poll cancelled), which moved the replica stop-first
-  'drain-stop-first.json': ['MARKER_RECORDED', 'WORKFLOW_EXECUTION_SIGNALED', 'ACTIVITY_TASK_CANCEL_REQUESTED', 'WORKFLOW_EXECUTION_COMPLETED'],
+  'drain-stop-first.json': [
+    'MARKER_RECORDED',
+    'WORKFLOW_EXECUTION_SIGNALED',
+    'ACTIVITY_TASK_CANCEL_REQUESTED',
+    'WORKFLOW_EXECUTION_COMPLETED',
+  ],
   // a replica stopped through the in-flight wait (the patch marker, then waitInflight), its shards cancelled
-  'replica-stop-first.json': ['MARKER_RECORDED', 'WORKFLOW_EXECUTION_SIGNALED', 'ACTIVITY_TASK_CANCELED', 'WORKFLOW_EXECUTION_COMPLETED'],
+  'replica-stop-first.json': [
+    'MARKER_RECORDED',
+    'WORKFLOW_EXECUTION_SIGNALED',
+    'ACTIVITY_TASK_CANCELED',
+    'WORKFLOW_EXECUTION_COMPLETED',
+  ],
   // (catalog-apply.test.ts) a deployment told its spec changed, which rolled its replica make-before-break
-  'model-rolled.json': ['WORKFLOW_EXECUTION_SIGNALED', 'START_CHILD_WORKFLOW_EXECUTION_INITIATED', 'SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED'],
+  'model-rolled.json': [
+    'WORKFLOW_EXECUTION_SIGNALED',
+    'START_CHILD_WORKFLOW_EXECUTION_INITIATED',
+    'SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED',
+  ],
   // a deployment retired by ctl apply --prune: its replica stopped, the model forgotten, the workflow ended
   'model-retired.json': ['WORKFLOW_EXECUTION_SIGNALED', 'ACTIVITY_TASK_COMPLETED', 'WORKFLOW_EXECUTION_COMPLETED'],
   // (remove-node.test.ts) a node drained by its child drain, its agent stopped, revoked, forgotten, its VM removed
@@ -32,7 +60,9 @@ const COVERS: Record<string, string[]> = {
   // (llama-multinode.test.ts) llama.cpp over two nodes: rank 0 started after waitListening, a worker killed, rebuilt
   'replica-workers-first.json': ['MARKER_RECORDED', 'ACTIVITY_TASK_FAILED', 'ACTIVITY_TASK_COMPLETED'],
 };
-const files = readdirSync(HISTORIES).filter((f) => f.endsWith('.json')).sort();
+const files = readdirSync(HISTORIES)
+  .filter((f) => f.endsWith('.json'))
+  .sort();
 
 describe('recorded workflow histories replay on the current code', () => {
   test('fixtures exist for the replica, the model deployment, the drain and the node removal workflows', () => {
@@ -41,9 +71,15 @@ describe('recorded workflow histories replay on the current code', () => {
 
   test.each(files)('%s replays without a determinism violation', async (file) => {
     const history: unknown = JSON.parse(readFileSync(join(HISTORIES, file), 'utf8'));
-    const types = (history as { events: { eventType: string }[] }).events.map((e) => e.eventType.replace('EVENT_TYPE_', ''));
+    const types = (history as { events: { eventType: string }[] }).events.map((e) =>
+      e.eventType.replace('EVENT_TYPE_', ''),
+    );
     // A recording proves only the paths it took: each must hold the interesting ones.
     expect(types).toEqual(expect.arrayContaining(COVERS[file] ?? []));
-    await Worker.runReplayHistory({ workflowBundle: { codePath: await workflowBundlePath() } }, history, file.replace(/\.json$/, ''));
+    await Worker.runReplayHistory(
+      { workflowBundle: { codePath: await workflowBundlePath() } },
+      history,
+      file.replace(/\.json$/, ''),
+    );
   });
 });

@@ -2,8 +2,20 @@
 import { gzipSync } from 'node:zlib';
 import { temporal } from '@temporalio/proto';
 import { parseServerConfig } from '../../config/load';
-import { grpcMethod, judgeNodeCall, pollResponseToken, WORKFLOW_SERVICE, type NodeCall } from '../../gateway/door/policy';
-import { decodeGrpcMessage, encodeGrpcMessage, frameMessage, messageBytes, parseFrames } from '../../gateway/door/grpc-frames';
+import {
+  grpcMethod,
+  judgeNodeCall,
+  pollResponseToken,
+  WORKFLOW_SERVICE,
+  type NodeCall,
+} from '../../gateway/door/policy';
+import {
+  decodeGrpcMessage,
+  encodeGrpcMessage,
+  frameMessage,
+  messageBytes,
+  parseFrames,
+} from '../../gateway/door/grpc-frames';
 import { TaskTokenMemory } from '../../gateway/door/task-tokens';
 import { doorAddressFor } from '../../gateway/door/door';
 
@@ -53,7 +65,7 @@ describe('task-token memory', () => {
     expect(m.stats()).toEqual({ tokens: 4, nodes: 2, evicted: 1 });
   });
 
-  test('with a backing store, a new memory (a restarted door, another control plane) recalls a running task\'s token', async () => {
+  test("with a backing store, a new memory (a restarted door, another control plane) recalls a running task's token", async () => {
     const rows = new Set<string>();
     const backing = {
       rememberTaskToken: async (cn: string, d: string) => void rows.add(`${cn}/${d}`),
@@ -71,7 +83,10 @@ describe('task-token memory', () => {
     await new Promise((r) => setImmediate(r));
     expect(rows.size).toBe(0);
     const logs: string[] = [];
-    const broken = new TaskTokenMemory({ backing: { ...backing, hasTaskToken: () => Promise.reject(new Error('MySQL down')) }, log: (msg, f) => void logs.push(`${msg}: ${String(f.error)}`) });
+    const broken = new TaskTokenMemory({
+      backing: { ...backing, hasTaskToken: () => Promise.reject(new Error('MySQL down')) },
+      log: (msg, f) => void logs.push(`${msg}: ${String(f.error)}`),
+    });
     expect(await broken.recall('a', token('t2'))).toBe(false);
     expect(logs).toEqual(['task token store failed: MySQL down']);
   });
@@ -82,29 +97,70 @@ describe('what a node certificate may ask of Temporal', () => {
   tokens.remember('gpu-01', token('mine'));
   const call = (method: string, request: Uint8Array, o: Partial<NodeCall> = {}): ReturnType<typeof judgeNodeCall> =>
     judgeNodeCall({ cn: 'gpu-01', namespace: 'default', service: WORKFLOW_SERVICE, method, request, tokens, ...o });
-  const poll = (queue: string, namespace = 'default'): Uint8Array => ws.PollActivityTaskQueueRequest.encode({ namespace, taskQueue: { name: queue } }).finish();
-  const answer = (t: string, namespace = 'default'): Uint8Array => ws.RespondActivityTaskCompletedRequest.encode({ namespace, taskToken: token(t) }).finish();
+  const poll = (queue: string, namespace = 'default'): Uint8Array =>
+    ws.PollActivityTaskQueueRequest.encode({ namespace, taskQueue: { name: queue } }).finish();
+  const answer = (t: string, namespace = 'default'): Uint8Array =>
+    ws.RespondActivityTaskCompletedRequest.encode({ namespace, taskToken: token(t) }).finish();
 
   test('its own queue, the start-up reads and answers with its own tokens pass', () => {
     expect(call('GetSystemInfo', new Uint8Array())).toEqual({ kind: 'allow', after: 'nothing' });
-    expect(call('DescribeNamespace', ws.DescribeNamespaceRequest.encode({ namespace: 'default' }).finish())).toEqual({ kind: 'allow', after: 'nothing' });
+    expect(call('DescribeNamespace', ws.DescribeNamespaceRequest.encode({ namespace: 'default' }).finish())).toEqual({
+      kind: 'allow',
+      after: 'nothing',
+    });
     expect(call('PollActivityTaskQueue', poll('node-gpu-01'))).toEqual({ kind: 'allow', after: 'record-tokens' });
-    expect(call('RecordActivityTaskHeartbeat', ws.RecordActivityTaskHeartbeatRequest.encode({ namespace: 'default', taskToken: token('mine') }).finish())).toEqual({ kind: 'allow', after: 'nothing' });
-    expect(call('RespondActivityTaskCompleted', answer('mine'))).toEqual({ kind: 'allow', after: { forget: token('mine') } });
-    expect(call('ShutdownWorker', ws.ShutdownWorkerRequest.encode({ namespace: 'default', taskQueue: 'node-gpu-01' }).finish())).toEqual({ kind: 'allow', after: 'nothing' });
+    expect(
+      call(
+        'RecordActivityTaskHeartbeat',
+        ws.RecordActivityTaskHeartbeatRequest.encode({ namespace: 'default', taskToken: token('mine') }).finish(),
+      ),
+    ).toEqual({ kind: 'allow', after: 'nothing' });
+    expect(call('RespondActivityTaskCompleted', answer('mine'))).toEqual({
+      kind: 'allow',
+      after: { forget: token('mine') },
+    });
+    expect(
+      call(
+        'ShutdownWorker',
+        ws.ShutdownWorkerRequest.encode({ namespace: 'default', taskQueue: 'node-gpu-01' }).finish(),
+      ),
+    ).toEqual({ kind: 'allow', after: 'nothing' });
   });
 
   test.each([
-    ['PollActivityTaskQueue', poll('node-gpu-02'), 'node gpu-01 may poll only its own queue node-gpu-01, not "node-gpu-02"'],
+    [
+      'PollActivityTaskQueue',
+      poll('node-gpu-02'),
+      'node gpu-01 may poll only its own queue node-gpu-01, not "node-gpu-02"',
+    ],
     ['PollActivityTaskQueue', poll('node-gpu-01', 'other'), 'namespace "other" is not this cluster\'s (default)'],
-    ['RespondActivityTaskCompleted', answer('theirs'), 'RespondActivityTaskCompleted with a task token this door never handed to gpu-01'],
-    ['RespondActivityTaskFailed', ws.RespondActivityTaskFailedRequest.encode({ namespace: 'default' }).finish(), 'RespondActivityTaskFailed without a task token'],
+    [
+      'RespondActivityTaskCompleted',
+      answer('theirs'),
+      'RespondActivityTaskCompleted with a task token this door never handed to gpu-01',
+    ],
+    [
+      'RespondActivityTaskFailed',
+      ws.RespondActivityTaskFailedRequest.encode({ namespace: 'default' }).finish(),
+      'RespondActivityTaskFailed without a task token',
+    ],
     ['PollWorkflowTaskQueue', new Uint8Array(), 'a node runs activities only'],
     ['RespondActivityTaskCompletedById', new Uint8Array(), 'names a task by workflow and activity id'],
     ['StartWorkflowExecution', new Uint8Array(), "not a call a node's worker makes"],
     ['TerminateWorkflowExecution', new Uint8Array(), "not a call a node's worker makes"],
-    ['ShutdownWorker', ws.ShutdownWorkerRequest.encode({ namespace: 'default', stickyTaskQueue: 'llmgw-control-sticky' }).finish(), 'a node worker has none'],
-    ['RecordWorkerHeartbeat', ws.RecordWorkerHeartbeatRequest.encode({ namespace: 'default', workerHeartbeat: [{ taskQueue: 'llmgw-control' }] }).finish(), 'speaks only for node-gpu-01'],
+    [
+      'ShutdownWorker',
+      ws.ShutdownWorkerRequest.encode({ namespace: 'default', stickyTaskQueue: 'llmgw-control-sticky' }).finish(),
+      'a node worker has none',
+    ],
+    [
+      'RecordWorkerHeartbeat',
+      ws.RecordWorkerHeartbeatRequest.encode({
+        namespace: 'default',
+        workerHeartbeat: [{ taskQueue: 'llmgw-control' }],
+      }).finish(),
+      'speaks only for node-gpu-01',
+    ],
     ['DescribeNamespace', ws.DescribeNamespaceRequest.encode({ id: 'abc' }).finish(), 'DescribeNamespace by id'],
   ])('%s is refused (%s)', (method, request, reason) => {
     const v = call(method, request as Uint8Array);
@@ -113,19 +169,31 @@ describe('what a node certificate may ask of Temporal', () => {
   });
 
   test('another service is refused; a path that is not gRPC is no method', () => {
-    expect(call('ListClusters', new Uint8Array(), { service: 'temporal.api.operatorservice.v1.OperatorService' })).toMatchObject({ kind: 'refuse', code: 7 });
-    expect(grpcMethod('/temporal.api.workflowservice.v1.WorkflowService/PollActivityTaskQueue')).toEqual({ service: WORKFLOW_SERVICE, method: 'PollActivityTaskQueue' });
+    expect(
+      call('ListClusters', new Uint8Array(), { service: 'temporal.api.operatorservice.v1.OperatorService' }),
+    ).toMatchObject({ kind: 'refuse', code: 7 });
+    expect(grpcMethod('/temporal.api.workflowservice.v1.WorkflowService/PollActivityTaskQueue')).toEqual({
+      service: WORKFLOW_SERVICE,
+      method: 'PollActivityTaskQueue',
+    });
     expect(grpcMethod('/index.html')).toBeNull();
   });
 
   test('a poll answer yields its task token; an empty one (a long poll that ended) none', () => {
-    expect(pollResponseToken(ws.PollActivityTaskQueueResponse.encode({ taskToken: token('t'), activityId: '1' }).finish())).toEqual(token('t'));
+    expect(
+      pollResponseToken(ws.PollActivityTaskQueueResponse.encode({ taskToken: token('t'), activityId: '1' }).finish()),
+    ).toEqual(token('t'));
     expect(pollResponseToken(new Uint8Array())).toBeNull();
   });
 });
 
 describe("the door's address and listener", () => {
-  const listeners = (door: string): { controlPlane: { host: string }; temporalDoor: { host: string; port: number } } => ({ controlPlane: { host: '127.0.0.1' }, temporalDoor: { host: door, port: 7444 } });
+  const listeners = (
+    door: string,
+  ): { controlPlane: { host: string }; temporalDoor: { host: string; port: number } } => ({
+    controlPlane: { host: '127.0.0.1' },
+    temporalDoor: { host: door, port: 7444 },
+  });
 
   test('nodes dial the host they reached the control plane at, unless the door listens on a host of its own', () => {
     expect(doorAddressFor(listeners('127.0.0.1'), 'cp.example.net')).toBe('cp.example.net:7444');
@@ -144,7 +212,9 @@ describe("the door's address and listener", () => {
       }
       return 'no problem';
     };
-    expect(problem('listeners:\n  temporalDoor:\n    port: 7443\n')).toMatch(/listeners\.temporalDoor\.port: 7443 is also the controlPlane port/);
+    expect(problem('listeners:\n  temporalDoor:\n    port: 7443\n')).toMatch(
+      /listeners\.temporalDoor\.port: 7443 is also the controlPlane port/,
+    );
     expect(problem('listeners:\n  temporalDoor:\n    port: 7233\n')).toMatch(/7233 is Temporal's own port/);
     expect(problem('listeners:\n  temporalDoor:\n    port: 20001\n')).toMatch(/20001 lies inside enginePorts/);
     expect(problem('listeners:\n  temporalDor:\n    port: 1\n')).toMatch(/did you mean "temporalDoor"/);

@@ -31,16 +31,28 @@ ${extra}
 describe('catalog sha256', () => {
   test('64 hex digits, kept lowercased; absent stays absent', () => {
     const sha = 'AB'.repeat(32);
-    expect(parseServerConfig(catalog(`    sha256: "${sha}"`), 'server.yaml').catalog[0]?.sha256).toBe(sha.toLowerCase());
+    expect(parseServerConfig(catalog(`    sha256: "${sha}"`), 'server.yaml').catalog[0]?.sha256).toBe(
+      sha.toLowerCase(),
+    );
     expect(parseServerConfig(catalog(''), 'server.yaml').catalog[0]).not.toHaveProperty('sha256');
   });
   test('anything else is refused naming the key and the fix', () => {
-    const e = thrownWithCode<ConfigError>(() => parseServerConfig(catalog('    sha256: "sha256:abc"'), 'server.yaml'), 'LLMGW_CONFIG_INVALID');
-    expect(e.message).toMatch(/^server\.yaml:\d+:\d+: catalog\[0\]\.sha256: "sha256:abc" is not a sha256; give the 64 hex digits sha256sum prints for the file \(no "sha256:" prefix\)$/m);
+    const e = thrownWithCode<ConfigError>(
+      () => parseServerConfig(catalog('    sha256: "sha256:abc"'), 'server.yaml'),
+      'LLMGW_CONFIG_INVALID',
+    );
+    expect(e.message).toMatch(
+      /^server\.yaml:\d+:\d+: catalog\[0\]\.sha256: "sha256:abc" is not a sha256; give the 64 hex digits sha256sum prints for the file \(no "sha256:" prefix\)$/m,
+    );
   });
   test('a sha256 on a source that is not a URL is refused', () => {
-    const e = thrownWithCode<ConfigError>(() => parseServerConfig(catalog(`    sha256: "${'0'.repeat(64)}"`, 'sim://sim-small'), 'server.yaml'), 'LLMGW_CONFIG_INVALID');
-    expect(e.message).toContain('catalog[0].sha256: is set, but source "sim://sim-small" is not an http(s) URL; remove sha256 (only a fetched file is verified), or give the model a URL source');
+    const e = thrownWithCode<ConfigError>(
+      () => parseServerConfig(catalog(`    sha256: "${'0'.repeat(64)}"`, 'sim://sim-small'), 'server.yaml'),
+      'LLMGW_CONFIG_INVALID',
+    );
+    expect(e.message).toContain(
+      'catalog[0].sha256: is set, but source "sim://sim-small" is not an http(s) URL; remove sha256 (only a fetched file is verified), or give the model a URL source',
+    );
   });
 });
 
@@ -66,7 +78,9 @@ describe('sources', () => {
     expect(weightsKey('https://x/m.gguf')).toMatch(/^url-[0-9a-f]{32}$/);
     expect(isWeightsKey(weightsKey('https://x/m.gguf'))).toBe(true);
     expect(isWeightsKey('../etc')).toBe(false);
-    expect(cacheFileName('https://huggingface.co/org/repo/resolve/main/model%20q4.gguf?download=true')).toBe('model_q4.gguf');
+    expect(cacheFileName('https://huggingface.co/org/repo/resolve/main/model%20q4.gguf?download=true')).toBe(
+      'model_q4.gguf',
+    );
     expect(cacheFileName('https://x/')).toBe('weights');
     expect(cacheFileName('https://x/.hidden')).toBe('weights');
   });
@@ -105,9 +119,32 @@ describe('progress', () => {
     expect(formatBytes(512)).toBe('512 B');
     expect(formatBytes(1536)).toBe('1.5 KiB');
     expect(formatBytes(300 << 20)).toBe('300 MiB');
-    expect(formatProgress({ phase: 'downloading', key: 'k', url: 'u', from: 'peer n1', bytesDone: 2 ** 30, total: 4 * 2 ** 30, rateBps: 85.3 * (1 << 20), resumedFrom: 512 << 20, waiters: 2 }))
-      .toBe('downloading from peer n1: 1.0 GiB of 4.0 GiB (25%), 85.3 MiB/s, resumed at 512 MiB, 2 waiting on it');
-    expect(formatProgress({ phase: 'hashing-partial', key: 'k', url: 'u', from: 'origin', bytesDone: 10, total: null, rateBps: 0, resumedFrom: 0, waiters: 1 })).toBe('hashing-partial from origin: 10 B');
+    expect(
+      formatProgress({
+        phase: 'downloading',
+        key: 'k',
+        url: 'u',
+        from: 'peer n1',
+        bytesDone: 2 ** 30,
+        total: 4 * 2 ** 30,
+        rateBps: 85.3 * (1 << 20),
+        resumedFrom: 512 << 20,
+        waiters: 2,
+      }),
+    ).toBe('downloading from peer n1: 1.0 GiB of 4.0 GiB (25%), 85.3 MiB/s, resumed at 512 MiB, 2 waiting on it');
+    expect(
+      formatProgress({
+        phase: 'hashing-partial',
+        key: 'k',
+        url: 'u',
+        from: 'origin',
+        bytesDone: 10,
+        total: null,
+        rateBps: 0,
+        resumedFrom: 0,
+        waiters: 1,
+      }),
+    ).toBe('hashing-partial from origin: 10 B');
   });
 });
 
@@ -127,12 +164,21 @@ describe('fetchWeights under MockActivityEnvironment', () => {
     const env = new MockActivityEnvironment();
     const beats: WeightsHeartbeat[] = [];
     env.on('heartbeat', (d: unknown) => void beats.push(d as WeightsHeartbeat));
-    const { fetchWeights } = createWeightsActivities({ nodeId: 'u1', cache: new WeightsCache({ dir, nodeId: 'u1' }), heartbeatMs: 100 });
-    const r = await env.run(fetchWeights, { model: 'tiny', source: origin.fileUrl, sha256: origin.sha256, replicaId: 'tiny-0' });
+    const { fetchWeights } = createWeightsActivities({
+      nodeId: 'u1',
+      cache: new WeightsCache({ dir, nodeId: 'u1' }),
+      heartbeatMs: 100,
+    });
+    const r = await env.run(fetchWeights, {
+      model: 'tiny',
+      source: origin.fileUrl,
+      sha256: origin.sha256,
+      replicaId: 'tiny-0',
+    });
     origin.behave.bytesPerSecond = null;
     expect(r).toMatchObject({ how: 'fetched', from: 'origin', size: 3 << 20, verified: true });
     expect(beats[0]).toMatchObject({ phase: 'checking', node: 'u1', model: 'tiny', replicaId: 'tiny-0' });
-    const mid = beats.filter((b) => b.phase === 'downloading' && b.bytesDone > 0 && b.bytesDone < (3 << 20));
+    const mid = beats.filter((b) => b.phase === 'downloading' && b.bytesDone > 0 && b.bytesDone < 3 << 20);
     expect(mid.length).toBeGreaterThan(2);
     expect(mid.at(-1)?.rateBps).toBeGreaterThan(0);
     expect(beats.at(-1)).toMatchObject({ phase: 'done', bytesDone: 3 << 20, total: 3 << 20 });
@@ -148,10 +194,20 @@ describe('fetchWeights under MockActivityEnvironment', () => {
       }
       throw new Error('expected a failure');
     };
-    expect(await run('/nowhere/m.gguf')).toMatchObject({ type: 'LLMGW_WEIGHTS_NOT_FOUND', nonRetryable: true, message: expect.stringMatching(/^u1: weights \/nowhere\/m\.gguf: no such file/) });
-    expect(await run(`${origin.url}/models/other.gguf`)).toMatchObject({ type: 'LLMGW_WEIGHTS_FETCH_FAILED', nonRetryable: true });
+    expect(await run('/nowhere/m.gguf')).toMatchObject({
+      type: 'LLMGW_WEIGHTS_NOT_FOUND',
+      nonRetryable: true,
+      message: expect.stringMatching(/^u1: weights \/nowhere\/m\.gguf: no such file/),
+    });
+    expect(await run(`${origin.url}/models/other.gguf`)).toMatchObject({
+      type: 'LLMGW_WEIGHTS_FETCH_FAILED',
+      nonRetryable: true,
+    });
     origin.behave.status = 502;
-    expect(await run(`${origin.fileUrl}?x=1`)).toMatchObject({ type: 'LLMGW_WEIGHTS_FETCH_FAILED', nonRetryable: false });
+    expect(await run(`${origin.fileUrl}?x=1`)).toMatchObject({
+      type: 'LLMGW_WEIGHTS_FETCH_FAILED',
+      nonRetryable: false,
+    });
     origin.behave.status = null;
   });
 
@@ -163,7 +219,9 @@ describe('fetchWeights under MockActivityEnvironment', () => {
     env.on('heartbeat', (d: unknown) => {
       if ((d as WeightsHeartbeat).bytesDone > 0) env.cancel();
     });
-    await expect(env.run(fetchWeights, { model: 'tiny', source: `${origin.fileUrl}?c=1` })).rejects.toMatchObject({ name: 'CancelledFailure' });
+    await expect(env.run(fetchWeights, { model: 'tiny', source: `${origin.fileUrl}?c=1` })).rejects.toMatchObject({
+      name: 'CancelledFailure',
+    });
     origin.behave.bytesPerSecond = null;
     expect(cache.inFlight()).toBe(0);
   });
@@ -174,7 +232,9 @@ describe('--weights-listen', () => {
     expect(parseWeightsListen('0.0.0.0:0')).toEqual({ host: '0.0.0.0', port: 0 });
     expect(parseWeightsListen('[::]:7450')).toEqual({ host: '::', port: 7450 });
     const e = thrownWithCode(() => parseWeightsListen('7450'), 'LLMGW_BAD_REQUEST');
-    expect(e.message).toBe('--weights-listen "7450" is not HOST:PORT; give e.g. 0.0.0.0:0 (any free port, reported to the control plane) or 10.0.0.5:7450');
+    expect(e.message).toBe(
+      '--weights-listen "7450" is not HOST:PORT; give e.g. 0.0.0.0:0 (any free port, reported to the control plane) or 10.0.0.5:7450',
+    );
     thrownWithCode(() => parseWeightsListen('h:70000'), 'LLMGW_BAD_REQUEST');
   });
 });

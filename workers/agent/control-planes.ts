@@ -59,7 +59,10 @@ export class ControlPlanes {
       const server = this.servers[at] as string;
       let failed: Failed;
       try {
-        const res = await this.o.client.fetch(`${server}${path}`, { ...init, signal: AbortSignal.timeout(this.o.timeoutMs ?? 5000) });
+        const res = await this.o.client.fetch(`${server}${path}`, {
+          ...init,
+          signal: AbortSignal.timeout(this.o.timeoutMs ?? 5000),
+        });
         if (res.status < 500) {
           if (first && 'res' in first) void first.res.body?.cancel().catch(() => undefined);
           this.settle(at, first);
@@ -95,7 +98,10 @@ export class ControlPlanes {
     const from = this.current;
     this.at = at;
     this.o.log?.('control plane failover: this agent now talks to another control plane', {
-      level: 'warn', from, to: this.current, why: left?.server === from ? left.why : 'the control plane in use failed',
+      level: 'warn',
+      from,
+      to: this.current,
+      why: left?.server === from ? left.why : 'the control plane in use failed',
     });
   }
 }

@@ -27,7 +27,12 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   // What the last probe offered is offered again at once (and its shards' engines adopted); the control plane
   // has every registering node probe again (ensureEngines), which updates both.
   const engines = createEngineSetup({
-    ...opts.engineSetup, stateDir: join(opts.stateDir, 'engine-setup'), sim: simEngineArgv(), gpus: () => gpus.count, computeCaps: () => gpus.caps, log: opts.log,
+    ...opts.engineSetup,
+    stateDir: join(opts.stateDir, 'engine-setup'),
+    sim: simEngineArgv(),
+    gpus: () => gpus.count,
+    computeCaps: () => gpus.caps,
+    log: opts.log,
   });
   const known = engines.statuses();
   const inventory = await discover(opts, known.length ? known.map((s) => s.engine) : undefined);
@@ -35,18 +40,36 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   gpus.count = inventory.gpus.length;
   gpus.caps = inventory.gpus.flatMap((g) => (g.computeCap ? [g.computeCap] : []));
   let closing = false;
-  const control = new ControlPlanes({ servers: typeof opts.server === 'string' ? [opts.server] : opts.server, client: new TlsClient(opts.tls), log: opts.log });
+  const control = new ControlPlanes({
+    servers: typeof opts.server === 'string' ? [opts.server] : opts.server,
+    client: new TlsClient(opts.tls),
+    log: opts.log,
+  });
   const afterCrash = previousAgentCrashed(opts.stateDir);
   const reg = await register(control, opts, inventory, () => closing, afterCrash).catch(async (err: unknown) => {
     await control.close();
     throw err;
   });
-  opts.log('registered', { node: opts.nodeId, server: control.current, gpus: inventory.gpus.length, fabrics: inventory.fabrics, temporal: reg.temporal.address, door: reg.temporal.mtls });
+  opts.log('registered', {
+    node: opts.nodeId,
+    server: control.current,
+    gpus: inventory.gpus.length,
+    fabrics: inventory.fabrics,
+    temporal: reg.temporal.address,
+    door: reg.temporal.mtls,
+  });
 
   const connection = await nodeConnection(reg.temporal, opts.tls);
   const weights = opts.weights
-    ? await startNodeWeights({ nodeId: opts.nodeId, control, tls: opts.tls, dir: opts.weights.dir, listen: opts.weights.listen, advertiseHost: opts.advertiseHost, log: opts.log })
-      .catch(async (err: unknown) => {
+    ? await startNodeWeights({
+        nodeId: opts.nodeId,
+        control,
+        tls: opts.tls,
+        dir: opts.weights.dir,
+        listen: opts.weights.listen,
+        advertiseHost: opts.advertiseHost,
+        log: opts.log,
+      }).catch(async (err: unknown) => {
         await connection.close();
         await control.close();
         throw err;
@@ -69,20 +92,46 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     }),
     ...weights?.activities,
   };
-  const worker = await startNodeWorker({ nodeId: opts.nodeId, temporal: reg.temporal, tls: opts.tls, connection, activities, closing: () => closing, log: opts.log });
+  const worker = await startNodeWorker({
+    nodeId: opts.nodeId,
+    temporal: reg.temporal,
+    tls: opts.tls,
+    connection,
+    activities,
+    closing: () => closing,
+    log: opts.log,
+  });
   // After the worker polls, so a shard rescheduled for this node is adopted rather than collected.
   let gc: Collection | undefined;
-  void collectOrphans({ stateDir: opts.stateDir, assigned: () => assignedShards(control, opts.nodeId), supervised, log: opts.log })
-    .then((c) => {
+  void collectOrphans({
+    stateDir: opts.stateDir,
+    assigned: () => assignedShards(control, opts.nodeId),
+    supervised,
+    log: opts.log,
+  }).then(
+    (c) => {
       gc = c;
       if (closing) c.cancel();
-      if (c.stopped.length || c.pending.length || c.removed.length) opts.log('engine records collected', { stopped: c.stopped, pending: c.pending, removed: c.removed });
-    }, (err: Error) => opts.log('engine collection failed', { error: err.message }));
+      if (c.stopped.length || c.pending.length || c.removed.length)
+        opts.log('engine records collected', { stopped: c.stopped, pending: c.pending, removed: c.removed });
+    },
+    (err: Error) => opts.log('engine collection failed', { error: err.message }),
+  );
 
-  const renewal = startRenewal(control, opts, () => closing, (creds) => {
-    weights?.useCredentials(creds);
-    void worker.renewed(creds).catch((err: Error) => opts.log('NODE WORKER NOT MOVED to the renewed certificate: it keeps the old one until the agent restarts', { level: 'error', error: err.message }));
-  });
+  const renewal = startRenewal(
+    control,
+    opts,
+    () => closing,
+    (creds) => {
+      weights?.useCredentials(creds);
+      void worker.renewed(creds).catch((err: Error) =>
+        opts.log('NODE WORKER NOT MOVED to the renewed certificate: it keeps the old one until the agent restarts', {
+          level: 'error',
+          error: err.message,
+        }),
+      );
+    },
+  );
   // Each answer names the door of the control plane that gave it: after a failover, the worker follows.
   const heartbeat = startHeartbeat(control, opts, inventory, reg.heartbeatMs, () => closing, worker.follow);
 

@@ -22,13 +22,21 @@ function writeAtomic(file: string, content: string, mode: number): void {
  * the new certificate while requests in flight finish on the old ones. A failure is logged loudly with the
  * expiry and retried every minute (sooner near the end).
  */
-export function startRenewal(control: ControlPlanes, opts: AgentOptions, closing: () => boolean, renewed: (creds: TlsCredentials) => void): { stop(): void } {
+export function startRenewal(
+  control: ControlPlanes,
+  opts: AgentOptions,
+  closing: () => boolean,
+  renewed: (creds: TlsCredentials) => void,
+): { stop(): void } {
   let creds = opts.tls;
   let timer: NodeJS.Timeout | undefined;
   // A timer fires after at most ~24.8 days (2^31 ms): a longer wait is taken in steps.
   const MAX_TIMER = 2 ** 31 - 1;
   const schedule = (ms: number): void => {
-    timer = setTimeout(() => void (ms > MAX_TIMER ? schedule(ms - MAX_TIMER) : renew()), Math.min(Math.max(ms, 0), MAX_TIMER));
+    timer = setTimeout(
+      () => void (ms > MAX_TIMER ? schedule(ms - MAX_TIMER) : renew()),
+      Math.min(Math.max(ms, 0), MAX_TIMER),
+    );
     timer.unref();
   };
   const fromNow = (): number => {
@@ -40,8 +48,12 @@ export function startRenewal(control: ControlPlanes, opts: AgentOptions, closing
     const info = certificateInfo(creds.certPem);
     try {
       const { csrPem, keyPem } = makeNodeCsr(opts.nodeId);
-      const r = await post<RenewedCertificate & ErrorBody>(control, '/v1/agent/renew', { nodeId: opts.nodeId, csr: csrPem } satisfies RenewRequest);
-      if (r.status !== 200) throw new Error(`the control plane answered ${r.status}: ${r.body.error?.message ?? JSON.stringify(r.body)}`);
+      const r = await post<RenewedCertificate & ErrorBody>(control, '/v1/agent/renew', {
+        nodeId: opts.nodeId,
+        csr: csrPem,
+      } satisfies RenewRequest);
+      if (r.status !== 200)
+        throw new Error(`the control plane answered ${r.status}: ${r.body.error?.message ?? JSON.stringify(r.body)}`);
       creds = { certPem: r.body.certPem, keyPem, caPem: creds.caPem };
       if (opts.certFiles) {
         writeAtomic(opts.certFiles.key, keyPem, 0o600);
@@ -49,13 +61,21 @@ export function startRenewal(control: ControlPlanes, opts: AgentOptions, closing
       }
       control.use(creds);
       renewed(creds);
-      opts.log('certificate renewed', { serial: r.body.serial, previous: info.serial, notAfter: r.body.notAfter, renewAt: r.body.renewAt });
+      opts.log('certificate renewed', {
+        serial: r.body.serial,
+        previous: info.serial,
+        notAfter: r.body.notAfter,
+        renewAt: r.body.renewAt,
+      });
       schedule(fromNow());
     } catch (err) {
       const left = info.notAfter.getTime() - Date.now();
       opts.log('CERTIFICATE RENEWAL FAILED: the control plane refuses this node once its certificate expires', {
         level: 'error',
-        error: (err as Error).message, serial: info.serial, expires: info.notAfter.toISOString(), fix: 'check the control plane log; or issue a new certificate (llmgw ca issue --node ID)',
+        error: (err as Error).message,
+        serial: info.serial,
+        expires: info.notAfter.toISOString(),
+        fix: 'check the control plane log; or issue a new certificate (llmgw ca issue --node ID)',
       });
       schedule(Math.min(60_000, Math.max(1000, left / 10)));
     }

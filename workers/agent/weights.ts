@@ -45,31 +45,60 @@ export interface NodeWeights {
 export function parseWeightsListen(s: string): { host: string; port: number } {
   const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(s.trim());
   const port = m ? Number(m[3]) : NaN;
-  if (!m || port > 65535) throw new LlmgwError('LLMGW_BAD_REQUEST', `--weights-listen ${JSON.stringify(s)} is not HOST:PORT; give e.g. 0.0.0.0:0 (any free port, reported to the control plane) or 10.0.0.5:7450`);
+  if (!m || port > 65535)
+    throw new LlmgwError(
+      'LLMGW_BAD_REQUEST',
+      `--weights-listen ${JSON.stringify(s)} is not HOST:PORT; give e.g. 0.0.0.0:0 (any free port, reported to the control plane) or 10.0.0.5:7450`,
+    );
   return { host: (m[1] ?? m[2]) as string, port };
 }
 
-const toReport = (f: HeldFile): WeightCopyReport => ({ key: f.key, url: f.url, size: f.size, sha256: f.sha256, verified: f.verified, storedAt: f.storedAt });
+const toReport = (f: HeldFile): WeightCopyReport => ({
+  key: f.key,
+  url: f.url,
+  size: f.size,
+  sha256: f.sha256,
+  verified: f.verified,
+  storedAt: f.storedAt,
+});
 
 /** Starts the weights cache, endpoint and reporting of one node. */
 export async function startNodeWeights(o: NodeWeightsOptions): Promise<NodeWeights> {
-  ensureWritableDir(o.dir, '--weights-dir', 'pass --weights-dir DIR the agent may write to, on a disk with room for the models');
+  ensureWritableDir(
+    o.dir,
+    '--weights-dir',
+    'pass --weights-dir DIR the agent may write to, on a disk with room for the models',
+  );
   let creds = o.tls;
   const json = async <T>(path: string, init?: { method: string; body: unknown }): Promise<T> => {
-    const res = await o.control.fetch(path, init ? { method: init.method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(init.body) } : {});
+    const res = await o.control.fetch(
+      path,
+      init
+        ? { method: init.method, headers: { 'content-type': 'application/json' }, body: JSON.stringify(init.body) }
+        : {},
+    );
     const body = (await res.json()) as T & { error?: { message: string } };
-    if (res.status !== 200) throw new Error(`${path.split('?')[0]} answered ${res.status}: ${body.error?.message ?? JSON.stringify(body)}`);
+    if (res.status !== 200)
+      throw new Error(`${path.split('?')[0]} answered ${res.status}: ${body.error?.message ?? JSON.stringify(body)}`);
     return body;
   };
   let endpoint = '';
   let dirty = true;
   const report = async (files: HeldFile[], replace: boolean): Promise<void> => {
-    await json('/v1/agent/weights', { method: 'POST', body: { nodeId: o.nodeId, endpoint, files: files.map(toReport), replace } });
+    await json('/v1/agent/weights', {
+      method: 'POST',
+      body: { nodeId: o.nodeId, endpoint, files: files.map(toReport), replace },
+    });
   };
   const cache = new WeightsCache({
     dir: o.dir,
     nodeId: o.nodeId,
-    peers: async (key) => (await json<{ peers: PeerCandidate[] }>(`/v1/agent/weights/peers?node=${encodeURIComponent(o.nodeId)}&key=${key}`)).peers,
+    peers: async (key) =>
+      (
+        await json<{ peers: PeerCandidate[] }>(
+          `/v1/agent/weights/peers?node=${encodeURIComponent(o.nodeId)}&key=${key}`,
+        )
+      ).peers,
     peerTls: () => creds,
     onStored: async (f) => {
       await report([f], false).catch((err: Error) => {
@@ -84,7 +113,8 @@ export async function startNodeWeights(o: NodeWeightsOptions): Promise<NodeWeigh
     tls: o.tls,
     host: o.listen.host,
     port: o.listen.port,
-    allowSerial: async (serial) => (await json<{ honoured: boolean }>(`/v1/agent/certificate-status?serial=${serial}`)).honoured,
+    allowSerial: async (serial) =>
+      (await json<{ honoured: boolean }>(`/v1/agent/certificate-status?serial=${serial}`)).honoured,
     log: o.log,
   });
   endpoint = `https://${o.advertiseHost.includes(':') ? `[${o.advertiseHost}]` : o.advertiseHost}:${server.port}`;
@@ -99,7 +129,10 @@ export async function startNodeWeights(o: NodeWeightsOptions): Promise<NodeWeigh
       o.log('weights cache reported', { endpoint, files: held.length });
     } catch (err) {
       dirty = true;
-      o.log('could not report the weights cache to the control plane; retrying', { level: 'warn', error: (err as Error).message });
+      o.log('could not report the weights cache to the control plane; retrying', {
+        level: 'warn',
+        error: (err as Error).message,
+      });
     }
   };
   await resync();

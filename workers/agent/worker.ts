@@ -15,7 +15,14 @@ import type { TlsCredentials } from '../../lib/tls-client';
 export function nodeConnection(temporal: NodeTemporal, tls: TlsCredentials): Promise<NativeConnection> {
   return NativeConnection.connect({
     address: temporal.address,
-    ...(temporal.mtls ? { tls: { serverRootCACertificate: Buffer.from(tls.caPem), clientCertPair: { crt: Buffer.from(tls.certPem), key: Buffer.from(tls.keyPem) } } } : {}),
+    ...(temporal.mtls
+      ? {
+          tls: {
+            serverRootCACertificate: Buffer.from(tls.caPem),
+            clientCertPair: { crt: Buffer.from(tls.certPem), key: Buffer.from(tls.keyPem) },
+          },
+        }
+      : {}),
   });
 }
 
@@ -63,7 +70,13 @@ export interface NodeWorker {
 /** Starts the node worker on `o.connection`; resolves once it runs. */
 export async function startNodeWorker(o: NodeWorkerOptions): Promise<NodeWorker> {
   const at = { conn: o.connection, temporal: o.temporal, tls: o.tls };
-  const worker = await Worker.create({ connection: at.conn, namespace: o.temporal.namespace, taskQueue: nodeQueue(o.nodeId), activities: o.activities, ...NODE_WORKER_OPTIONS });
+  const worker = await Worker.create({
+    connection: at.conn,
+    namespace: o.temporal.namespace,
+    taskQueue: nodeQueue(o.nodeId),
+    activities: o.activities,
+    ...NODE_WORKER_OPTIONS,
+  });
   const running = worker.run();
   let moving: Promise<unknown> = Promise.resolve();
   let busy = false;
@@ -95,19 +108,35 @@ export async function startNodeWorker(o: NodeWorkerOptions): Promise<NodeWorker>
   return {
     async renewed(creds) {
       if (!at.temporal.mtls) return;
-      if (await move(at.temporal, creds)) o.log('node worker moved to the renewed certificate', { temporal: at.temporal.address });
+      if (await move(at.temporal, creds))
+        o.log('node worker moved to the renewed certificate', { temporal: at.temporal.address });
     },
     follow(temporal) {
-      if (busy || o.closing() || (temporal.address === at.temporal.address && temporal.mtls === at.temporal.mtls)) return;
+      if (busy || o.closing() || (temporal.address === at.temporal.address && temporal.mtls === at.temporal.mtls))
+        return;
       busy = true;
       const from = at.temporal.address;
-      void move(temporal, at.tls).then((moved) => {
-        failedTo = null;
-        if (moved) o.log('node worker moved to the door of the control plane in use; its shards run on', { level: 'warn', from, to: temporal.address });
-      }, (err: Error) => {
-        if (failedTo !== temporal.address) o.log('NODE WORKER NOT MOVED to the door of the control plane in use; trying again at the next heartbeat', { level: 'error', from, to: temporal.address, error: err.message });
-        failedTo = temporal.address;
-      }).finally(() => void (busy = false));
+      void move(temporal, at.tls)
+        .then(
+          (moved) => {
+            failedTo = null;
+            if (moved)
+              o.log('node worker moved to the door of the control plane in use; its shards run on', {
+                level: 'warn',
+                from,
+                to: temporal.address,
+              });
+          },
+          (err: Error) => {
+            if (failedTo !== temporal.address)
+              o.log(
+                'NODE WORKER NOT MOVED to the door of the control plane in use; trying again at the next heartbeat',
+                { level: 'error', from, to: temporal.address, error: err.message },
+              );
+            failedTo = temporal.address;
+          },
+        )
+        .finally(() => void (busy = false));
     },
     async stop() {
       await moving;

@@ -8,6 +8,9 @@ export function ensureWritableDir(dir: string, flag: string, fix: string): void 
     mkdirSync(dir, { recursive: true });
     accessSync(dir, constants.W_OK);
   } catch (err) {
-    throw new LlmgwError('LLMGW_BAD_REQUEST', `${flag} ${dir} is not a writable directory (${(err as Error).message}); ${fix}`);
+    throw new LlmgwError(
+      'LLMGW_BAD_REQUEST',
+      `${flag} ${dir} is not a writable directory (${(err as Error).message}); ${fix}`,
+    );
   }
 }

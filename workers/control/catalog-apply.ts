@@ -28,7 +28,10 @@ async function liveModels(d: CatalogApplyDeps): Promise<Map<string, LiveModel>> 
     const running = (await handle.describe().catch(() => null))?.status.name === 'RUNNING';
     const state = running ? await handle.query(deploymentQuery).catch(() => null) : null;
     live.set(applied.name, {
-      applied, desired, deployed: running, replicas: replicas.filter((r) => r.model === applied.name && r.state !== 'stopped').length,
+      applied,
+      desired,
+      deployed: running,
+      replicas: replicas.filter((r) => r.model === applied.name && r.state !== 'stopped').length,
       ...(state?.specHash ? { runningHash: state.specHash } : {}),
     });
   }
@@ -36,16 +39,23 @@ async function liveModels(d: CatalogApplyDeps): Promise<Map<string, LiveModel>> 
 }
 
 /** Plans `catalog` against the cluster and, unless `dryRun`, carries the plan out; the errors name model and cause. */
-export async function applyCatalog(d: CatalogApplyDeps, req: { catalog: readonly ModelSpec[]; prune: boolean; dryRun: boolean }): Promise<CatalogApplyAnswer> {
+export async function applyCatalog(
+  d: CatalogApplyDeps,
+  req: { catalog: readonly ModelSpec[]; prune: boolean; dryRun: boolean },
+): Promise<CatalogApplyAnswer> {
   const live = await liveModels(d);
   const actions = planCatalog(req.catalog, live, { prune: req.prune });
   const errors: string[] = [];
   if (req.dryRun) return { dryRun: true, actions, errors };
   // Every catalog model's spec is recorded first (a new one with its count), so each deployment loads what it is told.
   for (const spec of req.catalog) await d.store.upsertModel(spec, live.has(spec.name));
-  const signalWithStart = (model: string, signal: SignalDefinition<[]>): Promise<unknown> => d.client.workflow.signalWithStart('modelDeployment', {
-    taskQueue: QUEUES.control, workflowId: workflowIds.model(model), args: [{ model }], signal,
-  });
+  const signalWithStart = (model: string, signal: SignalDefinition<[]>): Promise<unknown> =>
+    d.client.workflow.signalWithStart('modelDeployment', {
+      taskQueue: QUEUES.control,
+      workflowId: workflowIds.model(model),
+      args: [{ model }],
+      signal,
+    });
   for (const a of actions) {
     try {
       switch (a.kind) {
@@ -71,4 +81,3 @@ export async function applyCatalog(d: CatalogApplyDeps, req: { catalog: readonly
   }
   return { dryRun: false, actions, errors };
 }
-

@@ -11,13 +11,19 @@ import { drainProgressQuery } from '../../workflows/contracts/drain';
 export async function endDrain(client: Client, nodeId: string, timeoutMs = 30_000): Promise<EndedDrain | null> {
   const workflowId = workflowIds.drain(nodeId);
   const handle = client.workflow.getHandle(workflowId);
-  const running = await handle.describe().then((d) => d.status.name === 'RUNNING', (err: unknown) => {
-    if (err instanceof WorkflowNotFoundError) return false;
-    throw err;
-  });
+  const running = await handle.describe().then(
+    (d) => d.status.name === 'RUNNING',
+    (err: unknown) => {
+      if (err instanceof WorkflowNotFoundError) return false;
+      throw err;
+    },
+  );
   if (!running) return null;
   await handle.cancel();
-  const closed = handle.result().then(() => true, () => true);
+  const closed = handle.result().then(
+    () => true,
+    () => true,
+  );
   const ended = await Promise.race([closed, new Promise<false>((r) => setTimeout(() => r(false), timeoutMs).unref())]);
   const status = ended ? (await handle.describe()).status.name.toLowerCase() : 'running';
   // A closed workflow still answers queries (the control worker replays it): its note says what became of its move.

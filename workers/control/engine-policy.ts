@@ -12,7 +12,10 @@ import type { EnsureEnginesWorkflowInput } from '../../workflows/contracts/engin
 
 /** What a node's engine probe depends on: server.yaml's engines and catalog (its profiles' args are checked too). */
 export function enginesConfigHash(config: Pick<ServerConfig, 'engines' | 'catalog'>): string {
-  return createHash('sha256').update(JSON.stringify({ engines: config.engines, catalog: config.catalog })).digest('hex').slice(0, 16);
+  return createHash('sha256')
+    .update(JSON.stringify({ engines: config.engines, catalog: config.catalog }))
+    .digest('hex')
+    .slice(0, 16);
 }
 
 /** What the engine policy reads and starts workflows with. */
@@ -41,7 +44,8 @@ export class EnginePolicy {
 
   /** Starts ensureEngines on every node not down whose engines were last checked against another config. */
   async start(): Promise<void> {
-    for (const n of await this.o.store.listNodes()) if (n.state !== 'down' && n.enginesConfig !== this.configHash) this.ensureEngines(n.id, 'join');
+    for (const n of await this.o.store.listNodes())
+      if (n.state !== 'down' && n.enginesConfig !== this.configHash) this.ensureEngines(n.id, 'join');
   }
 
   /** The control API's registration hook: a node that (re)registers checks its engines again. */
@@ -59,19 +63,42 @@ export class EnginePolicy {
   private ensureEngines(nodeId: NodeId, running: 'join' | 'replace'): void {
     if (this.stopped) return;
     // A rolling-upgrade workflow would coordinate here: asked (or holding a node) before a run starts under it.
-    const input: EnsureEnginesWorkflowInput = { nodeId, engines: this.o.config.engines, catalog: this.o.config.catalog, configHash: this.configHash };
+    const input: EnsureEnginesWorkflowInput = {
+      nodeId,
+      engines: this.o.config.engines,
+      catalog: this.o.config.catalog,
+      configHash: this.configHash,
+    };
     const workflowId = workflowIds.engines(nodeId);
-    const start = (workflowIdConflictPolicy: 'USE_EXISTING' | 'TERMINATE_EXISTING'): Promise<unknown> => this.o.client.workflow.start('ensureEngines', {
-      taskQueue: QUEUES.control, workflowId, args: [input], memo: { configHash: this.configHash }, workflowIdConflictPolicy,
-    });
+    const start = (workflowIdConflictPolicy: 'USE_EXISTING' | 'TERMINATE_EXISTING'): Promise<unknown> =>
+      this.o.client.workflow.start('ensureEngines', {
+        taskQueue: QUEUES.control,
+        workflowId,
+        args: [input],
+        memo: { configHash: this.configHash },
+        workflowIdConflictPolicy,
+      });
     void (async () => {
       if (running === 'join') {
-        const now = await this.o.client.workflow.getHandle(workflowId).describe().catch(() => null);
+        const now = await this.o.client.workflow
+          .getHandle(workflowId)
+          .describe()
+          .catch(() => null);
         if (now?.status.name !== 'RUNNING') return start('USE_EXISTING'); // one another control plane starts meanwhile is joined
-        if (now.memo?.configHash === this.configHash) return this.o.log('ensureEngines joined: a run checking this engines config is under way', { nodeId, runId: now.runId });
-        this.o.log('ensureEngines running against another engines config: replacing it', { nodeId, running: now.memo?.configHash ?? null, wanted: this.configHash });
+        if (now.memo?.configHash === this.configHash)
+          return this.o.log('ensureEngines joined: a run checking this engines config is under way', {
+            nodeId,
+            runId: now.runId,
+          });
+        this.o.log('ensureEngines running against another engines config: replacing it', {
+          nodeId,
+          running: now.memo?.configHash ?? null,
+          wanted: this.configHash,
+        });
       }
       return start('TERMINATE_EXISTING');
-    })().catch((err: Error) => this.o.log('could not start ensureEngines', { level: 'warn', nodeId, error: err.message }));
+    })().catch((err: Error) =>
+      this.o.log('could not start ensureEngines', { level: 'warn', nodeId, error: err.message }),
+    );
   }
 }

@@ -4,7 +4,12 @@ import { dirname, join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { NativeConnection, Worker, type WorkflowBundleOption } from '@temporalio/worker';
 import { createCaOperations } from '../../activities/ca';
-import { createControlActivities, signalAgentRestarted, signalNodeLost, wakeWaitingReplicas } from '../../activities/control';
+import {
+  createControlActivities,
+  signalAgentRestarted,
+  signalNodeLost,
+  wakeWaitingReplicas,
+} from '../../activities/control';
 import { AGENT_HEARTBEAT_MS } from '../../lib/liveness';
 import type { ServerConfig } from '../../config/types';
 import type { CatalogApplyAnswer } from '../../gateway/control/contract';
@@ -46,7 +51,9 @@ export interface ControlPlaneOptions {
 /** Workflows from a checkout's workflows/ (bundled at start), or from a release artefact the bundle built with it. */
 function defaultWorkflows(): { workflowBundle: WorkflowBundleOption } | { workflowsPath: string } {
   const r = release();
-  return r ? { workflowBundle: { codePath: join(dirname(r.program), 'workflows.js') } } : { workflowsPath: require.resolve('../../workflows') };
+  return r
+    ? { workflowBundle: { codePath: join(dirname(r.program), 'workflows.js') } }
+    : { workflowsPath: require.resolve('../../workflows') };
 }
 
 /** Reads one PEM file named by `tls.<key>` in server.yaml; a missing one names the key and the fix. */
@@ -55,7 +62,11 @@ function readTlsFile(config: ServerConfig, key: keyof ServerConfig['tls'], fix: 
   try {
     return readFileSync(file, 'utf8');
   } catch (err) {
-    throw new LlmgwError('LLMGW_CONFIG_INVALID', `tls.${key}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? String(err)}); ${fix}`, { file, key });
+    throw new LlmgwError(
+      'LLMGW_CONFIG_INVALID',
+      `tls.${key}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? String(err)}); ${fix}`,
+      { file, key },
+    );
   }
 }
 
@@ -79,7 +90,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const log = opts.log ?? ((): void => undefined);
   const tls = {
     caPem: readTlsFile(config, 'ca', 'create the CA with llmgw ca init, or point tls.ca at its ca.crt'),
-    certPem: readTlsFile(config, 'serverCert', 'issue one with llmgw ca issue-server --name control-plane --host <hosts agents connect to>'),
+    certPem: readTlsFile(
+      config,
+      'serverCert',
+      'issue one with llmgw ca issue-server --name control-plane --host <hosts agents connect to>',
+    ),
     keyPem: readTlsFile(config, 'serverKey', 'it is written beside the certificate by llmgw ca issue-server'),
   };
   // Temporal first: a wrong temporal.address is said before anything is written to MySQL.
@@ -96,7 +111,13 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     namespace: config.temporal.namespace,
     taskQueue: QUEUES.control,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : defaultWorkflows()),
-    activities: createControlActivities({ store, client, enginePorts: config.enginePorts, drainGraceS: config.drain.graceS, gatewayRefreshMs: config.gateway.refreshMs }),
+    activities: createControlActivities({
+      store,
+      client,
+      enginePorts: config.enginePorts,
+      drainGraceS: config.drain.graceS,
+      gatewayRefreshMs: config.gateway.refreshMs,
+    }),
   });
   const running = worker.run();
 
@@ -109,7 +130,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // Where the CA key lives beside tls.ca (one host), renewals are signed and CRLs written in process; elsewhere
   // (the CA on its own host, as DESIGN wants) both go through a workflow whose activity runs on llmgw-ca.
   const caDir = dirname(config.tls.ca);
-  const ca = existsSync(join(caDir, 'ca.key')) ? createCaOperations({ caDir, store, log: (msg, f) => log(msg, f ?? {}) }) : null;
+  const ca = existsSync(join(caDir, 'ca.key'))
+    ? createCaOperations({ caDir, store, log: (msg, f) => log(msg, f ?? {}) })
+    : null;
   const remote = remoteCa(client);
   const { app, gate } = await buildControlServer({
     store,
@@ -117,31 +140,68 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     log,
     logger: opts.logger,
     // Nodes reach Temporal only through the door, with their certificate; they are never told Temporal's address.
-    temporal: { address: (host) => doorAddressFor(config.listeners, host), namespace: config.temporal.namespace, mtls: true },
+    temporal: {
+      address: (host) => doorAddressFor(config.listeners, host),
+      namespace: config.temporal.namespace,
+      mtls: true,
+    },
     heartbeatMs: AGENT_HEARTBEAT_MS,
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
     endDrain: (nodeId) => endDrain(client, nodeId),
     onRegistered: engines.onRegistered,
-    onAgentCrashed: (nodeId) => void signalAgentRestarted(store, client, nodeId)
-      .then((replicas) => replicas.length && log('agent restarted after a crash: its shards run again to adopt their engines', { nodeId, replicas }))
-      .catch((err: Error) => log('could not tell replicas their agent restarted (they adopt once Temporal times the old shards out)', { nodeId, error: err.message })),
-    renew: (input: { csrPem: string; identity: NodeId; presentedSerial: string }) => (ca ? ca.signNodeCsr(input) : remote.renew(input)),
+    onAgentCrashed: (nodeId) =>
+      void signalAgentRestarted(store, client, nodeId)
+        .then(
+          (replicas) =>
+            replicas.length &&
+            log('agent restarted after a crash: its shards run again to adopt their engines', { nodeId, replicas }),
+        )
+        .catch((err: Error) =>
+          log('could not tell replicas their agent restarted (they adopt once Temporal times the old shards out)', {
+            nodeId,
+            error: err.message,
+          }),
+        ),
+    renew: (input: { csrPem: string; identity: NodeId; presentedSerial: string }) =>
+      ca ? ca.signNodeCsr(input) : remote.renew(input),
     applyCatalog: (req) => applyCatalog({ store, client }, req),
     revoke: async (nodeId, reason) => {
       if (ca) return ca.revokeNode({ nodeId, reason });
       // MySQL first: the gate refuses the node at once, whether or not llmgw-ca is up to sign the CRL.
       const count = await store.revokeCertificates(nodeId, reason);
       const crl = await remote.publishCrl(`revoke ${nodeId}`).catch((err: Error) => ({ failed: err.message }));
-      if ('failed' in crl) log('CRL NOT REPUBLISHED: asking llmgw-ca failed; run llmgw ca crl on the CA host', { nodeId, error: crl.failed });
-      else if ('pending' in crl) log('CRL NOT YET REPUBLISHED: the llmgw-ca worker has not answered; the workflow keeps trying', { nodeId, workflowId: crl.workflowId });
-      else log('crl republished by llmgw-ca', { nodeId, number: crl.number, revoked: crl.revoked, workflowId: crl.workflowId });
+      if ('failed' in crl)
+        log('CRL NOT REPUBLISHED: asking llmgw-ca failed; run llmgw ca crl on the CA host', {
+          nodeId,
+          error: crl.failed,
+        });
+      else if ('pending' in crl)
+        log('CRL NOT YET REPUBLISHED: the llmgw-ca worker has not answered; the workflow keeps trying', {
+          nodeId,
+          workflowId: crl.workflowId,
+        });
+      else
+        log('crl republished by llmgw-ca', {
+          nodeId,
+          number: crl.number,
+          revoked: crl.revoked,
+          workflowId: crl.workflowId,
+        });
       return count;
     },
   });
   // The same gate as the HTTPS API: one verdict per connection, and a revocation cuts the node's gRPC streams too.
   // Its task tokens also go to MySQL, so a restarted control plane (or another one) lets running shards answer on.
   const tokens = new TaskTokenMemory({ backing: store, log });
-  const door = await startTemporalDoor({ ...config.listeners.temporalDoor, upstream: config.temporal.address, namespace: config.temporal.namespace, tls, gate, log, tokens });
+  const door = await startTemporalDoor({
+    ...config.listeners.temporalDoor,
+    upstream: config.temporal.address,
+    namespace: config.temporal.namespace,
+    tls,
+    gate,
+    log,
+    tokens,
+  });
   // Tokens of tasks nobody answered (their worker died) go after 90 days, a node certificate's lifetime.
   const pruning = new TaskTokenPruning({ store });
   pruning.start();
@@ -149,18 +209,30 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const url = await app.listen({ host, port });
   // From now on agents can reach this control plane: only silence from here on is evidence.
   const liveness = new NodeLiveness({
-    store, log, lastDoorCall: door.lastCall, nodeLost: (nodeId, why) => signalNodeLost(store, client, nodeId, why), ...opts.liveness,
+    store,
+    log,
+    lastDoorCall: door.lastCall,
+    nodeLost: (nodeId, why) => signalNodeLost(store, client, nodeId, why),
+    ...opts.liveness,
   });
   liveness.start();
   // server.yaml's catalog is the desired state: applied once the worker runs (a scale is a workflow update).
   const catalogApplied = opts.applyCatalog
-    ? applyCatalog({ store, client }, { catalog: config.catalog, prune: false, dryRun: false }).then((r) => {
-      log('catalog applied', { actions: r.actions.filter((a) => a.kind !== 'unchanged').map((a) => `${a.kind} ${a.model}`), errors: r.errors });
-      return r;
-    }, (err: Error) => {
-      log('CATALOG NOT APPLIED: the models keep what they run; llmgw ctl apply tries again', { error: err.message });
-      return null;
-    })
+    ? applyCatalog({ store, client }, { catalog: config.catalog, prune: false, dryRun: false }).then(
+        (r) => {
+          log('catalog applied', {
+            actions: r.actions.filter((a) => a.kind !== 'unchanged').map((a) => `${a.kind} ${a.model}`),
+            errors: r.errors,
+          });
+          return r;
+        },
+        (err: Error) => {
+          log('CATALOG NOT APPLIED: the models keep what they run; llmgw ctl apply tries again', {
+            error: err.message,
+          });
+          return null;
+        },
+      )
     : Promise.resolve(null);
 
   return {

@@ -92,12 +92,21 @@ export class NodeLiveness {
           why = `agent lost: no heartbeat for ${Math.round(silentFor / 1000)}s while its engines answer (${answering}); nothing supervises them`;
         } else {
           still.add(n.id);
-          if (!this.enginesAnswer.has(n.id)) this.o.log('node agent silent, but its engines answer: not lost (agent restarting?)', { nodeId: n.id, silentForMs: silentFor, engine: answering });
+          if (!this.enginesAnswer.has(n.id))
+            this.o.log('node agent silent, but its engines answer: not lost (agent restarting?)', {
+              nodeId: n.id,
+              silentForMs: silentFor,
+              engine: answering,
+            });
           continue;
         }
         if (!(await this.o.store.markNodeDown(n.id, this.silentMs))) continue;
         const replicas = await this.o.nodeLost(n.id, why);
-        await this.o.store.event({ kind: 'node.down', nodeId: n.id, message: `${why}${replicas.length ? `; rebuilding ${replicas.join(', ')} elsewhere` : ''}` });
+        await this.o.store.event({
+          kind: 'node.down',
+          nodeId: n.id,
+          message: `${why}${replicas.length ? `; rebuilding ${replicas.join(', ')} elsewhere` : ''}`,
+        });
         this.o.log('node lost', { level: 'warn', nodeId: n.id, replicas, why });
       }
       this.enginesAnswer.clear();
@@ -105,7 +114,10 @@ export class NodeLiveness {
     } catch (err) {
       // MySQL (or Temporal, for the signals) is not answering: what follows it must be judged anew.
       this.healthySince = Date.now();
-      this.o.log('node liveness: cannot judge nodes now; the silence window starts again', { level: 'warn', error: (err as Error).message });
+      this.o.log('node liveness: cannot judge nodes now; the silence window starts again', {
+        level: 'warn',
+        error: (err as Error).message,
+      });
     } finally {
       this.running = false;
     }

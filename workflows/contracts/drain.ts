@@ -70,11 +70,14 @@ export type MoveStatus =
   /** Off the node: moved by the drain, or (leftByItself) rebuilt elsewhere first, `replacement` then unneeded */
   | { kind: 'moved'; leftByItself?: boolean; replacement?: ReplicaId | null }
   | {
-    kind: 'moving'; replacement: ReplicaId | null; state: string | null; reason: string | null;
-    draining?: DrainingOriginal | null;
-    /** stop-first: the original is gone, its replacement not serving yet */
-    originalGone?: boolean;
-  };
+      kind: 'moving';
+      replacement: ReplicaId | null;
+      state: string | null;
+      reason: string | null;
+      draining?: DrainingOriginal | null;
+      /** stop-first: the original is gone, its replacement not serving yet */
+      originalGone?: boolean;
+    };
 
 /** What counts as a change of a move: anything but the grace ticking down (which would wake the drain every second). */
 export function moveKey(s: MoveStatus): string {
@@ -96,7 +99,8 @@ export function formatDrainProgress(p: DrainProgress): string {
   if (c) {
     now = `; moving ${c.replicaId}${c.stopFirst ? ' stop-first' : ''} → ${c.replacement ?? '(starting a replacement)'}${c.state ? ` ${c.state}` : ''}${c.reason ? ` — ${c.reason}` : ''}`;
     const d = c.draining;
-    if (d) now += `; waiting for ${d.inFlight} request${d.inFlight === 1 ? '' : 's'} in flight on ${c.replicaId}${d.inFlight === 0 && d.gateways ? ` (${d.gateways} gateway${d.gateways === 1 ? '' : 's'} still routing it)` : ''} (grace ${shortDuration(d.graceLeftS)} left)`;
+    if (d)
+      now += `; waiting for ${d.inFlight} request${d.inFlight === 1 ? '' : 's'} in flight on ${c.replicaId}${d.inFlight === 0 && d.gateways ? ` (${d.gateways} gateway${d.gateways === 1 ? '' : 's'} still routing it)` : ''} (grace ${shortDuration(d.graceLeftS)} left)`;
     if (c.hint) now += ` [${c.hint}]`;
   }
   return `${p.nodeId}: ${p.phase}, moved ${p.moved} of ${p.total}${now}${downtimeText(p.downtime)}${p.note ? `; ${p.note}` : ''}`;
@@ -104,7 +108,12 @@ export function formatDrainProgress(p: DrainProgress): string {
 
 /** `; sim-large-1 was out of routing 4.2s (moved stop-first to sim-large-2)` for each stop-first move. */
 export function downtimeText(d: MoveDowntime[] | undefined): string {
-  return (d ?? []).map((x) => `; ${x.replicaId} was out of routing ${x.downMs === null ? 'for an unknown time' : `${(x.downMs / 1000).toFixed(1)}s`} (moved stop-first to ${x.replacement})`).join('');
+  return (d ?? [])
+    .map(
+      (x) =>
+        `; ${x.replicaId} was out of routing ${x.downMs === null ? 'for an unknown time' : `${(x.downMs / 1000).toFixed(1)}s`} (moved stop-first to ${x.replacement})`,
+    )
+    .join('');
 }
 
 export const drainProgressQuery = defineQuery<DrainProgress>('drainProgress');

@@ -12,7 +12,13 @@ export interface FabricView {
   /** The group placement uses: `ib-a`, or `ib-a@<smGuid>` / `ib-a@unknown` when one name covers several fabrics */
   key: string;
   smGuid: string | null;
-  nodes: { id: string; state: string; adapters: string[]; strength: 'sm-guid' | 'declared-only' | 'unknown'; note?: string }[];
+  nodes: {
+    id: string;
+    state: string;
+    adapters: string[];
+    strength: 'sm-guid' | 'declared-only' | 'unknown';
+    note?: string;
+  }[];
   warnings: string[];
 }
 
@@ -30,16 +36,30 @@ export function fabricsView(nodes: NodeListEntry[]): FabricsView {
   const fabrics = groups.map((g): FabricView => {
     const members = g.members.map((n) => {
       const idn = n.inventory.fabricIdentity?.[g.name];
-      return { id: n.id, state: n.state, adapters: n.inventory.fabrics[g.name] ?? [], strength: idn?.strength ?? ('unknown' as const), ...(idn?.note ? { note: idn.note } : {}) };
+      return {
+        id: n.id,
+        state: n.state,
+        adapters: n.inventory.fabrics[g.name] ?? [],
+        strength: idn?.strength ?? ('unknown' as const),
+        ...(idn?.note ? { note: idn.note } : {}),
+      };
     });
     const warnings: string[] = [];
     if (g.split) {
-      const others = groups.filter((o) => o.name === g.name && o.key !== g.key).map((o) => `${smLabel(o)}: ${o.members.map((n) => n.id).join(', ')}`);
-      warnings.push(`one of ${others.length + 1} fabrics named ${g.name} (their ports see different subnet managers): a replica never spans them; the other side${others.length > 1 ? 's' : ''}: ${others.join('; ')}`);
-      if (!g.smGuid) warnings.push(`these nodes take no multi-node replica on ${g.name} until their agents read the SM (run them as root with infiniband-diags)`);
+      const others = groups
+        .filter((o) => o.name === g.name && o.key !== g.key)
+        .map((o) => `${smLabel(o)}: ${o.members.map((n) => n.id).join(', ')}`);
+      warnings.push(
+        `one of ${others.length + 1} fabrics named ${g.name} (their ports see different subnet managers): a replica never spans them; the other side${others.length > 1 ? 's' : ''}: ${others.join('; ')}`,
+      );
+      if (!g.smGuid)
+        warnings.push(
+          `these nodes take no multi-node replica on ${g.name} until their agents read the SM (run them as root with infiniband-diags)`,
+        );
     }
     const weak = members.filter((m) => m.strength !== 'sm-guid').map((m) => m.id);
-    if (weak.length) warnings.push(`${weak.join(', ')}: subnet manager not identified, name trusted as declared (weaker)`);
+    if (weak.length)
+      warnings.push(`${weak.join(', ')}: subnet manager not identified, name trusted as declared (weaker)`);
     const notReady = members.filter((m) => m.state !== 'ready').map((m) => `${m.id}: ${m.state}`);
     if (notReady.length) warnings.push(notReady.join(', '));
     if (members.length === 1) warnings.push('one node: a multi-node replica needs two or more');
@@ -52,10 +72,14 @@ export function fabricsView(nodes: NodeListEntry[]): FabricsView {
 /** The view as a table; islands last. */
 export function formatFabrics(view: FabricsView): string {
   const rows = view.fabrics.map((f) => [
-    f.fabric, f.smGuid ?? (f.nodes.every((n) => n.strength === 'sm-guid') ? 'unknown' : 'unknown (declared only)'),
-    f.nodes.map((n) => n.id).join(','), f.nodes.map((n) => `${n.id}:${n.adapters.join(',')}`).join(' '), f.warnings.join('; ') || '-',
+    f.fabric,
+    f.smGuid ?? (f.nodes.every((n) => n.strength === 'sm-guid') ? 'unknown' : 'unknown (declared only)'),
+    f.nodes.map((n) => n.id).join(','),
+    f.nodes.map((n) => `${n.id}:${n.adapters.join(',')}`).join(' '),
+    f.warnings.join('; ') || '-',
   ]);
-  if (view.islands.length) rows.push(['(island)', '-', view.islands.join(','), '-', 'no fabric: single-node replicas only']);
+  if (view.islands.length)
+    rows.push(['(island)', '-', view.islands.join(','), '-', 'no fabric: single-node replicas only']);
   if (rows.length === 0) return 'no nodes registered\n';
   return table(['FABRIC', 'SUBNET MANAGER', 'NODES', 'ADAPTERS', 'WARNINGS'], rows);
 }
@@ -74,4 +98,3 @@ export function fabricColumn(node: NodeListEntry, all: NodeListEntry[]): string 
   });
   return cells.join(' ') || 'island';
 }
-

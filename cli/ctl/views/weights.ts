@@ -25,12 +25,18 @@ export interface WeightsFetch {
  * The fetchWeights activities pending in running workflows of `types` (default the replica workflow), optionally
  * of one model (its search attribute).
  */
-export async function weightsFetches(client: Client, o: { types?: string[]; model?: string } = {}): Promise<WeightsFetch[]> {
+export async function weightsFetches(
+  client: Client,
+  o: { types?: string[]; model?: string } = {},
+): Promise<WeightsFetch[]> {
   const types = (o.types ?? ['replica']).map((t) => `'${t}'`).join(', ');
   const query = `ExecutionStatus = 'Running' AND WorkflowType IN (${types})${o.model ? ` AND LlmgwModel = '${o.model.replace(/'/g, '')}'` : ''}`;
   const out: WeightsFetch[] = [];
   for await (const wf of client.workflow.list({ query })) {
-    const desc = await client.workflow.getHandle(wf.workflowId, wf.runId).describe().catch(() => null);
+    const desc = await client.workflow
+      .getHandle(wf.workflowId, wf.runId)
+      .describe()
+      .catch(() => null);
     for (const a of desc?.raw.pendingActivities ?? []) {
       if (a.activityType?.name !== 'fetchWeights') continue;
       const payload = a.heartbeatDetails?.payloads?.[0];
@@ -54,7 +60,10 @@ export function formatFetch(f: WeightsFetch, now = Date.now()): string {
   const head = p ? `${p.node} ${p.model} (${f.workflowId})` : f.workflowId;
   const body = p ? formatProgress(p) : 'waiting for its first heartbeat';
   const retry = f.attempt > 1 ? ` — attempt ${f.attempt}${f.lastFailure ? `, last: ${f.lastFailure}` : ''}` : '';
-  const stale = f.lastHeartbeat && now - f.lastHeartbeat.getTime() > 10_000 ? ` (last heartbeat ${ago(f.lastHeartbeat.getTime(), now)})` : '';
+  const stale =
+    f.lastHeartbeat && now - f.lastHeartbeat.getTime() > 10_000
+      ? ` (last heartbeat ${ago(f.lastHeartbeat.getTime(), now)})`
+      : '';
   return `${head}: ${body}${retry}${stale}`;
 }
 
@@ -62,10 +71,17 @@ export function formatFetch(f: WeightsFetch, now = Date.now()): string {
 export function formatWeights(fetches: WeightsFetch[], copies: WeightCopy[], now = Date.now()): string {
   const inFlight = fetches.length ? `${fetches.map((f) => `  ${formatFetch(f, now)}`).join('\n')}\n` : '  none\n';
   const held = copies.length
-    ? table(['NODE', 'SIZE', 'SHA256', 'VERIFIED', 'STORED', 'URL'], copies.map((c) => [
-      c.nodeId, formatBytes(c.size), `${c.sha256.slice(0, 12)}…`, c.verified ? 'yes' : 'no (no sha256 in the catalog)', ago(Date.parse(c.storedAt), now), c.url,
-    ]))
+    ? table(
+        ['NODE', 'SIZE', 'SHA256', 'VERIFIED', 'STORED', 'URL'],
+        copies.map((c) => [
+          c.nodeId,
+          formatBytes(c.size),
+          `${c.sha256.slice(0, 12)}…`,
+          c.verified ? 'yes' : 'no (no sha256 in the catalog)',
+          ago(Date.parse(c.storedAt), now),
+          c.url,
+        ]),
+      )
     : 'none\n';
   return `FETCHING\n${inFlight}\nCACHED ON NODES\n${held}`;
 }
-
