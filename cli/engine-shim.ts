@@ -61,6 +61,7 @@ export function engineShimMain(argv: string[]): void {
       enginePid: engine.pid,
       engineStartTime: engineStart,
       command: [bin, ...args].join(' '),
+      devices: process.env.CUDA_VISIBLE_DEVICES ?? null,
       startedAt: new Date().toISOString(),
     } satisfies EngineState);
   }

@@ -8,6 +8,7 @@ import { defaultPayloadConverter } from '@temporalio/common';
 import type { QueryDefinition } from '@temporalio/common';
 import { onboardProgressQuery, type OnboardHeartbeat, type OnboardResult } from '../workflows/contracts/onboard';
 import { provisionProgressQuery, type ProvisionResult, type StepLine } from '../workflows/contracts/provision';
+import { removeNodeProgressQuery, type RemoveNodeResult } from '../workflows/contracts/remove-node';
 
 export interface FollowOptions {
   out: (s: string) => void;
@@ -89,6 +90,11 @@ export function followOnboarding(handle: WorkflowHandle, o: FollowOptions): Prom
 /** The same for provisioning (`provision/<node>`). */
 export function followProvisioning(handle: WorkflowHandle, o: FollowOptions): Promise<ProvisionResult | 'detached'> {
   return followSteps<ProvisionResult>(handle, provisionProgressQuery, o);
+}
+
+/** The same for a node's removal (`remove-node/<node>`). */
+export function followRemoval(handle: WorkflowHandle, o: FollowOptions): Promise<RemoveNodeResult | 'detached'> {
+  return followSteps<RemoveNodeResult>(handle, removeNodeProgressQuery, o);
 }
 
 /** A workflow whose progress query lists steps, followed step by step with what each running activity waits for. */

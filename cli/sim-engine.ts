@@ -1,14 +1,28 @@
 /** The sim engine process: `sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP`. */
 import { parseArgs } from 'node:util';
 import { SIM_ENGINE_VERSION } from '../lib/engines/sim';
+import { visibleDevices } from '../lib/sim/gpu-locks';
 import { startSimEngine, type SimOptions } from '../lib/sim/server';
 
 const USAGE = `usage: sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP [--tokens-per-second N]
+                  [--gpu-lock-dir DIR]
   rank 0 binds DH:DP for the other ranks and serves the OpenAI API on H:P once all have joined;
   ranks >= 1 join DH:DP and serve nothing. Defaults: --host 127.0.0.1 --rank 0 --world 1 --dist-host <host>
-  --tokens-per-second 50 (0 = as fast as possible). Exit codes: 0 stopped, 1 failed to start, 2 bad flags, 3 group broken.`;
+  --tokens-per-second 50 (0 = as fast as possible). Its GPUs are CUDA_VISIBLE_DEVICES (indices; /health reports
+  them); with --gpu-lock-dir it holds a lock file per GPU there and refuses one another live engine holds.
+  Exit codes: 0 stopped, 1 failed to start, 2 bad flags, 3 group broken.`;
 
-const FLAGS = ['model', 'host', 'port', 'rank', 'world', 'dist-host', 'dist-port', 'tokens-per-second'] as const;
+const FLAGS = [
+  'model',
+  'host',
+  'port',
+  'rank',
+  'world',
+  'dist-host',
+  'dist-port',
+  'tokens-per-second',
+  'gpu-lock-dir',
+] as const;
 
 /** One JSON line per event on stderr. */
 const line = (msg: string, fields?: Record<string, unknown>): void =>
@@ -49,7 +63,17 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
   if (!Number.isFinite(tps) || tps < 0)
     throw new UsageError(`--tokens-per-second: expected a number >= 0, got "${v['tokens-per-second']}"`);
   const host = v.host ?? '127.0.0.1';
-  return { model: v.model, host, port, rank, world, distHost: v['dist-host'] ?? host, distPort, tokensPerSecond: tps };
+  return {
+    model: v.model,
+    host,
+    port,
+    rank,
+    world,
+    distHost: v['dist-host'] ?? host,
+    distPort,
+    tokensPerSecond: tps,
+    ...(v['gpu-lock-dir'] ? { gpuLockDir: v['gpu-lock-dir'] } : {}),
+  };
 }
 
 /** Runs the engine until SIGTERM/SIGINT (exit 0) or until its group breaks (exit 3). */
@@ -64,7 +88,7 @@ export async function main(argv: string[]): Promise<void> {
   }
   let opts: Omit<SimOptions, 'log'>;
   try {
-    opts = parseSimArgv(argv);
+    opts = { ...parseSimArgv(argv), devices: visibleDevices(process.env.CUDA_VISIBLE_DEVICES) };
   } catch (err) {
     process.stderr.write(`sim-engine: ${(err as Error).message}\n${USAGE}\n`);
     process.exit(2);
@@ -75,6 +99,7 @@ export async function main(argv: string[]): Promise<void> {
     model: opts.model,
     distHost: opts.distHost,
     distPort: opts.distPort,
+    devices: opts.devices,
   });
   const engine = await startSimEngine({ ...opts, log: line }).catch((err: Error) => {
     line('failed to start', { rank: opts.rank, error: err.message });

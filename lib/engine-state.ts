@@ -21,6 +21,8 @@ export interface EngineState {
   engineStartTime: string;
   /** The engine's command line, for logs and the Temporal UI. */
   command: string;
+  /** Its CUDA_VISIBLE_DEVICES (null: unset); absent in records of shims older than GPU pinning. */
+  devices?: string | null;
   startedAt: string;
 }
 

@@ -23,6 +23,7 @@ export const workflowIds = {
   model: (model: string): string => `model/${model}`,
   replica: (replica: string): string => `replica/${replica}`,
   drain: (node: string): string => `drain/${node}`,
+  removeNode: (node: string): string => `remove-node/${node}`,
   /** one per renewal attempt: a node may retry with a new CSR while an earlier attempt is still retrying */
   renewCertificate: (node: string, at: number): string => `renew-certificate/${node}/${at}`,
   publishCrl: (why: string, at: number): string => `publish-crl/${why}/${at}`,

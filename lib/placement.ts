@@ -1,4 +1,5 @@
 /** Placement: a pure function from cluster state and a profile to ranks on nodes, or a reason naming what is missing. */
+import { freeIndices, pickGpus } from './gpus';
 import type { NodeId, NodeRecord, Profile } from './types';
 
 /**
@@ -37,23 +38,33 @@ export function fabricGroups(nodes: NodeRecord[]): FabricGroup[] {
   return out;
 }
 
+/** Ranks on nodes (rank r on `nodes[r]`, holding the GPU indices `gpus[r]` there), or why there is no room. */
 export type Placement =
-  { kind: 'placed'; fabric: string | null; nodes: NodeId[] } | { kind: 'unplaceable'; reason: string };
+  | { kind: 'placed'; fabric: string | null; nodes: NodeId[]; gpus: number[][] }
+  | { kind: 'unplaceable'; reason: string };
 
 export interface PlaceInput {
   nodes: NodeRecord[];
   profile: Profile;
-  /** GPUs already held on each node by other replicas' shards */
-  usedGpus: Record<string, number>;
+  /** GPU indices already held on each node by other replicas' shards */
+  heldGpus: Record<string, number[]>;
   exclude?: string[];
   /** Model name, only for messages (`<model>/<profile>`). */
   model?: string;
 }
 
-const freeGpus = (n: NodeRecord, used: Record<string, number>): number => n.inventory.gpus.length - (used[n.id] ?? 0);
+type Held = Record<string, number[]>;
+const freeGpus = (n: NodeRecord, held: Held): number => freeIndices(n.inventory, held[n.id] ?? []).length;
+
+/** The indices each placed node gives its rank: the best-linked free set (lib/gpus.ts). */
+function gpusOf(nodes: NodeRecord[], p: Profile, held: Held): number[][] {
+  return nodes.map(
+    (n) => pickGpus(freeIndices(n.inventory, held[n.id] ?? []), p.gpusPerNode, n.inventory.gpuTopology) ?? [],
+  );
+}
 
 /** Why a node cannot take a shard of `profile`, or null when it can. */
-function unusable(n: NodeRecord, p: Profile, used: Record<string, number>, exclude: Set<string>): string | null {
+function unusable(n: NodeRecord, p: Profile, used: Held, exclude: Set<string>): string | null {
   if (exclude.has(n.id)) return 'excluded (its last shard failed there)';
   if (n.state !== 'ready') return n.state;
   if (!n.inventory.engines.includes(p.engine)) return `no engine ${p.engine}`;
@@ -63,13 +74,13 @@ function unusable(n: NodeRecord, p: Profile, used: Record<string, number>, exclu
 }
 
 const byCapacity =
-  (used: Record<string, number>) =>
+  (used: Held) =>
   (a: NodeRecord, b: NodeRecord): number =>
     freeGpus(b, used) - freeGpus(a, used) || a.id.localeCompare(b.id);
 
 /** Places one replica of `profile`. Multi-node replicas stay inside one fabric; islands take single-node replicas only. */
 export function place(input: PlaceInput): Placement {
-  const { profile: p, usedGpus: used } = input;
+  const { profile: p, heldGpus: used } = input;
   const exclude = new Set(input.exclude ?? []);
   const label = input.model ? `${input.model}/${p.name}` : p.name;
   const want = `${label} (${p.engine}, ${p.nodes > 1 ? `${p.nodes} nodes × ` : ''}${p.gpusPerNode} GPU${p.gpusPerNode === 1 ? '' : 's'}${p.nodes > 1 ? ' on one fabric' : ''})`;
@@ -84,7 +95,7 @@ export function place(input: PlaceInput): Placement {
     const best = input.nodes
       .filter((n) => why.get(n.id) === null)
       .sort((a, b) => island(a) - island(b) || byCapacity(used)(a, b))[0];
-    if (best) return { kind: 'placed', fabric: null, nodes: [best.id] };
+    if (best) return { kind: 'placed', fabric: null, nodes: [best.id], gpus: gpusOf([best], p, used) };
     return {
       kind: 'unplaceable',
       reason: `${lead}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}`,
@@ -100,7 +111,10 @@ export function place(input: PlaceInput): Placement {
     }))
     .sort((a, b) => b.usable.length - a.usable.length || a.name.localeCompare(b.name) || a.key.localeCompare(b.key));
   const fit = options.find((o) => o.usable.length >= p.nodes);
-  if (fit) return { kind: 'placed', fabric: fit.name, nodes: fit.usable.slice(0, p.nodes).map((n) => n.id) };
+  if (fit) {
+    const chosen = fit.usable.slice(0, p.nodes);
+    return { kind: 'placed', fabric: fit.name, nodes: chosen.map((n) => n.id), gpus: gpusOf(chosen, p, used) };
+  }
 
   const blockedOf = (o: (typeof options)[number]): string[] =>
     o.members.filter((n) => why.get(n.id) !== null).map((n) => `${n.id}: ${why.get(n.id)}`);
@@ -132,4 +146,27 @@ export function place(input: PlaceInput): Placement {
     );
   if (options.length === 0) parts.unshift('no node declares a fabric (start agents with --fabric NAME)');
   return { kind: 'unplaceable', reason: `${lead}: ${parts.join('; ')}` };
+}
+
+/** A placement of the first profile that fits, with that profile. */
+export type ProfilePlacement =
+  (Extract<Placement, { kind: 'placed' }> & { profile: Profile }) | Extract<Placement, { kind: 'unplaceable' }>;
+
+/**
+ * Tries a model's profiles in catalog order and places the first that fits. None fitting, the reason names every
+ * profile and what it lacks (one profile: exactly that profile's reason).
+ */
+export function placeFirstFit(input: Omit<PlaceInput, 'profile'> & { profiles: readonly Profile[] }): ProfilePlacement {
+  const reasons: string[] = [];
+  for (const profile of input.profiles) {
+    const r = place({ ...input, profile });
+    if (r.kind === 'placed') return { ...r, profile };
+    reasons.push(input.profiles.length === 1 ? r.reason : `[${profile.name}] ${r.reason}`);
+  }
+  if (reasons.length <= 1)
+    return { kind: 'unplaceable', reason: reasons[0] ?? `${input.model ?? 'the model'} has no profile` };
+  return {
+    kind: 'unplaceable',
+    reason: `none of the ${reasons.length} profiles of ${input.model ?? 'the model'} fits (tried in catalog order): ${reasons.join(' ')}`,
+  };
 }

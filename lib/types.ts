@@ -31,6 +31,13 @@ export interface Gpu {
   name: string;
   memoryMiB: number;
   uuid: string;
+  /** CUDA compute capability, e.g. "8.0" (nvidia-smi's compute_cap; absent from older drivers and agents) */
+  computeCap?: string;
+}
+
+/** How a node's GPUs are linked (`nvidia-smi topo -m`): `links[i][j]` is GPU i to GPU j (NV12, PIX, PXB, PHB, NODE, SYS; X itself). */
+export interface GpuTopology {
+  links: string[][];
 }
 
 export interface IbAdapter {
@@ -95,6 +102,8 @@ export interface NodeInventory {
   fabricIdentity?: Record<string, FabricIdentity>;
   /** The agent's `llmgw doctor` results at start */
   doctor?: DoctorResult[];
+  /** `nvidia-smi topo -m` (absent: not reported, or a node with fewer than two GPUs) */
+  gpuTopology?: GpuTopology;
 }
 
 export const NODE_STATES = ['ready', 'cordoned', 'down'] as const;
@@ -141,6 +150,8 @@ export interface ShardAssignment {
   nodeId: NodeId;
   /** Port the shard's HTTP API (rank 0) or its worker side listens on. */
   port: number;
+  /** The GPU indices on its node it holds (its CUDA_VISIBLE_DEVICES); absent in placements older than migration 10 */
+  gpus?: number[];
 }
 
 export interface Assignment {

@@ -4,6 +4,7 @@
  */
 import { NativeConnection, Worker } from '@temporalio/worker';
 import { createCaActivities, createCaOperations, type CurrentCrl } from '../activities/ca';
+import { createOffboardActivities } from '../activities/ca/offboard';
 import { createOnboardActivities } from '../activities/ca/onboard';
 import type { ServerConfig } from '../config/types';
 import { QUEUES } from '../lib/names';
@@ -76,6 +77,7 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
         ca: ops,
         log: deps.log,
       }),
+      ...createOffboardActivities({ hostKeys: new HostKeyStore(pool) }),
     },
   });
   const running = worker.run();

@@ -149,6 +149,8 @@ export async function drainNode(input: DrainInput): Promise<DrainResult> {
         draining: status.draining ?? null,
       });
       // Stop-first: the original is gone and its GPUs free; the replacement tries placement now, not at its next retry.
+      // Forced: the original is gone from the node, which is all a removal needs; its replacement waits for room elsewhere.
+      if (input.force && cur.stopFirst && status.originalGone) return null;
       if (status.originalGone && status.replacement && !woken) {
         await getExternalWorkflowHandle(workflowIds.replica(status.replacement))
           .signal(nodesChangedSignal)
@@ -171,7 +173,9 @@ export async function drainNode(input: DrainInput): Promise<DrainResult> {
           replacement: status.replacement,
         });
         offered = check.kind === 'placed' && !allowDowntime;
-        if (check.kind === 'unplaceable') cur.hint = `stopping ${next.replicaId} first would not help: ${check.reason}`;
+        // Forced (remove-node --force): the original stops even when its replacement fits nowhere yet.
+        if (check.kind === 'unplaceable' && !input.force)
+          cur.hint = `stopping ${next.replicaId} first would not help: ${check.reason}`;
         else if (offered)
           cur.hint = `it fits once ${next.replicaId} is gone: llmgw ctl drain ${input.nodeId} --allow-downtime moves it stop-first`;
         else {

@@ -7,3 +7,4 @@ export { ensureEngines } from './engines';
 export { onboardNode } from './onboard';
 export { provisionNode } from './provision';
 export { addNode } from './add-node';
+export { removeNode } from './remove-node';

@@ -12,19 +12,22 @@ import {
   workflowInfo,
 } from '@temporalio/workflow';
 import { WorkflowExecutionAlreadyStartedError } from '@temporalio/common';
+import { specHash } from '../lib/catalog';
 import { QUEUES, replicaIdFor, searchAttributes, workflowIds } from '../lib/names';
 import type { ReplicaId } from '../lib/types';
 import {
+  catalogChangedSignal,
   deploymentQuery,
   replaceSignal,
   replicaReadySignal,
+  retireSignal,
   scaleUpdate,
   withdrawReplaceSignal,
   type ModelDeploymentInput,
   type ModelDeploymentState,
 } from './contracts/model';
 import { stopSignal } from './contracts/replica';
-import { control } from './proxies';
+import { control, retirement } from './proxies';
 import { replica } from './replica';
 
 /** Signals a replica to stop; one already gone (stopped, or terminated by hand) needs nothing. */
@@ -38,6 +41,9 @@ async function stopReplica(replicaId: ReplicaId): Promise<void> {
 
 /** Most replicas one model may ask for: a typo of 1000 should not try to place 1000 replicas. */
 export const MAX_REPLICAS = 64;
+
+/** Why a replacement runs when the catalog spec changed (ctl apply): one such replacement at a time. */
+const ROLL_WHY = 'catalog spec changed';
 
 /** Keeps `desired` replica workflows (`replica/<model>-<n>`) running; `scale` changes the count. */
 export async function modelDeployment(input: ModelDeploymentInput): Promise<void> {
@@ -58,6 +64,11 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
   });
   setHandler(replicaReadySignal, (id) => {
     readyNow.push(id);
+    dirty = true;
+  });
+  setHandler(catalogChangedSignal, () => void (dirty = true));
+  setHandler(retireSignal, () => {
+    state.retiring = true;
     dirty = true;
   });
   setHandler(
@@ -89,6 +100,17 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     const profile = spec.profiles[0];
     if (!profile) throw ApplicationFailure.nonRetryable(`model ${input.model} has no profile`, 'NoProfile');
     state.desired ??= spec.replicas;
+    if (state.retiring) state.desired = 0;
+    // A new spec (ctl apply) marks every replica started with the old one stale; they are replaced one at a time.
+    const hash = specHash(spec);
+    if (state.specHash !== undefined && state.specHash !== hash) state.stale = [...state.replicas];
+    state.specHash = hash;
+    state.stale = (state.stale ?? []).filter(
+      (id) => state.replicas.includes(id) && !replacing.some((r) => r.old === id),
+    );
+    const rolling = replacing.some((r) => r.why === ROLL_WHY);
+    const nextStale = rolling ? undefined : state.stale.shift();
+    if (nextStale) requested.push({ replicaId: nextStale, why: ROLL_WHY });
     const start = async (replicaId: ReplicaId): Promise<void> => {
       try {
         await startChild(replica, {
@@ -103,6 +125,8 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
               ...(spec.sha256 ? { sha256: spec.sha256 } : {}),
               ...(spec.startTimeoutS ? { startTimeoutS: spec.startTimeoutS } : {}),
               profile,
+              profiles: spec.profiles,
+              specHash: hash,
             },
           ],
         });
@@ -169,8 +193,15 @@ export async function modelDeployment(input: ModelDeploymentInput): Promise<void
     setCurrentDetails(
       `**${state.desired}** replicas desired: ${state.replicas.join(', ') || 'none'}${
         replacing.length ? `\n\nreplacing: ${replacing.map((r) => `${r.old} → ${r.new} (${r.why})`).join(', ')}` : ''
-      }`,
+      }${
+        state.stale?.length ? `\n\nto roll to the new spec: ${state.stale.join(', ')}` : ''
+      }${state.retiring ? '\n\nretiring: removed from the catalog' : ''}`,
     );
+    if (state.retiring && state.replicas.length === 0 && replacing.length === 0) {
+      // Every replica was told to stop; the model is forgotten once none is left running (each drains first).
+      await retirement.retireModel({ model: input.model });
+      return;
+    }
     if (
       workflowInfo().continueAsNewSuggested &&
       requested.length === 0 &&

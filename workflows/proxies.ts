@@ -4,6 +4,7 @@
  */
 import { ActivityCancellationType, proxyActivities } from '@temporalio/workflow';
 import type { CaOperations } from '../activities/ca';
+import type { OffboardActivities } from '../activities/ca/offboard';
 import type { OnboardActivities } from '../activities/ca/onboard';
 import type { ControlActivities } from '../activities/control';
 import type { NodeActivities } from '../activities/node';
@@ -37,6 +38,16 @@ export function serving(startTimeoutS: number): ControlActivities {
  * `stopping` row in MySQL, so a retry after a lost control worker resumes the same wait.
  */
 export const inflightWait = proxyActivities<ControlActivities>({
+  startToCloseTimeout: '25h',
+  heartbeatTimeout: '30s',
+  retry: { initialInterval: '1s', maximumInterval: '10s' },
+});
+
+/**
+ * retireModel: waits until every replica of a model removed from the catalog has stopped (each first waits for its
+ * requests in flight, up to its drain grace), then forgets the model. Heartbeats while it waits.
+ */
+export const retirement = proxyActivities<ControlActivities>({
   startToCloseTimeout: '25h',
   heartbeatTimeout: '30s',
   retry: { initialInterval: '1s', maximumInterval: '10s' },
@@ -84,16 +95,18 @@ function onboardStep(startToCloseS: number): OnboardActivities {
   });
 }
 
-/** Onboarding's proxies: 10 minutes a step; the two waits get their own deadlines plus a margin. */
-export function onboardProxies(input: { sshDeadlineS: number; registerTimeoutS: number }): {
+/** Onboarding's proxies: 10 minutes a step; the three waits get their own deadlines plus a margin. */
+export function onboardProxies(input: { sshDeadlineS: number; registerTimeoutS: number; enginesTimeoutS: number }): {
   steps: OnboardActivities;
   sshWait: OnboardActivities;
   registerWait: OnboardActivities;
+  enginesWait: OnboardActivities;
 } {
   return {
     steps: onboardStep(600),
     sshWait: onboardStep(input.sshDeadlineS + WAIT_MARGIN_S),
     registerWait: onboardStep(input.registerTimeoutS + WAIT_MARGIN_S),
+    enginesWait: onboardStep(input.enginesTimeoutS + WAIT_MARGIN_S),
   };
 }
 
@@ -161,3 +174,31 @@ export function nodeShards(nodeId: string): NodeActivities {
     retry: { maximumAttempts: 1 },
   });
 }
+
+/**
+ * waitListening on a worker rank's node: bounded by the model's start timeout (an engine may take that long to come
+ * up); the heartbeat says it is alive, and a worker that exited fails it at once with its output.
+ */
+export function nodeListen(nodeId: string, startTimeoutS: number): NodeActivities {
+  return proxyActivities<NodeActivities>({
+    taskQueue: nodeQueue(nodeId),
+    scheduleToStartTimeout: `${SHARD_PICKUP_S}s`,
+    startToCloseTimeout: `${startTimeoutS + 60}s`,
+    heartbeatTimeout: '30s',
+    retry: { initialInterval: '1s', maximumAttempts: 3 },
+  });
+}
+
+/**
+ * Removing a node (remove-node/<node>): stopping its agent over ssh and revoking its certificates on llmgw-ca, its
+ * VM on llmgw-proxmox. A worker that is down is waited for (no schedule-to-start limit); its failures are retried.
+ */
+export const removal = {
+  ca: proxyActivities<OffboardActivities & CaOperations>({
+    taskQueue: QUEUES.ca,
+    startToCloseTimeout: '5m',
+    heartbeatTimeout: '1m',
+    retry: { initialInterval: '2s', maximumInterval: '30s', maximumAttempts: 10 },
+  }),
+  proxmox: proxmoxStep(900),
+};

@@ -17,6 +17,7 @@ import {
 } from '@temporalio/workflow';
 import { TimeoutType } from '@temporalio/common';
 import type { PlaceResult, ShardPlan } from '../activities/control';
+import { ENGINE_SPECS } from '../lib/engines/registry';
 import { DEFAULT_START_TIMEOUT_S } from '../lib/liveness';
 import { needsWeights } from '../lib/weights/source';
 import { searchAttributes } from '../lib/names';
@@ -31,12 +32,14 @@ import {
   type ReplicaInput,
   type ReplicaStatus,
 } from './contracts/replica';
-import { control, inflightWait, nodeShards, nodeWeights, serving } from './proxies';
+import { control, inflightWait, nodeListen, nodeShards, nodeWeights, serving } from './proxies';
 
 /** How long a stopping replica kept its engines after leaving the routing table, before it waited for the gateways' in-flight reports. */
 const DRAIN_MS = 2000;
 /** Marks histories whose stop path waits for the requests in flight (waitInflight) instead of DRAIN_MS. */
 const INFLIGHT_WAIT_PATCH = 'stop-waits-for-inflight';
+/** Marks histories where a workers-first engine's rank 0 starts only once each worker listens (waitListening). */
+const RANK_ORDER_PATCH = 'workers-listen-before-rank-0';
 const WAIT_RETRY = '10s';
 const CRASH_BACKOFF_MAX_MS = 60_000;
 /** A replica that served for this long before failing resets its crash count. */
@@ -77,6 +80,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     { key: searchAttributes.replica, value: input.replicaId },
   ]);
 
+  // The profile placed last (profiles are tried in catalog order at each placement).
+  let profile = input.profile;
   const record = async (
     state: ReplicaState,
     reason: string | null,
@@ -92,7 +97,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     await control.setReplicaState({
       replicaId: input.replicaId,
       model: input.model,
-      profile: input.profile.name,
+      profile: profile.name,
       state,
       reason,
       endpoint,
@@ -109,6 +114,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       replicaId: input.replicaId,
       model: input.model,
       profile: input.profile,
+      ...(input.profiles ? { profiles: input.profiles } : {}),
       exclude: [...exclude],
     });
     if (placement.kind === 'unplaceable') {
@@ -119,12 +125,18 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       exclude.clear();
       continue;
     }
-    status.shards = placement.shards.map(({ rank, nodeId, port }) => ({ rank, nodeId, port }));
+    profile = placement.profile ?? input.profile;
+    status.shards = placement.shards.map(({ rank, nodeId, port, gpus }) => ({
+      rank,
+      nodeId,
+      port,
+      ...(gpus ? { gpus } : {}),
+    }));
     upsertSearchAttributes([{ key: searchAttributes.node, value: placement.shards.map((s) => s.nodeId) }]);
     await record(
       'starting',
       null,
-      `placed on ${placement.shards.map((s) => `${s.nodeId}:${s.port}`).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`,
+      `placed${input.profiles && input.profiles.length > 1 ? ` as ${profile.name}` : ''} on ${placement.shards.map(shardText).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`,
       null,
     );
 
@@ -160,11 +172,32 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     const peers = [...placement.shards].sort((a, b) => a.rank - b.rank).map(({ host, port }) => ({ host, port }));
     // The health check starts once every shard has its weights: a large download is not a slow engine start.
     const fetched: Promise<void>[] = [];
+    // llama.cpp's rank 0 connects to its workers as it starts: each worker must listen first (the engine's rankStart).
+    const workersFirst =
+      placement.shards.length > 1 &&
+      ENGINE_SPECS[profile.engine].rankStart === 'workers-first' &&
+      patched(RANK_ORDER_PATCH);
+    const workersListening = async (): Promise<void> => {
+      await Promise.all(
+        placement.shards
+          .filter((w) => w.rank > 0)
+          .map((w) =>
+            nodeListen(w.nodeId, startTimeoutS).waitListening({
+              replicaId: input.replicaId,
+              generation: status.rebuilds,
+              rank: w.rank,
+              host: w.host,
+              port: w.port,
+              timeoutS: startTimeoutS,
+            }),
+          ),
+      );
+    };
     const launch = (s: ShardPlan, weightsFetched: () => void) => async (): Promise<void> => {
       // A URL source is fetched into the node's cache first (resumable, coalesced, from a peer that holds it);
       // sim:// sources and engine-side ids fetch nothing, and schedule nothing.
       let modelPath: string | undefined;
-      if (needsWeights(input.source, input.profile.engine, s.rank)) {
+      if (needsWeights(input.source, profile.engine, s.rank)) {
         const r = await nodeWeights(s.nodeId).fetchWeights({
           model: input.model,
           source: input.source,
@@ -174,6 +207,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
         modelPath = r.path;
       }
       weightsFetched();
+      if (workersFirst && s.rank === 0) await workersListening();
       let reruns = 0;
       for (;;) {
         const since = Date.now();
@@ -183,7 +217,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
             replicaId: input.replicaId,
             model: input.model,
             source: input.source,
-            profile: input.profile,
+            profile,
             generation: status.rebuilds,
             rank: s.rank,
             world: placement.shards.length,
@@ -194,6 +228,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
             fabric: placement.fabric,
             peers,
             ...(modelPath ? { modelPath } : {}),
+            ...(s.gpus ? { gpus: s.gpus } : {}),
           });
           // The agent running this shard crashed and a new one registered: this run is orphaned (Temporal would
           // time it out only after SHARD_HEARTBEAT_TIMEOUT_S); run the shard again now for the new agent to adopt.
@@ -221,7 +256,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
         }
       }
     };
-    // Rank 0 first: it binds the dist-init port the other ranks join.
+    // In rank order: a head-first engine's rank 0 binds the dist-init port the other ranks join; a workers-first
+    // engine's rank 0 waits in its launch until every worker listens.
     placement.shards.forEach((s, i) => {
       let done = (): void => undefined;
       fetched.push(new Promise<void>((r) => void (done = r)));
@@ -318,6 +354,11 @@ async function agentWillAdopt(err: unknown, nodeId: string): Promise<boolean> {
 function isHeartbeatTimeout(err: unknown): boolean {
   const cause = err instanceof ActivityFailure ? err.cause : undefined;
   return cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.HEARTBEAT;
+}
+
+/** A shard as the event log names it: `node:port`, and its GPUs when it holds any (`sim-a:22000 gpus 0,1`). */
+function shardText(s: ShardPlan): string {
+  return `${s.nodeId}:${s.port}${s.gpus?.length ? ` gpus ${s.gpus.join(',')}` : ''}`;
 }
 
 function timeoutText(t: TimeoutType | null | undefined): string {

@@ -21,12 +21,14 @@ import {
 import { caPaths, certificateInfo, makeNodeCsr, NODE_CA_PATH, renewAt, trustInstallPlan } from '../../lib/pki';
 import { platformOfMachine } from '../../lib/release';
 import { openSsh, SshConnectError, type SshSession } from '../../lib/ssh/client';
-import { decideHostKey, preferredHostKeyAlgorithms, type HostKey } from '../../lib/ssh/host-key';
+import { decideHostKey, preferredHostKeyAlgorithms } from '../../lib/ssh/host-key';
 import type { HostKeyStore } from '../../lib/store/host-keys';
 import type { Store } from '../../lib/store/store';
 import type { OnboardHeartbeat, OnboardInput, StepId, StepResult } from '../../workflows/contracts/onboard';
 import type { CaOperations } from './index';
-import { remote, type Remote } from './remote';
+import { knownHostSsh } from './connect';
+import { createEnginesWait } from './engines-wait';
+import type { Remote } from './remote';
 
 export interface OnboardDeps {
   /** the CA directory: its ca.crt is the root the node trusts */
@@ -88,54 +90,7 @@ export function createOnboardActivities(deps: OnboardDeps) {
     }
   };
 
-  const privateKey = (input: OnboardInput): Buffer => {
-    try {
-      return readFileSync(input.sshKeyPath);
-    } catch (err) {
-      throw fail(
-        'LLMGW_SSH_REFUSED',
-        `cannot read the ssh key ${input.sshKeyPath} on the CA host (${(err as NodeJS.ErrnoException).code ?? String(err)}): pass --ssh-key PATH, the key whose public half is in the node's authorized_keys`,
-      );
-    }
-  };
-
-  const changedKey = (
-    input: OnboardInput,
-    presented: HostKey,
-    known: { type: string; fingerprint: string; address: string; learnedAt: Date }[],
-  ): ApplicationFailure =>
-    fail(
-      'LLMGW_HOST_KEY_CHANGED',
-      `${input.nodeId} at ${input.addr} presented the ssh host key ${presented.type} ${presented.fingerprint}, but it is known by ` +
-        `${known.map((k) => `${k.type} ${k.fingerprint} (learned at ${k.address} on ${k.learnedAt.toISOString()})`).join(', ')}. ` +
-        'Either another machine answers at this address — do not go on until you know which — or this one was rebuilt on purpose: ' +
-        `then forget its old key with \`llmgw ctl forget-host-key ${input.nodeId}\` and onboard it again`,
-    );
-
-  /** A connection to a node whose host key is known: any other key is refused. */
-  const connect = async (input: OnboardInput): Promise<Remote> => {
-    const known = await deps.hostKeys.list(input.nodeId);
-    if (known.length === 0)
-      throw fail(
-        'LLMGW_ONBOARD_FAILED',
-        `no ssh host key is recorded for ${input.nodeId} (forgotten meanwhile?): onboard it again, which learns it first`,
-      );
-    try {
-      const s = await openSsh({
-        host: input.addr,
-        port: input.sshPort,
-        username: input.sshUser,
-        privateKey: privateKey(input),
-        verify: (k) => decideHostKey(known, k).kind === 'known',
-        hostKeyAlgorithms: preferredHostKeyAlgorithms(known),
-      });
-      return remote(s, input.sshUser);
-    } catch (err) {
-      if (err instanceof SshConnectError && err.kind === 'host-key' && err.presented)
-        throw changedKey(input, err.presented, known);
-      throw err; // a dropped connection: worth the activity's retry
-    }
-  };
+  const { privateKey, changedKey, connect } = knownHostSsh(deps.hostKeys);
 
   /** Runs `command` on the node; a non-zero exit fails the step with its output and `fix`. */
   const must = async (r: Remote, command: string, fix: string, timeoutMs = 120_000): Promise<string> => {
@@ -151,6 +106,8 @@ export function createOnboardActivities(deps: OnboardDeps) {
   const hasSystemd = async (r: Remote): Promise<boolean> => (await r.sh('test -d /run/systemd/system')).code === 0;
 
   return {
+    ...createEnginesWait(deps),
+
     /** Waits until ssh answers and lets the CA host's key in, through a new machine's refusals and resets. */
     async waitForSsh(input: OnboardInput): Promise<StepResult> {
       const key = privateKey(input);

@@ -4,7 +4,7 @@ import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Store } from '../../lib/store/store';
 import { workflowIds } from '../../lib/names';
-import { place } from '../../lib/placement';
+import { placeFirstFit } from '../../lib/placement';
 import {
   parseNodeId,
   type EngineStatus,
@@ -17,6 +17,8 @@ import {
 import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal } from '../../workflows/contracts/replica';
 import { createDrainWaitActivities } from './drain-wait';
 import { createMoveActivities } from './moves';
+import { createRemovalActivities } from './removal';
+import { createRetireActivities } from './retire';
 
 export interface ControlDeps {
   store: Store;
@@ -36,16 +38,29 @@ export interface ShardPlan {
   nodeId: NodeId;
   host: string;
   port: number;
+  /** GPU indices on its node (its CUDA_VISIBLE_DEVICES); absent in placements recorded before GPU pinning */
+  gpus?: number[];
 }
 
 export type PlaceResult =
-  | { kind: 'placed'; fabric: string | null; shards: ShardPlan[]; endpoint: string; distHost: string; distPort: number }
+  /** `profile`: the one placed (absent in results recorded before profiles were tried in turn: the input's) */
+  | {
+      kind: 'placed';
+      fabric: string | null;
+      shards: ShardPlan[];
+      endpoint: string;
+      distHost: string;
+      distPort: number;
+      profile?: Profile;
+    }
   | { kind: 'unplaceable'; reason: string };
 
 export interface PlaceInput {
   replicaId: string;
   model: string;
   profile: Profile;
+  /** every profile of the model in catalog order: the first that fits is placed (default: `profile` alone) */
+  profiles?: Profile[];
   /** nodes not to use (e.g. the one whose shard just timed out) */
   exclude: string[];
 }
@@ -120,20 +135,20 @@ export function createControlActivities(deps: ControlDeps) {
     },
 
     /**
-     * Places a replica: releases any earlier placement, runs the pure placement function over the
-     * current nodes, leases ports and records the shards. Serialised cluster-wide by a MySQL lock so
-     * two replicas placing at once never take the same GPU.
+     * Places a replica: releases any earlier placement, runs the pure placement function over the current nodes
+     * (the model's profiles in catalog order, the first that fits), leases ports and records the shards with their
+     * GPU indices. Serialised cluster-wide by a MySQL lock so two replicas placing at once never take the same GPU.
      */
     async placeReplica(input: PlaceInput): Promise<PlaceResult> {
       return store.withLock('llmgw_place', 30, async () => {
         await store.releaseReplica(input.replicaId);
         const nodes = await store.listNodes();
-        const usedGpus = await store.usedGpus(input.replicaId);
-        const placement = place({
+        const heldGpus = await store.heldGpus([input.replicaId]);
+        const placement = placeFirstFit({
           nodes,
           model: input.model,
-          profile: input.profile,
-          usedGpus,
+          profiles: input.profiles ?? [input.profile],
+          heldGpus,
           exclude: input.exclude,
         });
         if (placement.kind === 'unplaceable') return placement;
@@ -145,7 +160,7 @@ export function createControlActivities(deps: ControlDeps) {
           const want = rank === 0 && placement.nodes.length > 1 ? 2 : 1;
           const ports = await store.leasePorts(host, input.replicaId, want, enginePorts);
           if (want === 2) distPort = ports[1] ?? 0;
-          shards.push({ rank, nodeId, host, port: ports[0] ?? 0 });
+          shards.push({ rank, nodeId, host, port: ports[0] ?? 0, gpus: placement.gpus[rank] ?? [] });
         }
         await store.setShards(
           input.replicaId,
@@ -154,12 +169,18 @@ export function createControlActivities(deps: ControlDeps) {
             rank: s.rank,
             nodeId: s.nodeId,
             port: s.port,
-            gpus: input.profile.gpusPerNode,
+            gpus: s.gpus ?? [],
           })),
         );
         const head = shards[0];
         if (!head) throw ApplicationFailure.nonRetryable('placement returned no nodes', 'PlacementEmpty');
-        log('replica placed', { replica: input.replicaId, nodes: placement.nodes, fabric: placement.fabric });
+        log('replica placed', {
+          replica: input.replicaId,
+          profile: placement.profile.name,
+          nodes: placement.nodes,
+          gpus: placement.gpus,
+          fabric: placement.fabric,
+        });
         return {
           kind: 'placed',
           fabric: placement.fabric,
@@ -167,6 +188,7 @@ export function createControlActivities(deps: ControlDeps) {
           endpoint: `http://${head.host}:${head.port}`,
           distHost: head.host,
           distPort,
+          profile: placement.profile,
         };
       });
     },
@@ -275,6 +297,8 @@ export function createControlActivities(deps: ControlDeps) {
 
     ...createDrainWaitActivities(deps),
     ...createMoveActivities(deps),
+    ...createRetireActivities(deps),
+    ...createRemovalActivities(deps),
   };
 }
 

@@ -2,7 +2,7 @@
 import { heartbeat, sleep } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { workflowIds } from '../../lib/names';
-import { place, type Placement } from '../../lib/placement';
+import { placeFirstFit, type Placement } from '../../lib/placement';
 import { DrainStore } from '../../lib/store/drain';
 import type { ReplicaId } from '../../lib/types';
 import { moveKey, type MoveStatus } from '../../workflows/contracts/drain';
@@ -90,14 +90,9 @@ export function createMoveActivities(deps: MoveDeps) {
      */
     async stopFirstCheck(input: { model: string; original: string; replacement: string }): Promise<Placement> {
       const spec = await store.getModel(input.model);
-      const profile = spec?.profiles[0];
-      if (!profile) return { kind: 'unplaceable', reason: `model ${input.model} is not in the catalog` };
-      const usedGpus: Record<string, number> = {};
-      for (const s of await store.listShards()) {
-        if (s.replicaId !== input.original && s.replicaId !== input.replacement)
-          usedGpus[s.nodeId] = (usedGpus[s.nodeId] ?? 0) + s.gpus;
-      }
-      return place({ nodes: await store.listNodes(), profile, usedGpus, model: input.model });
+      if (!spec?.profiles.length) return { kind: 'unplaceable', reason: `model ${input.model} is not in the catalog` };
+      const heldGpus = await store.heldGpus([input.original, input.replacement]);
+      return placeFirstFit({ nodes: await store.listNodes(), profiles: spec.profiles, heldGpus, model: input.model });
     },
 
     /**

@@ -29,6 +29,8 @@ export interface EngineSetupDeps {
   sim: string[];
   /** NVIDIA GPUs on the node (vLLM is installed only where there is one), as discovered */
   gpus: () => number;
+  /** Their compute capabilities where nvidia-smi reports them (vLLM and SGLang need 7.5 or higher) */
+  computeCaps?: () => string[];
   /** The python that makes the venvs (`--python`, default python3) */
   python?: string;
   /** A directory of wheels pip looks in first (`--wheelhouse`): llama.cpp built once, not on every node */
@@ -137,7 +139,12 @@ export function createEngineSetup(deps: EngineSetupDeps) {
       input: EnsureEnginesInput,
       beat: (p: EngineSetupProgress) => void = () => undefined,
     ): Promise<EngineStatus[]> {
-      const plans = planEngines(input.engines, { gpus: deps.gpus(), enginesDir: deps.enginesDir, bins: deps.bins });
+      const plans = planEngines(input.engines, {
+        gpus: deps.gpus(),
+        computeCaps: deps.computeCaps?.() ?? [],
+        enginesDir: deps.enginesDir,
+        bins: deps.bins,
+      });
       const statuses: EngineStatus[] = [];
       const programs: Recorded['programs'] = {};
       for (const p of plans) {

@@ -19,6 +19,7 @@ import { hasCode, type ErrorCode, type LlmgwError } from '../../lib/errors';
 import { createEngineSetup, type EngineSetup, type EnsureEnginesInput } from './engine-setup';
 import { findEngine, launchEngine, liveness, stopEngine, watchEngine } from './engines';
 import { isAssigned, type AssignedShard } from './gc';
+import { createListenActivities } from './listen';
 
 export interface NodeDeps {
   nodeId: string;
@@ -41,6 +42,8 @@ export interface NodeDeps {
    * a fresh temp dir no later agent knows of — so engines then stop with the worker (see stopEnginesOnExit).
    */
   stateDir?: string;
+  /** Where the node keeps one lock file per GPU index, passed to engines that honour it (default `<stateDir>/gpu-locks`). */
+  gpuLockDir?: string;
   /** Stop engines when the worker shuts down, instead of leaving them for the next agent (default: no, or yes without a stateDir). */
   stopEnginesOnExit?: boolean;
   /** The argv prefix of the engine shim (default engineShimArgv()). */
@@ -76,6 +79,8 @@ export interface ShardHeartbeat {
   adopted: boolean;
   since: string;
   command: string;
+  /** The GPU indices it runs on (its CUDA_VISIBLE_DEVICES), when placement gave it any. */
+  gpus?: number[];
 }
 
 const TAIL_LINES = 15;
@@ -100,6 +105,7 @@ export function createNodeActivities(deps: NodeDeps) {
   const stopGraceMs = deps.stopGraceMs ?? 15_000;
   const stateDir = deps.stateDir ?? mkdtempSync(join(tmpdir(), `llmgw-engines-${deps.nodeId}-`));
   const stopOnExit = deps.stopEnginesOnExit ?? deps.stateDir === undefined;
+  const gpuLockDir = deps.gpuLockDir ?? join(stateDir, 'gpu-locks');
   const shimArgv = deps.shimArgv ?? engineShimArgv();
   const supervised = deps.supervised ?? new Set<string>();
   // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
@@ -122,7 +128,10 @@ export function createNodeActivities(deps: NodeDeps) {
   /** The shard's command; a rank placed on a fabric this node does not declare fails for good (no retry fixes it). */
   const buildCommand = (input: RunShardInput): ReturnType<typeof buildEngineCommand> => {
     try {
-      return buildEngineCommand(input, deps.inventory ? { nodeId: deps.nodeId, inventory: deps.inventory } : undefined);
+      return buildEngineCommand(
+        { ...input, gpuLockDir },
+        deps.inventory ? { nodeId: deps.nodeId, inventory: deps.inventory } : undefined,
+      );
     } catch (err) {
       if (hasCode(err, 'LLMGW_BAD_REQUEST'))
         throw ApplicationFailure.nonRetryable((err as LlmgwError).message, 'LLMGW_BAD_REQUEST' satisfies ErrorCode);
@@ -161,6 +170,8 @@ export function createNodeActivities(deps: NodeDeps) {
     });
 
   return {
+    ...createListenActivities({ nodeId: deps.nodeId, stateDir }),
+
     /**
      * Installs what server.yaml's engines name for this node, runs each engine's programs and checks their flags
      * (engine-check), and offers only what passed; returns every engine's status for the control plane to
@@ -208,6 +219,7 @@ export function createNodeActivities(deps: NodeDeps) {
         adopted: false,
         since: new Date().toISOString(),
         command: `${cmd.engine} ${cmd.args.join(' ')}`,
+        ...(input.gpus ? { gpus: input.gpus } : {}),
       };
       const token = {};
       claims.set(key, token);
@@ -229,14 +241,25 @@ export function createNodeActivities(deps: NodeDeps) {
       try {
         const found = findEngine(stateDir, key);
         if (found.kind === 'exited') throw exitedFailure(found.exit, found.state?.enginePid, true);
+        // The same engine only: its port, its arguments and its GPUs (a record from before GPU pinning has none to compare).
+        const sameGpus =
+          found.kind === 'live' &&
+          (found.state.devices === undefined || found.state.devices === (cmd.env.CUDA_VISIBLE_DEVICES ?? null));
         if (
           found.kind === 'live' &&
+          sameGpus &&
           found.state.port === input.port &&
           found.state.command.endsWith(cmd.args.join(' '))
         ) {
           st = found.state;
           beat.adopted = true;
-          log('shard adopted', { ...fields, pid: st.enginePid, shimPid: st.shimPid, since: st.startedAt });
+          log('shard adopted', {
+            ...fields,
+            pid: st.enginePid,
+            shimPid: st.shimPid,
+            since: st.startedAt,
+            gpus: st.devices,
+          });
         } else {
           if (found.kind === 'live') {
             log("stopping a recorded engine that is not this shard's", {
@@ -264,7 +287,12 @@ export function createNodeActivities(deps: NodeDeps) {
           });
           if (launched.kind === 'exited') throw exitedFailure(launched.exit, undefined, false);
           st = launched.state;
-          log('shard started', { ...fields, pid: st.enginePid, shimPid: st.shimPid });
+          log('shard started', {
+            ...fields,
+            pid: st.enginePid,
+            shimPid: st.shimPid,
+            gpus: cmd.env.CUDA_VISIBLE_DEVICES,
+          });
         }
         Object.assign(beat, { pid: st.enginePid, shimPid: st.shimPid, state: 'running', since: st.startedAt });
         ctx.heartbeat(beat);

@@ -8,7 +8,15 @@ import { Socket } from 'node:net';
 import { ApplicationFailure, Context } from '@temporalio/activity';
 import type { ErrorCode } from '../../lib/errors';
 import { ProxmoxError, type Proxmox } from '../../lib/proxmox/client';
-import { createParams, describeVm, diskSizeGiB, isOwnVm, parseCidr, type VmResource } from '../../lib/proxmox/plan';
+import {
+  createParams,
+  describeVm,
+  diskSizeGiB,
+  isOwnVm,
+  LLMGW_TAG,
+  parseCidr,
+  type VmResource,
+} from '../../lib/proxmox/plan';
 import type {
   ProvisionInput,
   ProvisionStepId,
@@ -107,6 +115,17 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
 
   const findVm = async (vmid: number): Promise<VmResource | undefined> =>
     (await pve.vms()).find((v) => Number(v.vmid) === vmid);
+
+  /** Stops the VM if it runs, then destroys it, following both tasks. */
+  async function stopAndDestroy(pveNode: string, vmid: number): Promise<void> {
+    const st = await pve.status(pveNode, vmid);
+    if (st.status === 'running') {
+      const stop = await withLockRetry('removeVm', `stopping VM ${vmid}`, () => pve.stop(pveNode, vmid));
+      await waitTask('removeVm', stop, `VM ${vmid} to stop`);
+    }
+    const upid = await withLockRetry('removeVm', `removing VM ${vmid}`, () => pve.destroy(pveNode, vmid));
+    await waitTask('removeVm', upid, `VM ${vmid} to be removed`);
+  }
 
   /**
    * The VM at `vmid` once no create runs on it. Proxmox reserves the VMID with a config holding only `lock: create`
@@ -325,20 +344,34 @@ export function createProxmoxActivities(deps: ProxmoxDeps) {
         if (!vm) return { removed: false, summary: `VM ${input.vmid} is not there (nothing to remove)` };
         if (!isOwnVm(vm, input.nodeId, input.runTag))
           return { removed: false, summary: `${describeVm(vm)} is not the VM this run created: left alone` };
-        const st = await pve.status(input.pveNode, input.vmid);
-        if (st.status === 'running') {
-          const stop = await withLockRetry('removeVm', `stopping VM ${input.vmid}`, () =>
-            pve.stop(input.pveNode, input.vmid),
-          );
-          await waitTask('removeVm', stop, `VM ${input.vmid} to stop`);
-        }
-        const upid = await withLockRetry('removeVm', `removing VM ${input.vmid}`, () =>
-          pve.destroy(input.pveNode, input.vmid),
-        );
-        await waitTask('removeVm', upid, `VM ${input.vmid} to be removed`);
+        await stopAndDestroy(input.pveNode, input.vmid);
         return { removed: true, summary: `VM ${input.vmid} "${input.nodeId}", created by this run, removed` };
       } catch (err) {
         return asFailure(err, `removing VM ${input.vmid}`);
+      }
+    },
+
+    /**
+     * Removes a removed node's VM (llmgw ctl remove-node --destroy-vm): the one named after the node and tagged
+     * llmgw, which only llmgw's provisioning creates. A VM of that name without the tag is left alone, and said so.
+     */
+    async destroyNodeVm(input: { nodeId: string }): Promise<RemoveVmResult> {
+      try {
+        beat('removeVm', `asking Proxmox for the VM named ${input.nodeId}`);
+        const named = (await pve.vms()).filter((v) => v.name === input.nodeId);
+        const own = named.find((v) => isOwnVm(v, input.nodeId));
+        if (!own) {
+          return {
+            removed: false,
+            summary: named.length
+              ? `${named.map(describeVm).join('; ')}: not created by llmgw (no ${LLMGW_TAG} tag): left alone`
+              : `no VM named ${input.nodeId} on ${pve.url}: nothing to remove`,
+          };
+        }
+        await stopAndDestroy(own.node, Number(own.vmid));
+        return { removed: true, summary: `VM ${own.vmid} "${input.nodeId}" (tag ${LLMGW_TAG}) on ${own.node} removed` };
+      } catch (err) {
+        return asFailure(err, `removing the VM of ${input.nodeId}`);
       }
     },
   };

@@ -299,7 +299,9 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     o.progress(`[2/5] control plane + control worker (MySQL ${o.mysqlUrl}), llmgw-ca worker over ${paths.caDir}`);
     // Not waited for: only renewals and revocations need it, and their workflows wait for it to poll.
     role('ca-worker', ['ca-worker', '--config', file, '--ca-dir', paths.caDir]);
-    role('control-plane', ['control-plane', '--config', file]);
+    // --no-apply: the catalog is deployed at step 5, once every node is up (placed earlier, sim-small could take a
+    // fabric node's GPUs while its pair is not registered yet and leave sim-large nowhere to go).
+    role('control-plane', ['control-plane', '--config', file, '--no-apply']);
     const controlUrl = `https://${config.listeners.controlPlane.host}:${config.listeners.controlPlane.port}`;
     await waitFor(
       async () => (await cpFetch(`${controlUrl}/health`, { signal: AbortSignal.timeout(1000) })).ok,

@@ -1,9 +1,10 @@
 /** What `ctl deploy` and `ctl scale` share: start or join `model/<m>`, apply a count, follow until it serves. */
 import { WorkflowUpdateFailedError } from '@temporalio/client';
 import type { ServerConfig } from '../../config/types';
-import { QUEUES, searchAttributes, workflowIds } from '../../lib/names';
+import { startModelDeployment } from '../../lib/workflow-starts';
+import { workflowIds } from '../../lib/names';
 import type { ReplicaRecord } from '../../lib/types';
-import { scaleUpdate, type ModelDeploymentInput } from '../../workflows/contracts/model';
+import { scaleUpdate } from '../../workflows/contracts/model';
 import { UsageError } from '../args';
 import type { ControlApi } from '../control-api';
 import { temporalClient, workflowLink } from '../temporal';
@@ -20,13 +21,7 @@ export async function deployModel(
   const { client, close } = await temporalClient(config);
   try {
     const workflowId = workflowIds.model(o.model);
-    const handle = await client.workflow.start('modelDeployment', {
-      taskQueue: QUEUES.control,
-      workflowId,
-      args: [{ model: o.model } satisfies ModelDeploymentInput],
-      workflowIdConflictPolicy: 'USE_EXISTING',
-      typedSearchAttributes: [{ key: searchAttributes.model, value: o.model }],
-    });
+    const handle = await startModelDeployment(client, o.model);
     o.out(`workflow ${workflowId}\n  ${workflowLink(config, workflowId)}\n`);
     if (o.replicas !== undefined) {
       // A refused update carries the validator's own words ("from 0 to 64"), not just "Workflow Update failed".

@@ -2,6 +2,7 @@
 import { loadServerConfig } from '../../config/load';
 import { parse, UsageError } from '../args';
 import { controlApi } from '../control-api';
+import { applyVerb } from './apply';
 import { cordon, uncordon } from './cordon';
 import { deploy } from './deploy';
 import { drainVerb } from './drain';
@@ -11,6 +12,7 @@ import { follow } from './follow';
 import { forgetHostKeyVerb } from './forget-host-key';
 import { models } from './models';
 import { nodes } from './nodes';
+import { removeNodeVerb } from './remove-node';
 import { replicas } from './replicas';
 import { revoke } from './revoke';
 import { scale } from './scale';
@@ -23,6 +25,7 @@ const VERBS: Record<string, CtlVerb> = {
   fabrics,
   replicas,
   models,
+  apply: applyVerb,
   deploy,
   scale,
   drain: drainVerb,
@@ -31,6 +34,7 @@ const VERBS: Record<string, CtlVerb> = {
   uncordon,
   revoke,
   follow,
+  'remove-node': removeNodeVerb,
   'forget-host-key': forgetHostKeyVerb,
   'engine-check': engineCheckVerb,
 };

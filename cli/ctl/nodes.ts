@@ -1,5 +1,5 @@
 /** `llmgw ctl nodes`: every node with its state, GPUs, fabrics, engines, replicas, checks and certificate. */
-import type { NodeCertificate } from '../../gateway/control/contract';
+import type { GpuShard, NodeCertificate } from '../../gateway/control/contract';
 import { doctorColumn } from '../../lib/doctor';
 import type { NodeRecord } from '../../lib/types';
 import { ago, table } from '../table';
@@ -7,7 +7,24 @@ import { fabricColumn } from './views/fabrics';
 import { getJson, type CtlVerb } from './verb';
 
 /** A node as GET /v1/nodes lists it. */
-export type NodeRow = NodeRecord & { replicas: string[]; gpusUsed: number; cert?: NodeCertificate | null };
+export type NodeRow = NodeRecord & {
+  replicas: string[];
+  gpusUsed: number;
+  gpuShards?: GpuShard[];
+  cert?: NodeCertificate | null;
+};
+
+/** The REPLICAS cell: each replica placed on the node, with the GPU indices its shard holds there (`m-0[0,1]`). */
+export function replicaColumn(n: Pick<NodeRow, 'replicas' | 'gpuShards'>): string {
+  return (
+    n.replicas
+      .map((id) => {
+        const gpus = (n.gpuShards ?? []).filter((s) => s.replicaId === id).flatMap((s) => s.gpus);
+        return gpus.length ? `${id}[${gpus.join(',')}]` : id;
+      })
+      .join(',') || '-'
+  );
+}
 
 /** The CERT cell: loud when the agent missed its renewal window (two thirds of the lifetime) or the certificate expired. */
 export function certColumn(c: NodeCertificate | null | undefined, now = Date.now()): string {
@@ -32,17 +49,23 @@ export function formatNodes(nodes: NodeRow[], now = Date.now()): string {
       `${n.gpusUsed}/${n.inventory.gpus.length}`,
       fabricColumn(n, nodes),
       engineColumn(n),
-      n.replicas.join(',') || '-',
+      replicaColumn(n),
       doctorColumn(n.inventory.doctor),
       certColumn(n.cert, now),
       n.lastSeen ? ago(new Date(n.lastSeen).getTime(), now) : 'never',
     ]),
   );
-  // Why an engine is not offered, in the engine's own words: the table cell only says that it failed.
+  // Why an engine is not offered, in the engine's own words: the table cell only says that it failed (a skipped one,
+  // not installed here on purpose, is not in the cell at all).
   const failed = nodes.flatMap((n) =>
     (n.engineStatus ?? [])
-      .filter((s) => s.state === 'failed')
-      .map((s) => `${n.id}: ${s.engine} ${s.version || ''} not offered: ${s.reason ?? 'unknown'}`.replace('  ', ' ')),
+      .filter((s) => s.state !== 'offered')
+      .map((s) =>
+        `${n.id}: ${s.engine} ${s.version || ''} ${s.state === 'failed' ? 'not offered' : 'not installed'}: ${s.reason ?? 'unknown'}`.replace(
+          '  ',
+          ' ',
+        ),
+      ),
   );
   return failed.length
     ? `${rows}\n${failed
@@ -69,7 +92,8 @@ export function engineColumn(n: Pick<NodeRow, 'engineStatus' | 'inventory'>): st
 /** `ctl nodes` */
 export const nodes: CtlVerb = {
   help: `  nodes                       nodes: state, GPUs used/total, fabrics (marked when a name covers two subnet
-                              managers or its SM was not read), engines, replicas, failing doctor checks, last seen`,
+                              managers or its SM was not read), engines, replicas[GPU indices held], failing doctor checks,
+                              last seen`,
   async run({ api, values, out }) {
     const { nodes: list } = await getJson<{ nodes: NodeRow[] }>(api, `${api.server}/v1/nodes`);
     out(values.json ? `${JSON.stringify(list, null, 2)}\n` : formatNodes(list));

@@ -3,7 +3,8 @@
  * never a route file, so a route can change its code without its callers following it.
  */
 import type { AssignedShard } from '../../activities/node/gc';
-import type { NodeId, NodeInventory, NodeRecord } from '../../lib/types';
+import type { CatalogAction } from '../../lib/catalog';
+import type { EngineName, ModelSpec, NodeId, NodeInventory, NodeRecord } from '../../lib/types';
 
 /** POST /v1/agent/register: the node (its certificate's CN) and what it found on itself. */
 export interface RegisterRequest {
@@ -67,8 +68,20 @@ export interface NodeCertificate {
   revoked: boolean;
 }
 
-/** One node of GET /v1/nodes. */
-export type NodeListEntry = NodeRecord & { cert: NodeCertificate | null; replicas: string[]; gpusUsed: number };
+/** A shard's hold on a node's GPUs, as GET /v1/nodes lists it. */
+export interface GpuShard {
+  replicaId: string;
+  rank: number;
+  gpus: number[];
+}
+
+/** One node of GET /v1/nodes; `gpuShards`: which GPU indices each shard placed there holds. */
+export type NodeListEntry = NodeRecord & {
+  cert: NodeCertificate | null;
+  replicas: string[];
+  gpusUsed: number;
+  gpuShards?: GpuShard[];
+};
 
 /** A peer for GET /v1/agent/weights/peers. */
 export interface WeightsPeer {
@@ -118,4 +131,32 @@ export interface CordonAnswer {
   state: string;
   changed: boolean;
   drainEnded?: EndedDrain | null;
+}
+
+/** One model of GET /v1/models: its recorded spec with the desired count as `replicas`, and what runs. */
+export type ModelListEntry = ModelSpec & {
+  actual: {
+    /** replicas not stopped, by state */
+    states: Record<string, number>;
+    /** replicas not stopped, by the profile they were placed as */
+    profiles: Record<string, number>;
+  };
+};
+
+/** POST /v1/catalog/apply: a server.yaml's catalog (and its engines, which its profiles are checked against). */
+export interface CatalogApplyRequest {
+  catalog: ModelSpec[];
+  engines?: Partial<Record<EngineName, string>>;
+  /** also drain, stop and forget models the catalog no longer has */
+  prune?: boolean;
+  /** say what would change, change nothing */
+  dryRun?: boolean;
+}
+
+/** POST /v1/catalog/apply's answer: each model's action, and what failed to be carried out. */
+export interface CatalogApplyAnswer {
+  dryRun: boolean;
+  actions: CatalogAction[];
+  /** one per action that could not be carried out: `model: why` */
+  errors: string[];
 }

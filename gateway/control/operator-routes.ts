@@ -9,7 +9,14 @@ import { checkNodeId } from '../../lib/pki/node-id';
 import { cutRevocationReason, type CertificateRecord, type ShardRow } from '../../lib/store/store';
 import type { NodeId, NodeRecord } from '../../lib/types';
 import { answerErrors } from '../errors';
-import type { CordonAnswer, DrainCancelAnswer, NodeCertificate, NodeListEntry, RevokeAnswer } from './contract';
+import type {
+  CordonAnswer,
+  DrainCancelAnswer,
+  ModelListEntry,
+  NodeCertificate,
+  NodeListEntry,
+  RevokeAnswer,
+} from './contract';
 import { errorSchema } from './identity';
 import type { ControlAppOptions } from './routes';
 
@@ -38,7 +45,8 @@ function listEntry(n: NodeRecord, shards: ShardRow[], certs: CertificateRecord[]
     ...n,
     cert,
     replicas: [...new Set(on.map((s) => s.replicaId))],
-    gpusUsed: on.reduce((a, s) => a + s.gpus, 0),
+    gpusUsed: on.reduce((a, s) => a + s.gpus.length, 0),
+    gpuShards: on.filter((s) => s.gpus.length).map(({ replicaId, rank, gpus }) => ({ replicaId, rank, gpus })),
   };
 }
 
@@ -174,7 +182,20 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
     },
     async (req) => ({ replicas: await store.listReplicas(req.query.model) }),
   );
-  app.get('/v1/models', async () => ({ models: await store.listModels() }));
+  app.get('/v1/models', async () => {
+    const [models, replicas] = await Promise.all([store.listModels(), store.listReplicas()]);
+    const count = (into: Record<string, number>, key: string): void => void (into[key] = (into[key] ?? 0) + 1);
+    return {
+      models: models.map((m): ModelListEntry => {
+        const actual: ModelListEntry['actual'] = { states: {}, profiles: {} };
+        for (const r of replicas.filter((x) => x.model === m.name && x.state !== 'stopped')) {
+          count(actual.states, r.state);
+          count(actual.profiles, r.profile);
+        }
+        return { ...m, actual };
+      }),
+    };
+  });
   app.get('/v1/events', async () => ({ events: await store.recentEvents(100) }));
   app.get('/health', async () => ({ status: 'ok' }));
 }

@@ -1,9 +1,10 @@
 /** The control plane's HTTP API: the agent routes and the operator routes, with the options they share. */
 import type { FastifyInstance } from 'fastify';
 import type { Store } from '../../lib/store/store';
-import type { NodeId } from '../../lib/types';
+import type { ModelSpec, NodeId } from '../../lib/types';
 import { agentRoutes } from './agent-routes';
-import type { EndedDrain, RenewedCertificate } from './contract';
+import { catalogRoutes } from './catalog-routes';
+import type { CatalogApplyAnswer, EndedDrain, RenewedCertificate } from './contract';
 import type { ControlLog } from './identity';
 import { operatorRoutes } from './operator-routes';
 
@@ -33,6 +34,12 @@ export interface ControlAppOptions {
   onRegistered?: (nodeId: NodeId) => void;
   /** Called when a known node's agent registers after its previous agent crashed: its replicas run their shards again. */
   onAgentCrashed?: (nodeId: NodeId) => void;
+  /** Plans a checked catalog against the cluster and (unless a dry run) applies it (`POST /v1/catalog/apply`). */
+  applyCatalog?: (req: {
+    catalog: readonly ModelSpec[];
+    prune: boolean;
+    dryRun: boolean;
+  }) => Promise<CatalogApplyAnswer>;
 }
 
 /** A node's newest unrevoked certificate as the node list shows it (null: none recorded, or all revoked). */
@@ -41,4 +48,5 @@ export interface ControlAppOptions {
 export async function controlRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
   await app.register(agentRoutes, opts);
   await app.register(operatorRoutes, opts);
+  await app.register(catalogRoutes, opts);
 }

@@ -33,6 +33,7 @@ function widestLaunch(profile: Profile, rank: number, world: number): ShardLaunc
     distPort: 29500,
     fabric: 'ib-a',
     gpus: Array.from({ length: Math.max(profile.gpusPerNode, 1) }, (_, i) => i),
+    gpuLockDir: '/var/lib/llmgw/engines/gpu-locks',
     peers,
   };
 }

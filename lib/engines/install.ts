@@ -45,13 +45,29 @@ export function venvPrograms(
   });
 }
 
+/** `7.0` < `7.5` < `8.0` < `10.0`: compute capabilities compared as numbers, major then minor. */
+function ccBelow(cc: string, min: string): boolean {
+  const [a = 0, b = 0] = cc.split('.').map(Number);
+  const [c = 0, d = 0] = min.split('.').map(Number);
+  return a < c || (a === c && b < d);
+}
+
+/** Why a node's GPUs cannot run an engine's wheels (every known compute capability below its floor), or null. */
+function tooOld(engine: EngineName, caps: readonly string[]): string | null {
+  const spec = ENGINE_SPECS[engine];
+  const min = spec.minComputeCapability;
+  if (!min || caps.length === 0 || caps.some((cc) => !ccBelow(cc, min))) return null;
+  return `refused: ${spec.title}'s wheels need compute capability ${min} or higher, and this node's GPUs are ${[...new Set(caps)].join(', ')}`;
+}
+
 /**
  * The plan for each engine named in `wanted`, in a stable order: llama.cpp on every node, vLLM only on a node
- * with an NVIDIA GPU, SGLang wherever a version is named, sim as built in.
+ * with an NVIDIA GPU its wheels support (`computeCaps`: each GPU's, as nvidia-smi reports it; unknown: not
+ * checked), SGLang wherever a version is named and its GPUs allow, sim as built in.
  */
 export function planEngines(
   wanted: Partial<Record<EngineName, string>>,
-  node: { gpus: number; enginesDir: string; bins: OperatorBins },
+  node: { gpus: number; computeCaps?: readonly string[]; enginesDir: string; bins: OperatorBins },
 ): EnginePlan[] {
   const plans: EnginePlan[] = [];
   for (const engine of ENGINES) {
@@ -74,6 +90,11 @@ export function planEngines(
     const spec = ENGINE_SPECS[engine];
     if (spec.needsNvidiaGpu && node.gpus === 0) {
       plans.push({ engine, version, kind: 'skip', reason: `no NVIDIA GPU on this node (${spec.title} needs one)` });
+      continue;
+    }
+    const old = tooOld(engine, node.computeCaps ?? []);
+    if (old) {
+      plans.push({ engine, version, kind: 'skip', reason: old });
       continue;
     }
     if (version === '') {

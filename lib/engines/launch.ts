@@ -19,8 +19,13 @@ export interface ShardLaunch {
   distPort: number;
   /** The fabric a multi-node replica was placed on (placement's `fabric`); null or absent for a single-node one */
   fabric?: string | null;
-  /** GPU indices on the node given to this shard; absent: the engine sees every GPU of the node (no CUDA_VISIBLE_DEVICES) */
+  /**
+   * GPU indices on the node placement gave this shard: its CUDA_VISIBLE_DEVICES (empty: it sees none). Absent only
+   * in placements recorded before GPU pinning: the engine then sees every GPU of the node.
+   */
   gpus?: number[];
+  /** Where the node keeps one lock file per GPU index (the agent's state dir): the sim engine refuses a held GPU */
+  gpuLockDir?: string;
   /** Every rank's address in rank order (multi-node): llama.cpp's rank 0 connects to its workers' rpc-servers by them */
   peers?: RankAddress[];
   /** Where the weights are on the node; absent: `source` is taken as the path */
@@ -33,9 +38,13 @@ export interface LaunchNode {
   inventory: Pick<NodeInventory, 'fabrics' | 'adapters'>;
 }
 
-/** CUDA_VISIBLE_DEVICES from the shard's GPUs, when the launch names them. */
+/**
+ * CUDA_VISIBLE_DEVICES from the shard's GPUs whenever the launch names them, also none: a shard given no GPU must
+ * not start on GPU 0, which another shard holds. Every engine renumbers what it sees from 0, so none needs a
+ * device flag of its own (docs/engines.md, "GPU pinning").
+ */
 export function gpuEnv(l: ShardLaunch): Record<string, string> {
-  return l.gpus?.length ? { CUDA_VISIBLE_DEVICES: l.gpus.join(',') } : {};
+  return l.gpus ? { CUDA_VISIBLE_DEVICES: l.gpus.join(',') } : {};
 }
 
 /** The weights' path on the node. */

@@ -94,6 +94,8 @@ export const llamacpp = defineEngine({
   needsLibgomp: true,
   // Worker ranks (ggml-rpc-server) get everything from rank 0.
   rankNeedsWeights: (rank) => rank === 0,
+  // llama-server --rpc connects to every ggml-rpc-server as it loads the model and exits on one that refuses.
+  rankStart: 'workers-first',
   // llama-server answers /v1/embeddings only when started with --embeddings (else 501).
   embeds: (args) => args.includes('--embeddings') || args.includes('--embedding'),
   embedsWith: 'a llama.cpp profile embeds with --embeddings in its args',

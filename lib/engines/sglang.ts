@@ -57,9 +57,13 @@ export const sglang = defineEngine({
   binPrograms: (bin) => ({ python: [bin] }),
   venvPrograms: (venv) => ({ python: [venv.bin('python')] }),
   needsNvidiaGpu: false,
+  // SGLang's quickstart: NVIDIA GPUs of sm75 and above (T4, A10, A100, L4, L40S, H100).
+  minComputeCapability: '7.5',
   needsLibgomp: false,
   // Every rank loads its own part of the weights.
   rankNeedsWeights: () => true,
+  // Node rank 0 hosts --dist-init-addr (torch.distributed's store); the other ranks wait for it to come up.
+  rankStart: 'head-first',
   // Without --is-embedding SGLang still embeds with a model whose architecture is an embedding one.
   embeds: (args) => (args.includes('--is-embedding') ? true : null),
   embedsWith: 'an SGLang profile embeds with --is-embedding in its args',

@@ -25,6 +25,8 @@ const simCommand: EngineBuilder<'sim'> = (l) => ({
     l.distHost,
     '--dist-port',
     String(l.distPort),
+    // The node's GPU locks: the sim engine refuses a GPU another one holds (real engines fail on it, less clearly).
+    ...(l.gpuLockDir ? ['--gpu-lock-dir', l.gpuLockDir] : []),
     ...l.profile.args,
   ],
 });
@@ -45,6 +47,8 @@ export const sim = defineEngine({
   needsLibgomp: false,
   // Worker ranks get everything from rank 0.
   rankNeedsWeights: (rank) => rank === 0,
+  // Rank 0 binds the dist-init port; workers retry joining it for two minutes.
+  rankStart: 'head-first',
   // Like llama-server without --embeddings: it serves completions only.
   embeds: () => false,
   embedsWith: 'the sim engine serves no embeddings',

@@ -86,16 +86,30 @@ export interface EngineSpec<
   readonly venvPrograms: (venv: VenvPaths) => Partial<Record<NoInfer<P>, string[]>>;
   /** installed only on a node with an NVIDIA GPU (elsewhere skipped, not failed) */
   readonly needsNvidiaGpu: boolean;
+  /**
+   * The lowest CUDA compute capability its prebuilt wheels support (`7.5`): a node whose GPUs are all older is
+   * refused it (skipped, with the reason). Absent: no such floor.
+   */
+  readonly minComputeCapability?: string;
   /** needs libgomp.so.1 on the node (llmgw doctor checks it) */
   readonly needsLibgomp: boolean;
   /** whether rank `rank` of a replica reads the model's weights on its own node */
   readonly rankNeedsWeights: (rank: number) => boolean;
+  /**
+   * The order a multi-node replica's ranks start in. `head-first`: rank 0 binds the rendezvous (dist-init, master
+   * port) and the other ranks retry until they join it. `workers-first`: rank 0 connects to every worker as it
+   * starts and fails on one not yet listening, so each worker must listen first.
+   */
+  readonly rankStart: RankStart;
   /** whether a profile with these args serves /v1/embeddings: true, false, or null when the engine decides (by the model) */
   readonly embeds: (args: readonly string[]) => boolean | null;
   /** how a profile of this engine is made to embed, for the gateway's refusal */
   readonly embedsWith: string;
   readonly command: EngineBuilder<NoInfer<P>>;
 }
+
+/** How a multi-node replica's ranks start (EngineSpec.rankStart). */
+export type RankStart = 'head-first' | 'workers-first';
 
 /** Declares an engine: checks the spec and keeps its literal types (name, programs, install) for the registry. */
 export function defineEngine<const N extends EngineName, const P extends string, const I extends EngineInstall>(

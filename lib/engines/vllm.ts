@@ -74,9 +74,13 @@ export const vllm = defineEngine({
   binPrograms: (bin) => ({ vllm: [bin] }),
   venvPrograms: (venv) => ({ vllm: [venv.bin('vllm')] }),
   needsNvidiaGpu: true,
+  // vLLM's GPU installation page: compute capability 7.5 or higher (T4, RTX 20xx, A100, L4, H100, B200); Volta went with v0.21.
+  minComputeCapability: '7.5',
   needsLibgomp: false,
   // Every rank loads its own part of the weights.
   rankNeedsWeights: () => true,
+  // Node rank 0 hosts the master port (torch.distributed's store); the headless ranks wait for it to come up.
+  rankStart: 'head-first',
   // --runner auto (the default) embeds when the model is an embedding model: only vLLM knows.
   embeds: (args) => {
     const runner = flagValue(args, '--runner');

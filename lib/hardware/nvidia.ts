@@ -1,5 +1,6 @@
 /** GPUs from nvidia-smi's CSV. A missing or failing nvidia-smi is reported as that, never as "no GPUs". */
-import type { Gpu } from '../types';
+import type { Gpu, GpuTopology } from '../types';
+import { parseTopoMatrix } from './gpu-topology';
 import { runCommand, type CommandResult } from './exec';
 
 export const NVIDIA_SMI_ARGS = ['--query-gpu=index,name,memory.total,uuid', '--format=csv,noheader,nounits'];
@@ -54,5 +55,43 @@ export async function queryGpus(
     return { kind: 'ok', gpus: parseNvidiaSmiCsv(r.stdout) };
   } catch (err) {
     return { kind: 'failed', reason: `nvidia-smi at ${path}: ${(err as Error).message}` };
+  }
+}
+
+/** The compute-capability query, apart from the main one: drivers older than 510 refuse the field, and must not lose every GPU for it. */
+export const NVIDIA_CC_ARGS = ['--query-gpu=index,compute_cap', '--format=csv,noheader,nounits'];
+
+/** Each GPU's compute capability by index (`8.0`), or an empty map when this driver cannot say. */
+export async function queryComputeCaps(
+  path: string,
+  run: (cmd: string, args: string[]) => Promise<CommandResult> = runCommand,
+): Promise<Map<number, string>> {
+  const r = await run(path, NVIDIA_CC_ARGS);
+  const caps = new Map<number, string>();
+  if (r.error || r.code !== 0) return caps;
+  for (const line of r.stdout.split('\n')) {
+    const m = /^\s*(\d+)\s*,\s*(\d+\.\d+)\s*$/.exec(line);
+    if (m) caps.set(Number(m[1]), m[2] as string);
+  }
+  return caps;
+}
+
+/** What the agent runs to read how its GPUs are linked. */
+export const NVIDIA_TOPO_ARGS = ['topo', '-m'];
+
+/** Runs `nvidia-smi topo -m`; null (with why) when it fails: placement then takes the lowest free indices. */
+export async function queryTopology(
+  path: string,
+  run: (cmd: string, args: string[]) => Promise<CommandResult> = runCommand,
+): Promise<{ topology: GpuTopology } | { failed: string }> {
+  const r = await run(path, NVIDIA_TOPO_ARGS);
+  if (r.error || r.code !== 0)
+    return {
+      failed: `${path} topo -m failed (${r.error ?? `exit ${r.code}`}): ${`${r.stderr}\n${r.stdout}`.trim().split('\n')[0] ?? ''}`,
+    };
+  try {
+    return { topology: parseTopoMatrix(r.stdout) };
+  } catch (err) {
+    return { failed: `${path} topo -m: ${(err as Error).message}` };
   }
 }

@@ -2,6 +2,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { openAiError, quoteInput, type ErrorCode, ERRORS } from '../errors';
+import { lockGpus, type GpuLocks } from './gpu-locks';
 import { formGroup } from './group';
 import {
   chunkBody,
@@ -28,6 +29,10 @@ export interface SimOptions {
   distPort: number;
   /** 0 = as fast as possible */
   tokensPerSecond: number;
+  /** The GPU indices it was given (its CUDA_VISIBLE_DEVICES; null: unset), reported on /health */
+  devices?: number[] | null;
+  /** Where this node keeps one lock file per GPU index: a GPU another live sim engine holds is refused */
+  gpuLockDir?: string;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -54,7 +59,19 @@ const json = (res: ServerResponse, status: number, body: unknown): void =>
 /** Starts one rank: rank 0 serves HTTP once every worker joined; workers only hold their group connection. */
 export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
   const log = o.log ?? ((): void => undefined);
-  const group = await formGroup({ rank: o.rank, world: o.world, distHost: o.distHost, distPort: o.distPort });
+  const devices = o.devices ?? null;
+  // Before anything binds: a GPU held by another engine is a failed start, as on real hardware.
+  const locks: GpuLocks | null =
+    o.gpuLockDir && devices?.length
+      ? lockGpus(o.gpuLockDir, devices, `sim-engine ${o.model} rank ${o.rank} (port ${o.port})`)
+      : null;
+  const group = await formGroup({ rank: o.rank, world: o.world, distHost: o.distHost, distPort: o.distPort }).catch(
+    (err: unknown) => {
+      locks?.release();
+      throw err;
+    },
+  );
+  void group.broken.then(() => locks?.release());
   let broken: string | null = null;
   let closed: (v: { code: number; reason: string }) => void = () => undefined;
   const exited = Promise.race([
@@ -69,6 +86,7 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
     log('joined', { rank: o.rank, world: o.world, distHost: o.distHost, distPort: o.distPort });
     const close = async (): Promise<void> => {
       group.close();
+      locks?.release();
       closed({ code: 0, reason: 'closed' });
     };
     return { port: 0, distPort: 0, ready: () => !broken, inFlight: () => 0, close, exited };
@@ -134,9 +152,9 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     const url = (req.url ?? '/').split('?')[0];
     if (req.method === 'GET' && url === '/health') {
-      if (ready()) return json(res, 200, { status: 'ok' });
+      if (ready()) return json(res, 200, { status: 'ok', devices });
       const status = broken ? 'stopped' : draining ? 'draining' : 'waiting';
-      return json(res, 503, { status, joined: group.joined(), world: o.world, reason: notReady() });
+      return json(res, 503, { status, joined: group.joined(), world: o.world, reason: notReady(), devices });
     }
     if (req.method === 'GET' && url === '/v1/models') {
       return json(res, 200, { object: 'list', data: [{ id: o.model, object: 'model', created: 0, owned_by: 'sim' }] });
@@ -182,11 +200,12 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
     server.listen(o.port, o.host, () => resolve());
   }).catch((err: Error) => {
     group.close();
+    locks?.release();
     throw err;
   });
   const addr = server.address();
   const port = typeof addr === 'object' && addr ? addr.port : o.port;
-  log('serving', { port, distPort: group.distPort, world: o.world, model: o.model });
+  log('serving', { port, distPort: group.distPort, world: o.world, model: o.model, devices });
   if (o.world > 1) watchJoins(group, o.world, log);
   return {
     port,
@@ -203,6 +222,7 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
       if (inFlight > 0) log('drain timed out', { inFlight });
       server.closeAllConnections();
       group.close();
+      locks?.release();
       await stopped;
       closed({ code: 0, reason: 'closed' });
     },

@@ -1,6 +1,7 @@
-/** The ssh host keys onboarding learned (migration 5), and the registration onboarding waits for. */
+/** The ssh host keys onboarding learned (migration 5), and the registration and engine probe onboarding waits for. */
 import type { Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import type { HostKey } from '../ssh/host-key';
+import type { EngineStatus } from '../types';
 
 export interface StoredHostKey extends HostKey {
   /** the address it was learned at */
@@ -55,5 +56,20 @@ export class HostKeyStore {
     ]);
     const r = rows[0];
     return r ? { registeredAt: r.registered_at as Date, lastSeen: (r.last_seen as Date | null) ?? null } : null;
+  }
+
+  /** The node's last engine install and probe (each engine's status) and when it was recorded, or null before any. */
+  async engineProbe(nodeId: string): Promise<{ checkedAt: Date; statuses: EngineStatus[] } | null> {
+    const [rows] = await this.pool.query<RowDataPacket[]>(
+      'SELECT engines_checked_at, engine_status FROM nodes WHERE id = ?',
+      [nodeId],
+    );
+    const r = rows[0];
+    if (!r?.engines_checked_at) return null;
+    const statuses =
+      typeof r.engine_status === 'string'
+        ? (JSON.parse(r.engine_status) as EngineStatus[])
+        : ((r.engine_status as EngineStatus[] | null) ?? []);
+    return { checkedAt: r.engines_checked_at as Date, statuses };
   }
 }

@@ -186,4 +186,24 @@ export const MIGRATIONS: Migration[] = [
       )`,
     ],
   },
+  {
+    version: 10,
+    name: 'shard GPU indices',
+    statements: [
+      // Which GPUs of its node each shard holds (a JSON array of nvidia-smi indices): placement gives disjoint
+      // ones, and the engine is launched with them as CUDA_VISIBLE_DEVICES. NULL on rows placed before: those count
+      // as holding their node's lowest indices not held by another shard (an engine launched without
+      // CUDA_VISIBLE_DEVICES starts on GPU 0 and up).
+      `ALTER TABLE shards ADD COLUMN gpu_indices JSON NULL`,
+    ],
+  },
+  {
+    version: 11,
+    name: 'engine probe time',
+    statements: [
+      // When the node's engine install and probe was last recorded: onboarding waits for one newer than the
+      // agent it started, and fails with an engine's own error when one failed.
+      `ALTER TABLE nodes ADD COLUMN engines_checked_at DATETIME(3) NULL`,
+    ],
+  },
 ];

@@ -13,9 +13,10 @@ import type {
   ShardAssignment,
 } from '../types';
 
+/** A placed shard: where it runs and the GPU indices it holds there. */
 export interface ShardRow extends ShardAssignment {
   replicaId: string;
-  gpus: number;
+  gpus: number[];
 }
 
 export interface EventInput {
@@ -36,6 +37,25 @@ export interface RouteRows {
 }
 
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
+
+/**
+ * Shards placed before migration 10 recorded a GPU count only: each is taken to hold its node's lowest indices that
+ * no shard with recorded indices holds (an engine without CUDA_VISIBLE_DEVICES starts on GPU 0 and up).
+ */
+export function legacyGpus(rows: (Omit<ShardRow, 'gpus'> & { gpus: number[] | null; count: number })[]): ShardRow[] {
+  const held = new Map<string, Set<number>>();
+  for (const r of rows)
+    if (r.gpus) for (const g of r.gpus) held.set(r.nodeId, (held.get(r.nodeId) ?? new Set()).add(g));
+  return rows.map(({ count, ...r }) => {
+    if (r.gpus) return { ...r, gpus: r.gpus };
+    const taken = held.get(r.nodeId) ?? new Set<number>();
+    const gpus: number[] = [];
+    for (let i = 0; gpus.length < count; i++) if (!taken.has(i)) gpus.push(i);
+    for (const g of gpus) taken.add(g);
+    held.set(r.nodeId, taken);
+    return { ...r, gpus };
+  });
+}
 
 /** Every read and write of cluster state goes through this class. Writes are idempotent. */
 export class Store {
@@ -144,7 +164,7 @@ export class Store {
   async recordEngines(id: NodeId, statuses: EngineStatus[], configHash: string): Promise<boolean> {
     const offered = statuses.filter((s) => s.state === 'offered').map((s) => s.engine);
     const [r] = await this.pool.query<ResultSetHeader>(
-      `UPDATE nodes SET engine_status = ?, engines_config = ?, inventory = JSON_SET(inventory, '$.engines', JSON_EXTRACT(?, '$')) WHERE id = ?`,
+      `UPDATE nodes SET engine_status = ?, engines_config = ?, engines_checked_at = NOW(3), inventory = JSON_SET(inventory, '$.engines', JSON_EXTRACT(?, '$')) WHERE id = ?`,
       [JSON.stringify(statuses), configHash, JSON.stringify(offered), id],
     );
     return r.affectedRows > 0;
@@ -158,6 +178,17 @@ export class Store {
        ${keepDesired ? '' : ', desired_replicas = VALUES(desired_replicas)'}`,
       [spec.name, spec.source, spec.replicas, JSON.stringify(spec)],
     );
+  }
+
+  /** Forgets a model (removed from the catalog); its replicas' rows stay, stopped, as history. */
+  async deleteModel(name: string): Promise<void> {
+    await this.pool.query('DELETE FROM models WHERE name = ?', [name]);
+  }
+
+  /** Every model as last applied: the catalog spec recorded (its `replicas` the catalog's count then) and the live desired count. */
+  async appliedModels(): Promise<{ applied: ModelSpec; desired: number }[]> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT spec, desired_replicas FROM models ORDER BY name');
+    return rows.map((r) => ({ applied: json<ModelSpec>(r.spec), desired: Number(r.desired_replicas) }));
   }
 
   /** Sets the desired replica count of a model. */
@@ -210,30 +241,34 @@ export class Store {
       state: r.state as ReplicaState,
       reason: r.reason,
       endpoint: r.endpoint,
-      shards: shards.filter((s) => s.replicaId === r.id).map(({ rank, nodeId, port }) => ({ rank, nodeId, port })),
+      shards: shards
+        .filter((s) => s.replicaId === r.id)
+        .map(({ rank, nodeId, port, gpus }) => ({ rank, nodeId, port, gpus })),
       updatedAt: new Date(r.updated_at),
     }));
   }
 
-  /** Every placed shard. */
+  /** Every placed shard, with the GPU indices it holds (rows from before migration 10 get theirs by legacyGpus). */
   async listShards(): Promise<ShardRow[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM shards ORDER BY replica_id, `rank`');
-    return rows.map((r) => ({
-      replicaId: r.replica_id,
-      rank: r.rank,
-      nodeId: r.node_id as NodeId,
-      port: r.port,
-      gpus: r.gpus,
-    }));
+    return legacyGpus(
+      rows.map((r) => ({
+        replicaId: r.replica_id,
+        rank: r.rank,
+        nodeId: r.node_id as NodeId,
+        port: r.port,
+        gpus: r.gpu_indices === null ? null : json<number[]>(r.gpu_indices),
+        count: Number(r.gpus),
+      })),
+    );
   }
 
-  /** GPUs held on each node by placed shards, leaving out one replica (the one being placed). */
-  async usedGpus(exceptReplica?: string): Promise<Record<string, number>> {
-    const used: Record<string, number> = {};
-    for (const s of await this.listShards()) {
-      if (s.replicaId !== exceptReplica) used[s.nodeId] = (used[s.nodeId] ?? 0) + s.gpus;
-    }
-    return used;
+  /** The GPU indices held on each node by placed shards, leaving out those of some replicas (the one being placed). */
+  async heldGpus(except: string[] = []): Promise<Record<string, number[]>> {
+    const held: Record<string, number[]> = {};
+    for (const s of await this.listShards())
+      if (!except.includes(s.replicaId)) held[s.nodeId] = [...(held[s.nodeId] ?? []), ...s.gpus];
+    return held;
   }
 
   /**
@@ -294,8 +329,8 @@ export class Store {
   async setShards(replicaId: string, shards: ShardRow[]): Promise<void> {
     await this.pool.query('DELETE FROM shards WHERE replica_id = ?', [replicaId]);
     if (shards.length)
-      await this.pool.query('INSERT INTO shards (replica_id, `rank`, node_id, port, gpus) VALUES ?', [
-        shards.map((s) => [replicaId, s.rank, s.nodeId, s.port, s.gpus]),
+      await this.pool.query('INSERT INTO shards (replica_id, `rank`, node_id, port, gpus, gpu_indices) VALUES ?', [
+        shards.map((s) => [replicaId, s.rank, s.nodeId, s.port, s.gpus.length, JSON.stringify(s.gpus)]),
       ]);
   }
 

@@ -84,13 +84,20 @@ export interface NodeWorker {
  * `cp` it also does what the agent does beside its worker, over mTLS with the node's certificate: heartbeats to
  * that control plane every second, and asks it which shards stay placed here (so an engine outlives a Temporal
  * restart, as under a real agent). With `door`, `address` is Temporal's front door and the worker connects to it
- * as the agent does, with these credentials (the node's certificate).
+ * as the agent does, with these credentials (the node's certificate). With `stateDir` its engines outlive the worker
+ * (as under an agent), and a worker started again on the same dir adopts them.
  */
 export async function startNodeWorker(
   address: string,
   nodeId: string,
   pids = new Map<string, number>(),
-  o: { cp?: Pick<ControlPlane, 'url' | 'config' | 'store'>; door?: TlsCredentials; queue?: string } = {},
+  o: {
+    cp?: Pick<ControlPlane, 'url' | 'config' | 'store'>;
+    door?: TlsCredentials;
+    queue?: string;
+    stateDir?: string;
+    onLog?: (msg: string, fields?: Record<string, unknown>) => void;
+  } = {},
 ): Promise<NodeWorker> {
   const conn = o.door
     ? await nodeConnection({ address, namespace: 'default', mtls: true }, o.door)
@@ -107,9 +114,11 @@ export async function startNodeWorker(
       nodeId,
       engineArgv: () => simEngineArgv(),
       stopGraceMs: 3000,
+      ...(o.stateDir ? { stateDir: o.stateDir } : {}),
       ...(control ? { assigned: () => assignedShards(control, nodeId), stopping: stopping.signal } : {}),
       log: (msg, f) => {
         if (msg === 'shard started') pids.set(`${f?.replica}#${f?.rank}`, Number(f?.pid));
+        o.onLog?.(msg, f);
       },
     }),
   });

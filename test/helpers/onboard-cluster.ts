@@ -56,8 +56,11 @@ export interface OnboardCluster {
   close(): Promise<void>;
 }
 
-/** Starts everything; `catalog` is the control plane's. */
-export async function startOnboardCluster(o: { catalog: ModelSpec[] }): Promise<OnboardCluster> {
+/** Starts everything; `catalog` (and `engines`, default sim only) are the control plane's. */
+export async function startOnboardCluster(o: {
+  catalog: ModelSpec[];
+  engines?: ServerConfig['engines'];
+}): Promise<OnboardCluster> {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-onboard-'));
   const artefact = testArtefact(); // building (or found) meanwhile
   const lan = await startTestNetwork();
@@ -90,6 +93,7 @@ export async function startOnboardCluster(o: { catalog: ModelSpec[] }): Promise<
     },
     enginePorts: { base: 22000 + Math.floor(Math.random() * 107) * 100, count: 100 },
     catalog: o.catalog,
+    ...(o.engines ? { engines: o.engines } : {}),
   };
   const configFile = join(dir, 'server.yaml');
   writeFileSync(

@@ -5,10 +5,7 @@
  * --allow-downtime the replica moves stop-first and the drain prints how long it was out of routing. Real
  * Temporal, MariaDB, node workers, sim engine processes, the gateway role and the control API with `ctl`'s code.
  */
-import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { TEMPORAL_BIN, type DevServer } from '../../cli/cluster/temporal-dev';
+import type { DevServer } from '../../cli/cluster/temporal-dev';
 import { controlApi, type ControlApi } from '../../cli/control-api';
 import { setCordon } from '../../cli/ctl/cordon';
 import { cancelDrain, drain } from '../../cli/ctl/drain';
@@ -21,12 +18,12 @@ import { drainProgressQuery, formatDrainProgress, type DrainProgress } from '../
 import { deploymentQuery } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { recordHistory } from '../helpers/histories';
 import { registerNode, simInventory, startNodeWorker, stopSimCluster, type NodeWorker } from '../helpers/node-workers';
 import { writeOperatorCert } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
 const MODEL = 'big';
-const HISTORIES = join(__dirname, '../fixtures/histories');
 
 describe('a drain of a replica nothing else can take while it runs', () => {
   let temporal: DevServer;
@@ -211,30 +208,9 @@ describe('a drain of a replica nothing else can take while it runs', () => {
     const dep = await cp.client.workflow.getHandle(workflowIds.model(MODEL)).query(deploymentQuery);
     expect({ replicas: dep.replicas, replacing: dep.replacing }).toEqual({ replicas: [replacement], replacing: [] });
 
-    if (process.env.LLMGW_RECORD_HISTORIES) {
-      // Replay fixtures of the new paths: LLMGW_RECORD_HISTORIES=1 npx jest test/integration/drain-cancel.test.ts
-      const record = (file: string, id: string, runId?: string): void =>
-        writeFileSync(
-          join(HISTORIES, file),
-          execFileSync(
-            TEMPORAL_BIN,
-            [
-              'workflow',
-              'show',
-              '--address',
-              temporal.address,
-              '-w',
-              id,
-              ...(runId ? ['-r', runId] : []),
-              '--output',
-              'json',
-            ],
-            { encoding: 'utf8' },
-          ),
-        );
-      record('drain-cancelled.json', workflowIds.drain('d1'), cancelledRun);
-      record('drain-stop-first.json', workflowIds.drain('d1'));
-      record('replica-stop-first.json', workflowIds.replica(original as string));
-    }
+    // Replay fixtures of the new paths: LLMGW_RECORD_HISTORIES=1 npx jest test/integration/drain-cancel.test.ts
+    recordHistory(temporal.address, 'drain-cancelled.json', workflowIds.drain('d1'), cancelledRun);
+    recordHistory(temporal.address, 'drain-stop-first.json', workflowIds.drain('d1'));
+    recordHistory(temporal.address, 'replica-stop-first.json', workflowIds.replica(original as string));
   }, 150_000);
 });

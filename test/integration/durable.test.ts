@@ -70,7 +70,8 @@ describe('a drain survives a killed control worker and a Temporal restart', () =
         catalog: config.catalog,
       }),
     );
-    second = spawn(process.execPath, [LLMGW, 'control-plane', '--config', file], {
+    // --no-apply: the test starts the deployment itself, below (a control plane applies its catalog at start otherwise).
+    second = spawn(process.execPath, [LLMGW, 'control-plane', '--config', file, '--no-apply'], {
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     let secondLog = '';

@@ -485,10 +485,10 @@ describe('orphan collection at agent start', () => {
     pool = await openDatabase(mysqlUrl);
     const store = new Store(pool);
     await store.setShards('gc-0', [
-      { replicaId: 'gc-0', rank: 0, nodeId: parseNodeId('gc-n1'), port: wanted.port, gpus: 1 },
+      { replicaId: 'gc-0', rank: 0, nodeId: parseNodeId('gc-n1'), port: wanted.port, gpus: [0] },
     ]);
     await store.setShards('gc-1', [
-      { replicaId: 'gc-1', rank: 0, nodeId: parseNodeId('gc-n2'), port: unwanted.port, gpus: 1 },
+      { replicaId: 'gc-1', rank: 0, nodeId: parseNodeId('gc-n2'), port: unwanted.port, gpus: [0] },
     ]);
     temporal = await startTestTemporal();
     const tls = { tls: testTls() };

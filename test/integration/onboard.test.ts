@@ -92,6 +92,7 @@ describe('onboarding a node over real ssh', () => {
       'probe the engines',
       'start the agent',
       'wait for registration',
+      'install and probe its engines',
     ]) {
       expect(r.out).toMatch(new RegExp(`✓ ${step} \\(`));
     }
@@ -197,6 +198,7 @@ describe('onboarding a node over real ssh', () => {
       expect.stringMatching(/^engines run: sim/),
       expect.stringMatching(/^agent already running/),
       'registered and heartbeating',
+      'engines offered: sim 1.0.0',
     ]);
     // Same agent process, same files (mtimes and inodes), no new certificate.
     expect(

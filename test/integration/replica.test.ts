@@ -3,10 +3,7 @@
  * engine processes: it serves only after the worker rank joined, and killing the worker rank's
  * process makes rank 0 stop serving (and the replica rebuild).
  */
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { TEMPORAL_BIN, type DevServer } from '../../cli/cluster/temporal-dev';
+import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { QUEUES, workflowIds } from '../../lib/names';
 import { pidAlive } from '../../lib/process';
@@ -15,11 +12,10 @@ import { startControlPlane, type ControlPlane } from '../../workers/control/inde
 import { scaleUpdate } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { recordHistory } from '../helpers/histories';
 import { registerNode, simInventory, startNodeWorker, stopHeartbeats, type NodeWorker } from '../helpers/node-workers';
 import { closeCertClients } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
-
-const HISTORIES = join(__dirname, '../fixtures/histories');
 
 describe('a replica over two nodes of one fabric', () => {
   let temporal: DevServer;
@@ -168,18 +164,8 @@ describe('a replica over two nodes of one fabric', () => {
     expect(await health(rebuilt.shards.find((s) => s.rank === 0)?.port ?? 0)).toBe(0);
     expect(await cp.store.listShards()).toEqual([]);
 
-    if (process.env.LLMGW_RECORD_HISTORIES) {
-      // Refresh the replay fixtures: LLMGW_RECORD_HISTORIES=1 npx jest test/integration/replica.test.ts
-      // (the CLI's JSON, because historyToJSON trips over jest's second copy of protobufjs)
-      mkdirSync(HISTORIES, { recursive: true });
-      for (const id of [workflowIds.replica('pair-0'), workflowIds.model('pair')]) {
-        const json = execFileSync(
-          TEMPORAL_BIN,
-          ['workflow', 'show', '--address', temporal.address, '-w', id, '--output', 'json'],
-          { encoding: 'utf8' },
-        );
-        writeFileSync(join(HISTORIES, `${id.replace('/', '-')}.json`), json);
-      }
-    }
+    // Refresh the replay fixtures: LLMGW_RECORD_HISTORIES=1 npx jest test/integration/replica.test.ts
+    for (const id of [workflowIds.replica('pair-0'), workflowIds.model('pair')])
+      recordHistory(temporal.address, `${id.replace('/', '-')}.json`, id);
   });
 });

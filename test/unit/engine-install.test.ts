@@ -30,6 +30,29 @@ describe('planEngines', () => {
     expect(planEngines({ sim: '1.0.0' }, node(1)).map((p) => p.engine)).toEqual(['sim']);
   });
 
+  test('vLLM and SGLang are refused on GPUs older than their wheels support, with the reason; unknown capabilities are not held against a node', () => {
+    const wanted = { llamacpp: 'b11434', vllm: '0.33.0', sglang: '0.5.23' };
+    const volta = planEngines(wanted, { ...node(8), computeCaps: ['7.0', '7.0'] });
+    expect(volta.find((p) => p.engine === 'vllm')).toEqual({
+      engine: 'vllm',
+      version: '0.33.0',
+      kind: 'skip',
+      reason: "refused: vLLM's wheels need compute capability 7.5 or higher, and this node's GPUs are 7.0",
+    });
+    expect(volta.find((p) => p.engine === 'sglang')).toMatchObject({
+      kind: 'skip',
+      reason: expect.stringContaining("SGLang's wheels need compute capability 7.5"),
+    });
+    expect(volta.find((p) => p.engine === 'llamacpp')).toMatchObject({ kind: 'pip' });
+    expect(
+      planEngines(wanted, { ...node(2), computeCaps: ['7.0', '9.0'] }).find((p) => p.engine === 'vllm'),
+    ).toMatchObject({ kind: 'pip' });
+    expect(planEngines(wanted, { ...node(2), computeCaps: ['10.0'] }).find((p) => p.engine === 'vllm')).toMatchObject({
+      kind: 'pip',
+    });
+    expect(planEngines(wanted, node(2)).find((p) => p.engine === 'vllm')).toMatchObject({ kind: 'pip' });
+  });
+
   test('"" is the operator\'s binary; without its flag it is refused naming the flag', () => {
     expect(planEngines({ llamacpp: '' }, node(0, { llamacpp: '/usr/local/bin/llama-server' }))).toEqual([
       { engine: 'llamacpp', version: '', kind: 'operator', bin: '/usr/local/bin/llama-server' },

@@ -31,21 +31,29 @@ function node(
   };
 }
 
+/** GPU counts held per node as the lowest indices. */
+const held = (counts: Record<string, number>): Record<string, number[]> =>
+  Object.fromEntries(Object.entries(counts).map(([n, c]) => [n, Array.from({ length: c }, (_, i) => i)]));
+
 const small: Profile = { name: 'default', engine: 'sim', nodes: 1, gpusPerNode: 1, args: [] };
 const large: Profile = { name: 'tp2', engine: 'sim', nodes: 2, gpusPerNode: 1, args: [] };
 
 describe('place: single node', () => {
   it('picks the node with most free GPUs, ties by id, with no fabric', () => {
     const nodes = [node('sim-b', { gpus: 2 }), node('sim-a', { gpus: 2 }), node('sim-c', { gpus: 1 })];
-    expect(place({ nodes, profile: small, usedGpus: {} })).toEqual({ kind: 'placed', fabric: null, nodes: ['sim-a'] });
-    expect(place({ nodes, profile: small, usedGpus: { 'sim-a': 1 } })).toEqual({
+    expect(place({ nodes, profile: small, heldGpus: {} })).toMatchObject({
+      kind: 'placed',
+      fabric: null,
+      nodes: ['sim-a'],
+    });
+    expect(place({ nodes, profile: small, heldGpus: held({ 'sim-a': 1 }) })).toMatchObject({
       kind: 'placed',
       fabric: null,
       nodes: ['sim-b'],
     });
   });
   it('places on an island', () => {
-    expect(place({ nodes: [node('sim-c', { fabric: null })], profile: small, usedGpus: {} })).toEqual({
+    expect(place({ nodes: [node('sim-c', { fabric: null })], profile: small, heldGpus: {} })).toMatchObject({
       kind: 'placed',
       fabric: null,
       nodes: ['sim-c'],
@@ -60,7 +68,7 @@ describe('place: single node', () => {
       node('sim-e', { gpus: 2 }),
       node('sim-f', { gpus: 1 }),
     ];
-    expect(place({ nodes, profile: small, usedGpus: { 'sim-e': 2 }, exclude: ['sim-c'] })).toEqual({
+    expect(place({ nodes, profile: small, heldGpus: held({ 'sim-e': 2 }), exclude: ['sim-c'] })).toMatchObject({
       kind: 'placed',
       fabric: null,
       nodes: ['sim-f'],
@@ -69,19 +77,19 @@ describe('place: single node', () => {
   it('needs gpusPerNode free GPUs on the node', () => {
     const nodes = [node('sim-a', { gpus: 4 })];
     const four = { ...small, gpusPerNode: 4 };
-    expect(place({ nodes, profile: four, usedGpus: {} }).kind).toBe('placed');
-    expect(place({ nodes, profile: four, usedGpus: { 'sim-a': 1 } }).kind).toBe('unplaceable');
+    expect(place({ nodes, profile: four, heldGpus: {} }).kind).toBe('placed');
+    expect(place({ nodes, profile: four, heldGpus: held({ 'sim-a': 1 }) }).kind).toBe('unplaceable');
   });
   it('names what each node lacks', () => {
     const nodes = [node('sim-a'), node('sim-c', { fabric: null, engines: ['llamacpp'] })];
-    expect(place({ nodes, profile: small, usedGpus: { 'sim-a': 1 }, model: 'sim-small' })).toEqual({
+    expect(place({ nodes, profile: small, heldGpus: held({ 'sim-a': 1 }), model: 'sim-small' })).toEqual({
       kind: 'unplaceable',
       reason: 'no node can take sim-small/default (sim, 1 GPU): sim-a: 0 of 1 GPUs free; sim-c: no engine sim',
     });
   });
   it('names cordoned, down and excluded nodes', () => {
     const nodes = [node('sim-a', { state: 'cordoned' }), node('sim-b', { state: 'down' }), node('sim-c')];
-    const r = place({ nodes, profile: small, usedGpus: {}, exclude: ['sim-c'] });
+    const r = place({ nodes, profile: small, heldGpus: {}, exclude: ['sim-c'] });
     expect(r.kind).toBe('unplaceable');
     if (r.kind !== 'unplaceable') return;
     expect(r.reason).toContain('sim-a: cordoned');
@@ -89,9 +97,9 @@ describe('place: single node', () => {
     expect(r.reason).toContain('sim-c: excluded');
   });
   it('says when no nodes are registered', () => {
-    const r = place({ nodes: [], profile: small, usedGpus: {} });
+    const r = place({ nodes: [], profile: small, heldGpus: {} });
     expect(r.kind === 'unplaceable' && r.reason).toContain('no nodes registered');
-    const r2 = place({ nodes: [], profile: large, usedGpus: {} });
+    const r2 = place({ nodes: [], profile: large, heldGpus: {} });
     expect(r2.kind === 'unplaceable' && r2.reason).toContain('no nodes registered');
   });
 });
@@ -99,7 +107,7 @@ describe('place: single node', () => {
 describe('place: multi node', () => {
   it('places all ranks on one fabric, rank 0 with most free GPUs', () => {
     const nodes = [node('sim-a', { gpus: 1 }), node('sim-b', { gpus: 2 }), node('sim-c', { fabric: null, gpus: 8 })];
-    expect(place({ nodes, profile: large, usedGpus: {} })).toEqual({
+    expect(place({ nodes, profile: large, heldGpus: {} })).toMatchObject({
       kind: 'placed',
       fabric: 'ib-a',
       nodes: ['sim-b', 'sim-a'],
@@ -107,11 +115,11 @@ describe('place: multi node', () => {
   });
   it('never uses islands', () => {
     const nodes = [node('sim-a'), node('sim-c', { fabric: null }), node('sim-d', { fabric: null })];
-    expect(place({ nodes, profile: large, usedGpus: {} }).kind).toBe('unplaceable');
+    expect(place({ nodes, profile: large, heldGpus: {} }).kind).toBe('unplaceable');
   });
   it('never mixes fabrics', () => {
     const nodes = [node('sim-a', { fabric: 'ib-a' }), node('sim-b', { fabric: 'ib-b' })];
-    expect(place({ nodes, profile: large, usedGpus: {} }).kind).toBe('unplaceable');
+    expect(place({ nodes, profile: large, heldGpus: {} }).kind).toBe('unplaceable');
   });
   it('chooses the fabric with most usable nodes, ties by name', () => {
     const nodes = [
@@ -121,17 +129,17 @@ describe('place: multi node', () => {
       node('sim-d', { fabric: 'ib-b' }),
       node('sim-e', { fabric: 'ib-b' }),
     ];
-    expect(place({ nodes, profile: large, usedGpus: {} })).toEqual({
+    expect(place({ nodes, profile: large, heldGpus: {} })).toMatchObject({
       kind: 'placed',
       fabric: 'ib-b',
       nodes: ['sim-c', 'sim-d'],
     });
-    expect(place({ nodes, profile: large, usedGpus: { 'sim-c': 1, 'sim-d': 1 } })).toEqual({
+    expect(place({ nodes, profile: large, heldGpus: held({ 'sim-c': 1, 'sim-d': 1 }) })).toMatchObject({
       kind: 'placed',
       fabric: 'ib-a',
       nodes: ['sim-a', 'sim-b'],
     });
-    expect(place({ nodes: nodes.slice(0, 4), profile: large, usedGpus: {} })).toEqual({
+    expect(place({ nodes: nodes.slice(0, 4), profile: large, heldGpus: {} })).toMatchObject({
       kind: 'placed',
       fabric: 'ib-a',
       nodes: ['sim-a', 'sim-b'],
@@ -146,7 +154,7 @@ describe('place: multi node', () => {
       node('sim-e'),
       node('sim-f'),
     ];
-    expect(place({ nodes, profile: large, usedGpus: {}, exclude: ['sim-c'] })).toEqual({
+    expect(place({ nodes, profile: large, heldGpus: {}, exclude: ['sim-c'] })).toMatchObject({
       kind: 'placed',
       fabric: 'ib-a',
       nodes: ['sim-e', 'sim-f'],
@@ -154,7 +162,7 @@ describe('place: multi node', () => {
   });
   it('names the fabric shortfall, each blocked node and the islands', () => {
     const nodes = [node('sim-b', { state: 'cordoned' }), node('sim-a'), node('sim-c', { fabric: null })];
-    expect(place({ nodes, profile: large, usedGpus: { 'sim-a': 1 }, model: 'sim-large' })).toEqual({
+    expect(place({ nodes, profile: large, heldGpus: held({ 'sim-a': 1 }), model: 'sim-large' })).toEqual({
       kind: 'unplaceable',
       reason:
         'no placement for sim-large/tp2 (sim, 2 nodes × 1 GPU on one fabric): fabric ib-a has 0 of 2 usable nodes (sim-b: cordoned; sim-a: 0 of 1 GPUs free); sim-c is an island (no fabric): single-node replicas only',
@@ -162,7 +170,7 @@ describe('place: multi node', () => {
   });
   it('reports one usable node of two', () => {
     const nodes = [node('sim-a'), node('sim-b', { state: 'cordoned' }), node('sim-c', { fabric: null })];
-    const r = place({ nodes, profile: large, usedGpus: {}, model: 'sim-large' });
+    const r = place({ nodes, profile: large, heldGpus: {}, model: 'sim-large' });
     expect(r.kind === 'unplaceable' && r.reason).toBe(
       'no placement for sim-large/tp2 (sim, 2 nodes × 1 GPU on one fabric): fabric ib-a has 1 of 2 usable nodes (sim-b: cordoned); sim-c is an island (no fabric): single-node replicas only',
     );
@@ -171,7 +179,7 @@ describe('place: multi node', () => {
     const r = place({
       nodes: [node('sim-c', { fabric: null }), node('sim-d', { fabric: null })],
       profile: large,
-      usedGpus: {},
+      heldGpus: {},
     });
     expect(r.kind === 'unplaceable' && r.reason).toMatch(/no node declares a fabric.*sim-c, sim-d are islands/);
   });
@@ -182,7 +190,7 @@ describe('place: one fabric name, two subnet managers', () => {
   const B = '0xb83fd20300c1d2e0';
   it('never puts one replica across nodes that declare ib-a but see different SMs, and says why naming each side', () => {
     const nodes = [node('sim-a', { smGuid: A }), node('sim-b', { smGuid: B })];
-    expect(place({ nodes, profile: large, usedGpus: {}, model: 'sim-large' })).toEqual({
+    expect(place({ nodes, profile: large, heldGpus: {}, model: 'sim-large' })).toEqual({
       kind: 'unplaceable',
       reason: `no placement for sim-large/tp2 (sim, 2 nodes × 1 GPU on one fabric): fabric ib-a is 2 fabrics under one name (its nodes see different subnet managers, and a replica never spans them): SM ${A}: sim-a (1 of 2 usable); SM ${B}: sim-b (1 of 2 usable)`,
     });
@@ -194,12 +202,12 @@ describe('place: one fabric name, two subnet managers', () => {
       node('sim-c', { smGuid: A }),
       node('sim-d', { smGuid: B, state: 'cordoned' }),
     ];
-    expect(place({ nodes, profile: large, usedGpus: {} })).toEqual({
+    expect(place({ nodes, profile: large, heldGpus: {} })).toMatchObject({
       kind: 'placed',
       fabric: 'ib-a',
       nodes: ['sim-a', 'sim-c'],
     });
-    const r = place({ nodes, profile: large, usedGpus: { 'sim-c': 1 } });
+    const r = place({ nodes, profile: large, heldGpus: held({ 'sim-c': 1 }) });
     expect(r.kind === 'unplaceable' && r.reason).toContain(`SM ${B}: sim-b, sim-d (1 of 2 usable; sim-d: cordoned)`);
   });
   it('leaves nodes whose SM is unknown out of a split name: they may be on either side', () => {
@@ -209,11 +217,11 @@ describe('place: one fabric name, two subnet managers', () => {
       node('sim-c', { smGuid: null }),
       node('sim-d'),
     ];
-    const r = place({ nodes, profile: large, usedGpus: {} });
+    const r = place({ nodes, profile: large, heldGpus: {} });
     expect(r.kind === 'unplaceable' && r.reason).toContain(
       'SM unknown: sim-c, sim-d (not used: which side they are on is unknown;',
     );
-    expect(place({ nodes: [...nodes, node('sim-e', { smGuid: A })], profile: large, usedGpus: {} })).toEqual({
+    expect(place({ nodes: [...nodes, node('sim-e', { smGuid: A })], profile: large, heldGpus: {} })).toMatchObject({
       kind: 'placed',
       fabric: 'ib-a',
       nodes: ['sim-a', 'sim-e'],
@@ -221,7 +229,7 @@ describe('place: one fabric name, two subnet managers', () => {
   });
   it('one GUID plus nodes without identity is one fabric, as before', () => {
     const nodes = [node('sim-a', { smGuid: A }), node('sim-b'), node('sim-c', { smGuid: null })];
-    expect(place({ nodes, profile: { ...large, nodes: 3 }, usedGpus: {} })).toEqual({
+    expect(place({ nodes, profile: { ...large, nodes: 3 }, heldGpus: {} })).toMatchObject({
       kind: 'placed',
       fabric: 'ib-a',
       nodes: ['sim-a', 'sim-b', 'sim-c'],

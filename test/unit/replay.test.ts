@@ -1,7 +1,7 @@
 /**
  * Determinism guard: the workflow code of today must replay the histories recorded from a real run
- * (test/fixtures/histories, written by `LLMGW_RECORD_HISTORIES=1 npx jest test/integration/replica.test.ts` and
- * `… test/integration/drain-cancel.test.ts`).
+ * (test/fixtures/histories, written by `LLMGW_RECORD_HISTORIES=1 npx jest test/integration/replica.test.ts`,
+ * `… drain-cancel.test.ts`, `… catalog-apply.test.ts`, `… remove-node.test.ts` and `… llama-multinode.test.ts`).
  * A change that alters the command sequence of a running workflow fails here with a DeterminismViolationError;
  * such a change needs `patched()` (see docs/development.md), not a new recording.
  */
@@ -47,13 +47,25 @@ const COVERS: Record<string, string[]> = {
     'ACTIVITY_TASK_CANCELED',
     'WORKFLOW_EXECUTION_COMPLETED',
   ],
+  // (catalog-apply.test.ts) a deployment told its spec changed, which rolled its replica make-before-break
+  'model-rolled.json': [
+    'WORKFLOW_EXECUTION_SIGNALED',
+    'START_CHILD_WORKFLOW_EXECUTION_INITIATED',
+    'SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED',
+  ],
+  // a deployment retired by ctl apply --prune: its replica stopped, the model forgotten, the workflow ended
+  'model-retired.json': ['WORKFLOW_EXECUTION_SIGNALED', 'ACTIVITY_TASK_COMPLETED', 'WORKFLOW_EXECUTION_COMPLETED'],
+  // (remove-node.test.ts) a node drained by its child drain, its agent stopped, revoked, forgotten, its VM removed
+  'remove-node.json': ['CHILD_WORKFLOW_EXECUTION_COMPLETED', 'ACTIVITY_TASK_COMPLETED', 'WORKFLOW_EXECUTION_COMPLETED'],
+  // (llama-multinode.test.ts) llama.cpp over two nodes: rank 0 started after waitListening, a worker killed, rebuilt
+  'replica-workers-first.json': ['MARKER_RECORDED', 'ACTIVITY_TASK_FAILED', 'ACTIVITY_TASK_COMPLETED'],
 };
 const files = readdirSync(HISTORIES)
   .filter((f) => f.endsWith('.json'))
   .sort();
 
 describe('recorded workflow histories replay on the current code', () => {
-  test('fixtures exist for the replica, the model deployment and the drain workflows', () => {
+  test('fixtures exist for the replica, the model deployment, the drain and the node removal workflows', () => {
     expect(files).toEqual(expect.arrayContaining(Object.keys(COVERS)));
   });
 

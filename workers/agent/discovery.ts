@@ -8,7 +8,7 @@ import { readCpuFlags } from '../../lib/hardware/cpu';
 import { runCommand } from '../../lib/hardware/exec';
 import { ensureSminfo } from '../../lib/hardware/ibdiags';
 import { readIbAdapters } from '../../lib/hardware/infiniband';
-import { queryGpus } from '../../lib/hardware/nvidia';
+import { queryComputeCaps, queryGpus, queryTopology } from '../../lib/hardware/nvidia';
 import { LlmgwError } from '../../lib/errors';
 import type { EngineName, NodeInventory } from '../../lib/types';
 import type { AgentOptions } from './options';
@@ -27,6 +27,7 @@ export async function discover(
   if (gpuQuery?.kind === 'failed')
     throw new LlmgwError('LLMGW_NVIDIA_SMI_FAILED', `${gpuQuery.reason} (or pass --no-gpu for a node that has none)`);
   const gpus = gpuQuery?.gpus ?? [];
+  const gpuExtras = await gpuDetails(opts, gpus);
   const adapters = await readIbAdapters(opts.ibRoot);
   const sminfo = opts.sminfo ?? (await findSminfo(opts));
   const found = await discoverFabricIdentity({
@@ -61,7 +62,29 @@ export async function discover(
     cpuFlags,
     engines: engines ?? [],
     host: opts.advertiseHost,
+    ...gpuExtras,
   };
+}
+
+/**
+ * What placement and the engine plan use beyond the GPU list: each GPU's compute capability (filled into `gpus`),
+ * and how two or more GPUs are linked (`nvidia-smi topo -m`). Either missing is logged, never fatal: placement
+ * then takes the lowest free indices.
+ */
+async function gpuDetails(
+  opts: Pick<AgentOptions, 'nvidiaSmi' | 'log'>,
+  gpus: NodeInventory['gpus'],
+): Promise<Pick<NodeInventory, 'gpuTopology'>> {
+  if (gpus.length === 0) return {};
+  const caps = await queryComputeCaps(opts.nvidiaSmi, runCommand);
+  for (const g of gpus) if (caps.has(g.index)) g.computeCap = caps.get(g.index);
+  if (gpus.length < 2) return {};
+  const topo = await queryTopology(opts.nvidiaSmi, runCommand);
+  if ('failed' in topo) {
+    opts.log('gpu topology unknown: placement takes the lowest free GPU indices', { reason: topo.failed });
+    return {};
+  }
+  return { gpuTopology: topo.topology };
 }
 
 /**

@@ -23,7 +23,7 @@ import { ensureWritableDir } from './writable-dir';
 /** Starts the agent: discovery, registration, heartbeat loop and node worker. */
 export async function startAgent(opts: AgentOptions): Promise<Agent> {
   ensureWritableDir(opts.stateDir, '--state-dir', 'pass --state-dir DIR the agent may write to');
-  const gpus = { count: 0 };
+  const gpus = { count: 0, caps: [] as string[] };
   // What the last probe offered is offered again at once (and its shards' engines adopted); the control plane
   // has every registering node probe again (ensureEngines), which updates both.
   const engines = createEngineSetup({
@@ -31,12 +31,14 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
     stateDir: join(opts.stateDir, 'engine-setup'),
     sim: simEngineArgv(),
     gpus: () => gpus.count,
+    computeCaps: () => gpus.caps,
     log: opts.log,
   });
   const known = engines.statuses();
   const inventory = await discover(opts, known.length ? known.map((s) => s.engine) : undefined);
   inventory.engines = engines.offered();
   gpus.count = inventory.gpus.length;
+  gpus.caps = inventory.gpus.flatMap((g) => (g.computeCap ? [g.computeCap] : []));
   let closing = false;
   const control = new ControlPlanes({
     servers: typeof opts.server === 'string' ? [opts.server] : opts.server,

@@ -12,6 +12,7 @@ import {
 } from '../../activities/control';
 import { AGENT_HEARTBEAT_MS } from '../../lib/liveness';
 import type { ServerConfig } from '../../config/types';
+import type { CatalogApplyAnswer } from '../../gateway/control/contract';
 import { buildControlServer } from '../../gateway/control/server';
 import { TaskTokenMemory } from '../../gateway/door/task-tokens';
 import { doorAddressFor, startTemporalDoor, type TemporalDoor } from '../../gateway/door/door';
@@ -23,6 +24,7 @@ import { connectTemporal } from '../../lib/temporal-connect';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { NodeId } from '../../lib/types';
+import { applyCatalog } from './catalog-apply';
 import { endDrain } from './drain-end';
 import { EnginePolicy } from './engine-policy';
 import { NodeLiveness, type NodeLivenessOptions } from './node-liveness';
@@ -31,6 +33,12 @@ import { TaskTokenPruning } from './token-pruning';
 /** What the control role is started with: server.yaml, parsed, and test hooks. */
 export interface ControlPlaneOptions {
   config: ServerConfig;
+  /**
+   * Apply server.yaml's catalog at start (new models deployed, changed counts and specs applied, every model's
+   * deployment running), as `llmgw ctl apply` does without --prune. Off by default for embeddings and tests that
+   * start deployments themselves; `llmgw control-plane` turns it on.
+   */
+  applyCatalog?: boolean;
   /** A pre-built workflow bundle (tests bundle once); default bundles workflows/ at start. */
   workflowBundle?: WorkflowBundleOption;
   /** Overrides of the node liveness timers (lib/liveness.ts), for tests. */
@@ -71,6 +79,8 @@ export interface ControlPlane {
   client: Client;
   /** Temporal's front door for nodes, on listeners.temporalDoor */
   door: TemporalDoor;
+  /** The catalog applied at start (applyCatalog), once it was; null when not asked to */
+  catalogApplied: Promise<CatalogApplyAnswer | null>;
   close(): Promise<void>;
 }
 
@@ -93,7 +103,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const client = new Client({ connection, namespace: config.temporal.namespace });
   const pool = await openDatabase(config.mysql.url);
   const store = new Store(pool);
-  for (const spec of config.catalog) await store.upsertModel(spec, true);
+  // Recorded either way (the gateway lists the catalog's models); applied below when asked to.
+  if (!opts.applyCatalog) for (const spec of config.catalog) await store.upsertModel(spec, true);
 
   const worker = await Worker.create({
     connection: native,
@@ -153,6 +164,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
         ),
     renew: (input: { csrPem: string; identity: NodeId; presentedSerial: string }) =>
       ca ? ca.signNodeCsr(input) : remote.renew(input),
+    applyCatalog: (req) => applyCatalog({ store, client }, req),
     revoke: async (nodeId, reason) => {
       if (ca) return ca.revokeNode({ nodeId, reason });
       // MySQL first: the gate refuses the node at once, whether or not llmgw-ca is up to sign the CRL.
@@ -204,6 +216,24 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     ...opts.liveness,
   });
   liveness.start();
+  // server.yaml's catalog is the desired state: applied once the worker runs (a scale is a workflow update).
+  const catalogApplied = opts.applyCatalog
+    ? applyCatalog({ store, client }, { catalog: config.catalog, prune: false, dryRun: false }).then(
+        (r) => {
+          log('catalog applied', {
+            actions: r.actions.filter((a) => a.kind !== 'unchanged').map((a) => `${a.kind} ${a.model}`),
+            errors: r.errors,
+          });
+          return r;
+        },
+        (err: Error) => {
+          log('CATALOG NOT APPLIED: the models keep what they run; llmgw ctl apply tries again', {
+            error: err.message,
+          });
+          return null;
+        },
+      )
+    : Promise.resolve(null);
 
   return {
     url,
@@ -211,7 +241,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     store,
     client,
     door,
+    catalogApplied,
     async close(): Promise<void> {
+      await catalogApplied;
       liveness.stop();
       pruning.stop();
       await door.close();

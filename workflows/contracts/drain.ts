@@ -11,6 +11,11 @@ export interface DrainInput {
    * the original drains and stops, then the replacement is placed (the drain reports the downtime).
    */
   allowDowntime?: boolean;
+  /**
+   * remove-node --force: a replica whose replacement fits nowhere is stopped anyway (stop-first), and its move counts
+   * as done once it left the node; its replacement waits for room elsewhere
+   */
+  force?: boolean;
 }
 
 /** The original of a move, out of routing, waiting for the requests the gateways still have in flight on it. */

@@ -14,6 +14,12 @@ export interface ModelDeploymentState {
   nextIndex: number;
   /** Replacements in progress: the new replica serves first, then the old one stops. */
   replacing?: Replacement[];
+  /** specHash (lib/catalog.ts) of the catalog spec its replicas are started with */
+  specHash?: string;
+  /** replicas started with an older spec, rolled one at a time (make before break) */
+  stale?: ReplicaId[];
+  /** removed from the catalog (ctl apply --prune): scaled to 0, then the model is forgotten and the workflow ends */
+  retiring?: boolean;
 }
 
 export interface Replacement {
@@ -35,6 +41,10 @@ export const replaceSignal = defineSignal<[{ replicaId: ReplicaId; why: string; 
  * serves completes; a stop-first one stays (its original is already stopping).
  */
 export const withdrawReplaceSignal = defineSignal<[{ replicaId: ReplicaId; why: string }]>('withdrawReplace');
+/** The catalog spec may have changed (ctl apply): the deployment reloads it and rolls replicas of an older one. */
+export const catalogChangedSignal = defineSignal('catalogChanged');
+/** The model left the catalog (ctl apply --prune): stop every replica, forget the model once they stopped, end. */
+export const retireSignal = defineSignal('retire');
 /** Sent by a child replica each time it becomes ready. */
 export const replicaReadySignal = defineSignal<[ReplicaId]>('replicaReady');
 

@@ -38,6 +38,8 @@ export interface OnboardInput {
   sshDeadlineS: number;
   /** how long to wait for the started agent to register, s (default 120) */
   registerTimeoutS: number;
+  /** how long to wait for the node's engines to be installed and probed, s (default 1800: a pip install of vLLM) */
+  enginesTimeoutS?: number;
 }
 
 /** The steps, in order; each is one activity on llmgw-ca. */
@@ -49,7 +51,11 @@ export const ONBOARD_STEPS = [
   { id: 'probeEngines', title: 'probe the engines' },
   { id: 'startAgent', title: 'start the agent' },
   { id: 'waitRegistered', title: 'wait for registration' },
+  { id: 'waitEngines', title: 'install and probe its engines' },
 ] as const;
+
+/** How long onboarding waits for the node's engines by default, s: installing vLLM from PyPI takes minutes. */
+export const DEFAULT_ENGINES_TIMEOUT_S = 1800;
 
 export type StepId = (typeof ONBOARD_STEPS)[number]['id'];
 

@@ -9,6 +9,10 @@ export interface ReplicaInput {
   /** the catalog's sha256 of a URL source's file: fetchWeights verifies it on each node */
   sha256?: string;
   profile: Profile;
+  /** the model's profiles in catalog order: each placement takes the first that fits (absent: `profile` alone) */
+  profiles?: Profile[];
+  /** the catalog spec's hash the replica was started from (a deployment rolls replicas of an older one) */
+  specHash?: string;
   /** how long the engine may take to serve once its weights are in place (the catalog's startTimeoutS) */
   startTimeoutS?: number;
   /** rebuilds so far, carried across continue-as-new */
