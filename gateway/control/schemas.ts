@@ -39,6 +39,8 @@ export const inventorySchema = closed(
           name: str(256),
           memoryMiB: { type: 'integer', minimum: 0 },
           uuid: str(128),
+          // CUDA compute capability, e.g. "8.0" (vLLM and SGLang need 7.5 or more)
+          computeCap: { type: 'string', pattern: '^[0-9]{1,2}\\.[0-9]{1,2}$' },
         },
         ['index', 'name', 'memoryMiB', 'uuid'],
       ),
@@ -83,6 +85,11 @@ export const inventorySchema = closed(
         ['smGuid', 'strength'],
       ),
     },
+    // how the GPUs are linked (nvidia-smi topo -m): links[i][j] for GPU i to GPU j, e.g. NV12, PIX, SYS, X
+    gpuTopology: closed(
+      { links: { type: 'array', maxItems: 64, items: { type: 'array', maxItems: 64, items: str(16, 1) } } },
+      ['links'],
+    ),
     // the agent's doctor results at start (the node list's CHECKS column)
     doctor: {
       type: 'array',

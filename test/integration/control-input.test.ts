@@ -335,8 +335,16 @@ describe('bad input at the real control plane and CLI', () => {
       config: bad,
       url: 'mysql://root@127.0.0.1:3306/llmgw',
     });
-    expect(lines.at(-1)).toMatch(
-      /^llmgw: LLMGW_TEMPORAL_UNREACHABLE: cannot reach Temporal at 127\.0\.0\.1:\d+ \(.*\): temporal\.address in server\.yaml must name a running Temporal frontend/,
+    // A role's failure to start is one error line of its JSON log (runRole), naming the code and the key.
+    const last = JSON.parse(lines.at(-1) ?? '{}') as Record<string, unknown>;
+    expect(last).toMatchObject({
+      level: 'error',
+      c: 'control-plane',
+      msg: 'control-plane could not start',
+      code: 'LLMGW_TEMPORAL_UNREACHABLE',
+    });
+    expect(String(last.error)).toMatch(
+      /^cannot reach Temporal at 127\.0\.0\.1:\d+ \(.*\): temporal\.address in server\.yaml must name a running Temporal frontend/,
     );
   }, 120_000);
 
