@@ -157,7 +157,10 @@ test('llmgw ca issue --operator writes and records an operator certificate (clie
   ]);
   await expect(
     caCommand(['issue', '--operator', 'Bad_Name', '--dir', caDir, '--mysql-url', url, '--out', join(tmp, 'bad')]),
-  ).rejects.toMatchObject({ code: 'LLMGW_BAD_NODE_ID' });
+  ).rejects.toMatchObject({
+    name: 'UsageError',
+    message: expect.stringMatching(/^invalid operator name "Bad_Name": use 2-32 characters/),
+  });
 });
 
 test('a server certificate is recorded as role server', async () => {

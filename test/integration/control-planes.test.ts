@@ -225,10 +225,12 @@ describe('two control planes over one MySQL and one Temporal; one killed -9 unde
     );
     for (const a of agents)
       expect(linesOf(a, 'registered')[0]).toMatchObject({ server: urlA, temporal: doorA, door: true });
+    // Control plane A, a real `llmgw control-plane`, applied the catalog as it started: join that deployment.
     await cpB.client.workflow.start('modelDeployment', {
       taskQueue: QUEUES.control,
       workflowId: workflowIds.model(MODEL),
       args: [{ model: MODEL }],
+      workflowIdConflictPolicy: 'USE_EXISTING',
     });
     await waitFor(async () => Object.keys(await engines()).length === 2, {
       timeoutMs: 90_000,
