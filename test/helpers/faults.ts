@@ -74,10 +74,14 @@ export async function startFaultCluster(progress: (line: string) => void = () =>
   };
 }
 
-/** Two busy loops at normal priority: both cores saturated, as on a loaded host. */
+/**
+ * Two busy loops at normal priority: both cores saturated, as on a loaded host. Each checks now and then that this
+ * process still lives and ends with it, so a test killed midway leaves no loop burning the machine.
+ */
 export function burnCpu(loops = 2): { stop(): void } {
+  const script = `i=0; while :; do i=$((i+1)); if [ $i -ge 200000 ]; then kill -0 ${process.pid} 2>/dev/null || exit 0; i=0; fi; done`;
   const children: ChildProcess[] = Array.from({ length: loops }, () =>
-    spawn('sh', ['-c', 'while :; do :; done'], { stdio: 'ignore' }),
+    spawn('sh', ['-c', script], { stdio: 'ignore' }),
   );
   return { stop: () => children.forEach((c) => c.kill('SIGKILL')) };
 }
