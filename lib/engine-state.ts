@@ -4,7 +4,7 @@
  */
 import { readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { procStatFields } from './process';
+import { fileTail, procStatFields } from './process';
 import { releaseSelfArgv } from './release';
 
 /** What the shim records once the engine is running: enough to find it, and to prove a pid is still it. */
@@ -118,18 +118,7 @@ export function removeEngineFiles(dir: string, key: string, o: { keepLog?: boole
 
 /** The last `lines` lines of `key`'s log (reads at most the last 16 KiB). */
 export function logTail(dir: string, key: string, lines: number): string {
-  try {
-    const buf = readFileSync(enginePaths(dir, key).log);
-    return buf
-      .subarray(Math.max(0, buf.length - 16_384))
-      .toString('utf8')
-      .trim()
-      .split('\n')
-      .slice(-lines)
-      .join('\n');
-  } catch {
-    return '';
-  }
+  return fileTail(enginePaths(dir, key).log, lines);
 }
 
 /** A pid's start time (/proc/<pid>/stat field 22), or null when it is gone or a zombie (dead, not yet reaped). */

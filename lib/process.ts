@@ -80,3 +80,19 @@ export async function stopPid(pid: number, graceMs: number): Promise<void> {
     await new Promise((r) => setTimeout(r, 100));
   }
 }
+
+/** The last `lines` lines of a log file (reads at most its last 16 KiB); '' when it cannot be read. */
+export function fileTail(file: string, lines: number): string {
+  try {
+    const buf = readFileSync(file);
+    return buf
+      .subarray(Math.max(0, buf.length - 16_384))
+      .toString('utf8')
+      .trim()
+      .split('\n')
+      .slice(-lines)
+      .join('\n');
+  } catch {
+    return '';
+  }
+}

@@ -19,7 +19,7 @@ import type { ServerConfig } from '../../config/types';
 import { localLlamacpp } from '../../lib/engines/llamacpp-install';
 import { writeTinyLlamaGguf } from '../../lib/engines/tiny-gguf';
 import type { ModelSpec } from '../../lib/types';
-import { EXIT_WITH_PARENT, stopProcess } from '../../lib/process';
+import { EXIT_WITH_PARENT, fileTail, stopProcess } from '../../lib/process';
 import { caPaths, certificateInfo, initCa, renewAt } from '../../lib/pki';
 import { openDatabase, parseMysqlUrl } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
@@ -252,10 +252,12 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     closeSync(log);
     child.once('exit', (code, signal) => {
       if (closing) return;
-      const line = `${name} exited (${signal ?? `code ${code}`}); see ${join(o.stateDir, 'logs', `${name}.log`)}`;
+      const logFile = join(o.stateDir, 'logs', `${name}.log`);
+      const line = `${name} exited (${signal ?? `code ${code}`}); see ${logFile}`;
       o.progress(`! ${line}`);
-      // While starting, a role that dies fails the start: the cluster is not "up" without it.
-      died ??= line;
+      // While starting, a role that dies fails the start: the cluster is not "up" without it. Its last log lines go
+      // with the error, so a CI log (whose state dir is gone) still says why.
+      died ??= `${line}\n${fileTail(logFile, 15)}`;
     });
     processes.set(name, child);
     return child;

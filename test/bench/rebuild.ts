@@ -15,7 +15,7 @@ import { TlsClient } from '../../lib/tls-client';
 import type { ReplicaRecord } from '../../lib/types';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
 import { startLoad, waitRoutable } from '../helpers/load';
-import { freePort } from '../helpers/ports';
+import { clusterBasePort } from '../helpers/ports';
 
 const MODEL = 'sim-small';
 
@@ -24,7 +24,7 @@ async function main(): Promise<void> {
   const mysqlUrl = testMysqlUrl();
   const cluster = await startCluster({
     stateDir,
-    basePort: ((await freePort()) % 20000) + 30000,
+    basePort: await clusterBasePort(),
     mysqlUrl,
     progress: () => undefined,
   });

@@ -13,7 +13,7 @@ import OpenAI from 'openai';
 import { workflowIds } from '../../lib/names';
 import { pidAlive, pidCommandLine } from '../../lib/process';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
-import { freePort } from '../helpers/ports';
+import { clusterBasePort } from '../helpers/ports';
 import { waitFor } from '../helpers/wait';
 
 const run = promisify(execFile);
@@ -94,7 +94,7 @@ describe('the local cluster', () => {
 
   beforeAll(async () => {
     // A block of ports of its own, so the test passes beside a running local cluster.
-    basePort = ((await freePort()) % 20000) + 30000;
+    basePort = await clusterBasePort();
     first = startClusterProcess(stateDir, basePort, mysqlUrl);
     progress = await up(first);
     gatewayUrl = /OpenAI base URL\s+(\S+)\/v1/.exec(progress.join('\n'))?.[1] ?? '';

@@ -12,7 +12,7 @@ import { listEngineKeys, readEngineState, sameProcess } from '../../lib/engine-s
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import { startLoad, waitRoutable, type LoadStats } from './load';
-import { freePort } from './ports';
+import { clusterBasePort } from './ports';
 import { startPrivateMariadb, type PrivateMariadb } from './private-mariadb';
 import { waitFor } from './wait';
 
@@ -38,7 +38,7 @@ export async function startFaultCluster(progress: (line: string) => void = () =>
   try {
     cluster = await startCluster({
       stateDir,
-      basePort: ((await freePort()) % 20000) + 30000,
+      basePort: await clusterBasePort(),
       mysqlUrl: mysql.url,
       progress,
       llama: false,
