@@ -171,7 +171,7 @@ describe('the local cluster', () => {
       /llama\.cpp b\d+ found \(.*\): every node offers it, and the catalog adds tiny-llama/.test(l),
     );
     const missing = progress.filter((l) =>
-      /llama\.cpp not built here: tiny-llama is left out \(bash scripts\/llama-cpp\.sh builds it/.test(l),
+      /llama\.cpp not built here: tiny-llama is left out \(set-up builds it in the background/.test(l),
     );
     expect(found.length + missing.length).toBe(1);
     expect(llama).toBe(found.length === 1);

@@ -170,7 +170,12 @@ describe('the catalog as the desired state', () => {
       what: 'the model gone to be forgotten',
     });
     expect(await live('gone')).toEqual([]);
-    expect((await cp.client.workflow.getHandle(workflowIds.model('gone')).describe()).status.name).toBe('COMPLETED');
+    // The deployment's last step (its event and return) lands a moment after the rows are gone.
+    const gone = cp.client.workflow.getHandle(workflowIds.model('gone'));
+    await waitFor(async () => (await gone.describe()).status.name === 'COMPLETED', {
+      timeoutMs: 30_000,
+      what: "the model gone's deployment workflow to complete",
+    });
     expect((await cp.store.recentEvents(100)).find((e) => e.kind === 'model.removed')?.message).toMatch(
       /gone-0 stopped, model forgotten/,
     );
