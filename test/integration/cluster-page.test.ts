@@ -70,7 +70,18 @@ describe('the cluster page', () => {
       await registerNode(cp, id, simInventory({ gpus: 1, fabric: id === 'n2' }));
       workers.push(await startNodeWorker(temporal.address, id, pids, { cp }));
     }
-    key = (await new PageAuthStore(cp.store.pool).createKey('test-operator')) as string;
+    // As `llmgw ctl page-key create` does: through the operator API, with an operator certificate.
+    const { fetch: opFetch } = await certClient(cp.config, cp.store, 'ops', { role: 'operator' });
+    const created = await opFetch(`${cp.url}/v1/page-keys`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'test-operator' }),
+    });
+    expect(created.status).toBe(200);
+    ({ key } = (await created.json()) as { key: string });
+    expect(await new PageAuthStore(cp.store.pool).listKeys()).toMatchObject([
+      { name: 'test-operator', revokedAt: null },
+    ]);
     browser = await startChromium();
     page = await browser.newPage();
   });
