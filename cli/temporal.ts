@@ -3,10 +3,7 @@ import { Client, Connection } from '@temporalio/client';
 import type { ServerConfig } from '../config/types';
 import { connectTemporal } from '../lib/temporal-connect';
 
-/** The Temporal UI page of a workflow. */
-export function workflowLink(config: Pick<ServerConfig, 'temporal'>, workflowId: string): string {
-  return `${config.temporal.uiUrl}/namespaces/${config.temporal.namespace}/workflows/${encodeURIComponent(workflowId)}`;
-}
+export { workflowLink } from '../lib/workflow-starts';
 
 /** A Temporal client for server.yaml's temporal section; an unreachable Temporal is LLMGW_TEMPORAL_UNREACHABLE naming the key. */
 export async function temporalClient(config: ServerConfig): Promise<{ client: Client; close: () => Promise<void> }> {

@@ -186,7 +186,7 @@ declare module 'fastify' {
 }
 
 /**
- * Installs the gate on every route but /health: a refused certificate gets 401 (none, unknown CA, expired,
+ * Installs the gate on every route but /health and those `open` names: a refused certificate gets 401 (none, unknown CA, expired,
  * not yet valid) or 403 (revoked, unrecorded, wrong role) in OpenAI's error shape, and one log line.
  * `roleFor` says which certificate role a route needs (agent routes: node; the rest: operator). It judges the
  * route the router matched, never the raw URL: `/v1/%61gent/register` is routed as `/v1/agent/register` and must
@@ -197,10 +197,12 @@ export function installGate(
   gate: CertificateGate,
   roleFor: (route: string) => CertRole,
   log: GateOptions['log'],
+  open: (route: string) => boolean = () => false,
 ): void {
   app.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
     const route = req.routeOptions.url;
-    if (route === '/health') return;
+    // /health, and the routes that judge who asks themselves (the cluster page: a session, or this gate's verdict).
+    if (route === '/health' || (route !== undefined && open(route))) return;
     const v = await gate.verify(req.raw.socket as TLSSocket);
     if (v.kind === 'refused') {
       log('certificate refused', { reason: v.why, cn: v.cn, serial: v.serial, url: req.url, detail: v.detail });

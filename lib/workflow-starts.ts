@@ -26,3 +26,22 @@ export function startRemoveNode<I extends { nodeId: string }>(
     typedSearchAttributes: [{ key: searchAttributes.node, value: [input.nodeId] }],
   });
 }
+
+/** Starts `drain/<node>` (ctl drain, the cluster page), or joins the one running. */
+export function startDrain<I extends { nodeId: string }>(
+  client: Pick<Client, 'workflow'>,
+  input: I,
+): Promise<WorkflowHandle> {
+  return client.workflow.start('drainNode', {
+    taskQueue: QUEUES.control,
+    workflowId: workflowIds.drain(input.nodeId),
+    args: [input],
+    workflowIdConflictPolicy: 'USE_EXISTING',
+    typedSearchAttributes: [{ key: searchAttributes.node, value: [input.nodeId] }],
+  });
+}
+
+/** The Temporal UI page of a workflow (server.yaml's temporal.uiUrl and namespace). */
+export function workflowLink(config: { temporal: { uiUrl: string; namespace: string } }, workflowId: string): string {
+  return `${config.temporal.uiUrl}/namespaces/${config.temporal.namespace}/workflows/${encodeURIComponent(workflowId)}`;
+}

@@ -25,6 +25,7 @@ import {
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Plugin } from 'esbuild';
+import { ASSET_FILES } from '../gateway/control/page/assets';
 
 const ROOT = resolve(__dirname, '..');
 /** The Node runtime shipped in the artefacts (the one llmgw is developed and tested on). */
@@ -212,6 +213,10 @@ export async function buildRelease(o: {
       const stage = join(work, info.name);
       for (const d of ['bin', 'lib', 'node/bin']) mkdirSync(join(stage, d), { recursive: true });
       for (const f of readdirSync(js)) copyFileSync(join(js, f), join(stage, 'lib', f));
+      // The cluster page's files: the control plane reads them from page/ beside the program (gateway/control/page/assets.ts).
+      mkdirSync(join(stage, 'lib/page'));
+      for (const f of Object.keys(ASSET_FILES))
+        copyFileSync(join(ROOT, 'gateway/control/page/assets', f), join(stage, 'lib/page', f));
       const addon = join(ROOT, 'node_modules/@temporalio/core-bridge/releases', BRIDGE_TARGET[platform], 'index.node');
       mkdirSync(join(stage, 'lib/releases', BRIDGE_TARGET[platform]), { recursive: true });
       copyFileSync(addon, join(stage, 'lib/releases', BRIDGE_TARGET[platform], 'index.node'));

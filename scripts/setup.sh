@@ -34,6 +34,7 @@ command -v ip >/dev/null || apt_install iproute2
 command -v nsenter >/dev/null || apt_install util-linux
 command -v gcc >/dev/null || apt_install gcc
 command -v sudo >/dev/null || apt_install sudo   # a test host reached as a non-root user with sudo
+command -v chromium >/dev/null || apt_install chromium   # the cluster page's tests drive a real headless browser
 
 # llama.cpp (llama-server, ggml-rpc-server), built once per machine into .tools/: ~6 min of two idle cores
 # (9.3 CPU-minutes) the first time, well under a second after. Started in the background, niced, so set-up and

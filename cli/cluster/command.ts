@@ -51,6 +51,8 @@ llmgw local cluster is up (${((Date.now() - started) / 1000).toFixed(1)}s).
   OpenAI base URL   ${cluster.gatewayUrl}/v1      (any API key; models: ${cluster.config.catalog.map((m) => m.name).join(', ')})
   Temporal UI       ${cluster.uiUrl}
   control plane     ${cluster.controlUrl}
+  cluster page      ${cluster.pageUrl}   (a self-signed CA: accept the browser's warning)
+                    sign in with ${cluster.pageKey ?? `the key of: npx llmgw ctl page-key create NAME --config ${cluster.configFile}`}
   config            ${cluster.configFile}
 
   try:  curl -N ${cluster.gatewayUrl}/v1/chat/completions -H 'content-type: application/json' \\

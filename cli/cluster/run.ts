@@ -94,6 +94,9 @@ export interface Cluster {
   configFile: string;
   gatewayUrl: string;
   controlUrl: string;
+  /** The cluster page, and a key created at start to sign in to it with (null: the control plane refused one). */
+  pageUrl: string;
+  pageKey: string | null;
   uiUrl: string | null;
   /** Spawned role processes by name (sim-a, control-plane, …), for tests that kill one. */
   processes: Map<string, ChildProcess>;
@@ -311,6 +314,14 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       'control plane',
       alive,
     );
+    // A key to sign in to the cluster page with, new at each start (llmgw ctl page-key list shows them).
+    const keyRes = await cpFetch(`${controlUrl}/v1/page-keys`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ name: `local-${Date.now().toString(36)}` }),
+      signal: AbortSignal.timeout(10_000),
+    });
+    const pageKey = keyRes.ok ? ((await keyRes.json()) as { key: string }).key : null;
     o.progress('[3/5] gateway');
     role('gateway', ['gateway', '--config', file]);
     const gatewayUrl = `http://${config.listeners.gateway.host}:${config.listeners.gateway.port}`;
@@ -408,6 +419,8 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       configFile: file,
       gatewayUrl,
       controlUrl,
+      pageUrl: `${controlUrl}/page/`,
+      pageKey,
       uiUrl: temporal.uiUrl,
       processes,
       restart,

@@ -1,7 +1,8 @@
 /** `llmgw ctl drain NODE`: cordon NODE and move its replicas elsewhere, each replacement serving before its original stops. */
 import { WorkflowFailedError, type Client } from '@temporalio/client';
 import type { DrainCancelAnswer } from '../../gateway/control/contract';
-import { QUEUES, searchAttributes, workflowIds } from '../../lib/names';
+import { workflowIds } from '../../lib/names';
+import { startDrain } from '../../lib/workflow-starts';
 import { checkNodeId } from '../../lib/pki/node-id';
 import type { NodeId } from '../../lib/types';
 import {
@@ -40,13 +41,7 @@ export async function drain(
     timeoutS: o.timeoutS,
     ...(o.allowDowntime ? { allowDowntime: true } : {}),
   };
-  const handle = await client.workflow.start('drainNode', {
-    taskQueue: QUEUES.control,
-    workflowId,
-    args: [input],
-    workflowIdConflictPolicy: 'USE_EXISTING',
-    typedSearchAttributes: [{ key: searchAttributes.node, value: [o.nodeId] }],
-  });
+  const handle = await startDrain(client, input);
   if (o.allowDowntime) await handle.signal(allowDowntimeSignal);
   o.out(`workflow ${workflowId}\n  ${o.uiLink}\n`);
   if (!o.wait) return;

@@ -12,6 +12,7 @@ import { follow } from './follow';
 import { forgetHostKeyVerb } from './forget-host-key';
 import { models } from './models';
 import { nodes } from './nodes';
+import { pageKey } from './page-key';
 import { removeNodeVerb } from './remove-node';
 import { replicas } from './replicas';
 import { revoke } from './revoke';
@@ -37,6 +38,7 @@ const VERBS: Record<string, CtlVerb> = {
   'remove-node': removeNodeVerb,
   'forget-host-key': forgetHostKeyVerb,
   'engine-check': engineCheckVerb,
+  'page-key': pageKey,
 };
 
 const COMMON = `Common options go before or after COMMAND:

@@ -160,3 +160,9 @@ export interface CatalogApplyAnswer {
   /** one per action that could not be carried out: `model: why` */
   errors: string[];
 }
+
+/** `POST /v1/page-keys`: the new cluster page key (shown this once; only its SHA-256 is stored). */
+export interface PageKeyCreated {
+  name: string;
+  key: string;
+}

@@ -4,20 +4,12 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { LlmgwError } from '../../lib/errors';
-import { renewAt } from '../../lib/pki/issue';
-import { checkNodeId } from '../../lib/pki/node-id';
-import { cutRevocationReason, type CertificateRecord, type ShardRow } from '../../lib/store/store';
-import type { NodeId, NodeRecord } from '../../lib/types';
+import { PageAuthStore } from '../../lib/store/page-auth';
+import type { NodeRecord } from '../../lib/types';
 import { answerErrors } from '../errors';
-import type {
-  CordonAnswer,
-  DrainCancelAnswer,
-  ModelListEntry,
-  NodeCertificate,
-  NodeListEntry,
-  RevokeAnswer,
-} from './contract';
+import type { CordonAnswer, DrainCancelAnswer, ModelListEntry, PageKeyCreated, RevokeAnswer } from './contract';
 import { errorSchema } from './identity';
+import { knownNode as knownNodeOf, listEntry, nodeList, revokeNode, setCordon } from './node-actions';
 import type { ControlAppOptions } from './routes';
 
 /** The path parameter of every /v1/nodes/:id route, with bounds; its alphabet is checked by knownNode/checkNodeId. */
@@ -28,51 +20,14 @@ const idParams = {
   properties: { id: { type: 'string', maxLength: 64 } },
 } as const;
 
-/** A node as the node list shows it: its certificate (newest unrevoked first), its replicas and GPUs in use. */
-function listEntry(n: NodeRecord, shards: ShardRow[], certs: CertificateRecord[]): NodeListEntry {
-  const mine = certs.filter((c) => c.cn === n.id && c.role === 'node');
-  const c = mine.find((x) => !x.revokedAt) ?? mine[0];
-  const cert: NodeCertificate | null = c
-    ? {
-        serial: c.serial,
-        notAfter: c.notAfter.toISOString(),
-        renewAt: renewAt(c.notBefore, c.notAfter).toISOString(),
-        revoked: !!c.revokedAt,
-      }
-    : null;
-  const on = shards.filter((s) => s.nodeId === n.id);
-  return {
-    ...n,
-    cert,
-    replicas: [...new Set(on.map((s) => s.replicaId))],
-    gpusUsed: on.reduce((a, s) => a + s.gpus.length, 0),
-    gpuShards: on.filter((s) => s.gpus.length).map(({ replicaId, rank, gpus }) => ({ replicaId, rank, gpus })),
-  };
-}
-
 /** Registers the operator routes on `app`. */
 export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
   const { store } = opts;
   answerErrors(app, opts.log ?? ((): void => undefined));
 
-  /**
-   * The node a route's `:id` names, checked the one way every route checks it: the node-id alphabet exactly
-   * (MariaDB would match `SIM-A` and `sim-a ` to `sim-a`), then registered — else 400 LLMGW_BAD_NODE_ID or 404.
-   */
-  const knownNode = async (
-    raw: string,
-  ): Promise<{ id: NodeId; state: NonNullable<Awaited<ReturnType<typeof store.nodeState>>> }> => {
-    const id = checkNodeId(raw);
-    const state = await store.nodeState(id);
-    if (state === null)
-      throw new LlmgwError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`, { nodeId: id });
-    return { id, state };
-  };
+  const knownNode = (raw: string): ReturnType<typeof knownNodeOf> => knownNodeOf(store, raw);
 
-  app.get('/v1/nodes', async () => {
-    const [nodes, shards, certs] = await Promise.all([store.listNodes(), store.listShards(), store.listCertificates()]);
-    return { nodes: nodes.map((n) => listEntry(n, shards, certs)) };
-  });
+  app.get('/v1/nodes', async () => ({ nodes: await nodeList(store) }));
   app.get<{ Params: { id: string } }>(
     '/v1/nodes/:id',
     { schema: { params: idParams, response: { 400: errorSchema, 404: errorSchema } } },
@@ -87,37 +42,13 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
     },
   );
   // Operator actions on a node. Cordon state lives in MySQL, so it survives restarts and re-registration.
-  for (const [verb, state] of [
-    ['cordon', 'cordoned'],
-    ['uncordon', 'ready'],
-  ] as const) {
+  for (const verb of ['cordon', 'uncordon'] as const) {
     app.post<{ Params: { id: string } }>(
       `/v1/nodes/:id/${verb}`,
       {
         schema: { params: idParams, response: { 400: errorSchema, 404: errorSchema, 409: errorSchema } },
       },
-      async (req) => {
-        const { id, state: before } = await knownNode(req.params.id);
-        // Uncordoning gives the node back: a drain still moving replicas off it ends first (its move is given back).
-        const drainEnded = verb === 'uncordon' && opts.endDrain ? await opts.endDrain(id) : undefined;
-        // A down node can be cordoned too: it then comes back cordoned when its agent is seen again.
-        const changed = (await store.isCordoned(id)) !== (state === 'cordoned');
-        if (changed) {
-          await store.setNodeState(id, state);
-          await store.event({
-            kind: `node.${state}`,
-            nodeId: id,
-            message: `${verb} by operator${before === 'down' ? ' (node down: applies when it is back)' : ''}`,
-          });
-          if (state === 'ready' && before !== 'down') opts.onNodesChanged?.(id);
-        }
-        return {
-          nodeId: id,
-          state: (await store.nodeState(id)) ?? state,
-          changed,
-          ...(drainEnded === undefined ? {} : { drainEnded }),
-        } satisfies CordonAnswer;
-      },
+      async (req): Promise<CordonAnswer> => setCordon(opts, req.params.id, verb),
     );
   }
   const { endDrain } = opts;
@@ -146,26 +77,13 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
           response: { 400: errorSchema, 404: errorSchema },
         },
       },
-      async (req) => {
-        const id = checkNodeId(req.params.id);
-        if ((await store.nodeState(id)) === null && (await store.listCertificates({ cn: id })).length === 0) {
-          throw new LlmgwError(
-            'LLMGW_UNKNOWN_NODE',
-            `no node ${id} is registered and no certificate was issued to it: see llmgw ctl nodes`,
-            { nodeId: id },
-          );
-        }
-        const { reason, cut } = cutRevocationReason(
+      async (req): Promise<RevokeAnswer> =>
+        revokeNode(
+          store,
+          revoke,
+          req.params.id,
           req.body?.reason ?? `revoked by operator ${req.peer?.cn ?? '(unknown)'}`,
-        );
-        const revoked = await revoke(id, reason);
-        await store.event({
-          kind: 'node.revoked',
-          nodeId: id,
-          message: `${revoked} certificate${revoked === 1 ? '' : 's'} revoked: ${reason}`,
-        });
-        return { nodeId: id, revoked, reason, reasonCut: cut } satisfies RevokeAnswer;
-      },
+        ),
     );
   }
   app.get<{ Querystring: { model?: string } }>(
@@ -182,20 +100,67 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
     },
     async (req) => ({ replicas: await store.listReplicas(req.query.model) }),
   );
-  app.get('/v1/models', async () => {
-    const [models, replicas] = await Promise.all([store.listModels(), store.listReplicas()]);
-    const count = (into: Record<string, number>, key: string): void => void (into[key] = (into[key] ?? 0) + 1);
-    return {
-      models: models.map((m): ModelListEntry => {
-        const actual: ModelListEntry['actual'] = { states: {}, profiles: {} };
-        for (const r of replicas.filter((x) => x.model === m.name && x.state !== 'stopped')) {
-          count(actual.states, r.state);
-          count(actual.profiles, r.profile);
-        }
-        return { ...m, actual };
-      }),
-    };
-  });
+  app.get('/v1/models', async () => ({ models: await modelList(store) }));
   app.get('/v1/events', async () => ({ events: await store.recentEvents(100) }));
+  // Keys for the cluster page (docs/cluster-page.md): shown once at creation, stored as their SHA-256.
+  const keys = new PageAuthStore(store.pool);
+  const nameBody = {
+    type: 'object',
+    additionalProperties: false,
+    required: ['name'],
+    properties: { name: { type: 'string', pattern: '^[a-z0-9][a-z0-9._-]{0,63}$' } },
+  } as const;
+  app.post<{ Body: { name: string } }>(
+    '/v1/page-keys',
+    { schema: { body: nameBody, response: { 400: errorSchema, 409: errorSchema } } },
+    async (req): Promise<PageKeyCreated> => {
+      const key = await keys.createKey(req.body.name);
+      if (key === null)
+        throw new LlmgwError(
+          'LLMGW_PAGE_KEY_EXISTS',
+          `a page key named ${req.body.name} exists already: pick another name, or revoke it first (llmgw ctl page-key revoke ${req.body.name})`,
+          { name: req.body.name },
+        );
+      await store.event({
+        kind: 'page-key.created',
+        message: `page key ${req.body.name} created by ${req.peer?.cn ?? 'operator'}`,
+      });
+      return { name: req.body.name, key };
+    },
+  );
+  app.get('/v1/page-keys', async () => ({ keys: await keys.listKeys() }));
+  app.post<{ Body: { name: string } }>(
+    '/v1/page-keys/revoke',
+    { schema: { body: nameBody, response: { 400: errorSchema, 404: errorSchema } } },
+    async (req) => {
+      if (!(await keys.revokeKey(req.body.name)))
+        throw new LlmgwError(
+          'LLMGW_NOT_FOUND',
+          `no unrevoked page key named ${req.body.name}: see llmgw ctl page-key list`,
+          {
+            name: req.body.name,
+          },
+        );
+      await store.event({
+        kind: 'page-key.revoked',
+        message: `page key ${req.body.name} revoked by ${req.peer?.cn ?? 'operator'}`,
+      });
+      return { name: req.body.name, revoked: true };
+    },
+  );
   app.get('/health', async () => ({ status: 'ok' }));
+}
+
+/** Every model with what runs of it, as GET /v1/models lists them. */
+export async function modelList(store: ControlAppOptions['store']): Promise<ModelListEntry[]> {
+  const [models, replicas] = await Promise.all([store.listModels(), store.listReplicas()]);
+  const count = (into: Record<string, number>, key: string): void => void (into[key] = (into[key] ?? 0) + 1);
+  return models.map((m): ModelListEntry => {
+    const actual: ModelListEntry['actual'] = { states: {}, profiles: {} };
+    for (const r of replicas.filter((x) => x.model === m.name && x.state !== 'stopped')) {
+      count(actual.states, r.state);
+      count(actual.profiles, r.profile);
+    }
+    return { ...m, actual };
+  });
 }

@@ -3,6 +3,7 @@
  * certificate gate judging it (agent routes need a node certificate, the rest an operator one), then the
  * control routes, which know a node only by its certificate's CN.
  */
+import type { Client } from '@temporalio/client';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Store } from '../../lib/store/store';
 import { closeDeadline } from '../close';
@@ -11,6 +12,8 @@ import { controlRoutes, type ControlAppOptions } from './routes';
 import { CertificateGate, installGate, mtlsServerOptions, type CertRole } from '../mtls';
 import { CONTROL_AJV } from './schemas';
 import { weightsRoutes } from './weights-routes';
+import { isPageRoute, pageRoutes } from './page/routes';
+import type { TemporalUi } from './page/snapshot';
 
 /** How long a whole request (headers and body) may take to arrive, ms: an agent's report is a few KB. */
 const REQUEST_MS = 60_000;
@@ -24,6 +27,8 @@ export interface ControlServerOptions extends Omit<ControlAppOptions, 'log' | 'r
   /** How often revocations made elsewhere are picked up, ms (default 1000). */
   refreshMs?: number;
   logger?: boolean;
+  /** Serve the cluster page (/page/, docs/cluster-page.md), starting workflows with this client. */
+  page?: { client: Client; ui: TemporalUi; liveEveryMs?: number };
 }
 
 /** Which certificate role a route needs, by its routed path (the pattern the router matched, decoded). */
@@ -66,22 +71,20 @@ export async function buildControlServer(
   app.removeContentTypeParser('text/plain');
   app.addHook('onClose', async () => gate.stop());
   answerErrors(app, log);
-  installGate(app, gate, roleForUrl, log);
+  installGate(app, gate, roleForUrl, log, o.page ? isPageRoute : undefined);
   answerUnknownRoutes(
     app,
-    'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights (operator certificates), /health',
+    'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights (operator certificates), /page/ (the cluster page), /health',
   );
   const revokeInTable = (nodeId: string, reason: string): Promise<number> => store.revokeCertificates(nodeId, reason);
-  await app.register(controlRoutes, {
-    ...o,
-    log,
-    revoke: async (nodeId, reason) => {
-      const n = await (o.revoke ?? revokeInTable)(nodeId, reason);
-      // At once, not at the next refresh: the node's open keep-alive connections are cut now.
-      await gate.refresh();
-      return n;
-    },
-  });
+  const revokeAndCut = async (nodeId: string, reason: string): Promise<number> => {
+    const n = await (o.revoke ?? revokeInTable)(nodeId, reason);
+    // At once, not at the next refresh: the node's open keep-alive connections are cut now.
+    await gate.refresh();
+    return n;
+  };
+  await app.register(controlRoutes, { ...o, log, revoke: revokeAndCut });
   await app.register(weightsRoutes, { store, log });
+  if (o.page) await app.register(pageRoutes, { ...o, ...o.page, gate, log, revoke: revokeAndCut });
   return { app, gate };
 }

@@ -206,4 +206,31 @@ export const MIGRATIONS: Migration[] = [
       `ALTER TABLE nodes ADD COLUMN engines_checked_at DATETIME(3) NULL`,
     ],
   },
+  {
+    version: 12,
+    name: 'cluster page keys and sessions',
+    statements: [
+      // Operator keys for the cluster page (llmgw ctl page-key create NAME): only the SHA-256 of the key is kept;
+      // the key itself is shown once. A revoked key signs nobody in and its sessions end.
+      `CREATE TABLE page_keys (
+        name VARCHAR(64) PRIMARY KEY,
+        digest CHAR(64) NOT NULL,
+        created_at DATETIME(3) NOT NULL,
+        revoked_at DATETIME(3) NULL,
+        UNIQUE KEY page_keys_digest (digest)
+      )`,
+      // A signed-in browser: the SHA-256 of its session cookie, who it is (a key's name or an operator
+      // certificate's CN), the CSRF token its actions must carry, and when it ends. In MySQL so that every
+      // control plane copy, and a restarted one, knows it.
+      `CREATE TABLE page_sessions (
+        digest CHAR(64) PRIMARY KEY,
+        operator VARCHAR(80) NOT NULL,
+        key_name VARCHAR(64) NULL,
+        csrf CHAR(43) NOT NULL,
+        created_at DATETIME(3) NOT NULL,
+        expires_at DATETIME(3) NOT NULL,
+        KEY page_sessions_expires (expires_at)
+      )`,
+    ],
+  },
 ];

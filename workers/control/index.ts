@@ -146,6 +146,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       mtls: true,
     },
     heartbeatMs: AGENT_HEARTBEAT_MS,
+    page: { client, ui: config.temporal },
     onNodesChanged: () => void wakeWaiting().catch(() => undefined),
     endDrain: (nodeId) => endDrain(client, nodeId),
     onRegistered: engines.onRegistered,
