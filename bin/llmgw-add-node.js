@@ -1,5 +1,4 @@
 #!/usr/bin/env node
-// llmgw-add-node: the same as `llmgw add-node` (run from a checkout through tsx, like bin/llmgw.js).
+// llmgw-add-node: the same as `llmgw add-node` (bin/entry.js: the compiled build when current, else through tsx).
 process.argv.splice(2, 0, 'add-node');
-require('tsx/cjs');
-require('../cli/main.ts');
+require('./entry.js');

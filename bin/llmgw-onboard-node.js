@@ -1,5 +1,4 @@
 #!/usr/bin/env node
-// llmgw-onboard-node: the same as `llmgw onboard-node` (run from a checkout through tsx, like bin/llmgw.js).
+// llmgw-onboard-node: the same as `llmgw onboard-node` (bin/entry.js: the compiled build when current, else through tsx).
 process.argv.splice(2, 0, 'onboard-node');
-require('tsx/cjs');
-require('../cli/main.ts');
+require('./entry.js');

@@ -1,5 +1,4 @@
 #!/usr/bin/env node
-// llmgw-provision-node: the same as `llmgw provision-node` (run from a checkout through tsx, like bin/llmgw.js).
+// llmgw-provision-node: the same as `llmgw provision-node` (bin/entry.js: the compiled build when current, else through tsx).
 process.argv.splice(2, 0, 'provision-node');
-require('tsx/cjs');
-require('../cli/main.ts');
+require('./entry.js');

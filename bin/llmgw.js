@@ -1,4 +1,3 @@
 #!/usr/bin/env node
-// The llmgw command: runs the TypeScript CLI through tsx so a checkout needs no build step.
-require('tsx/cjs');
-require('../cli/main.ts');
+// The llmgw command: the compiled build when it is current (npm run build), else the TypeScript CLI through tsx.
+require('./entry.js');

@@ -3,8 +3,9 @@
  * running activity heartbeats it is waiting for, until it ends. `llmgw ctl follow WORKFLOW-ID` reattaches; a
  * Ctrl-C (the abort signal) only stops following — the workflow goes on in Temporal.
  */
-import { WorkflowFailedError, type Client, type WorkflowHandle } from '@temporalio/client';
+import type { Client, WorkflowHandle } from '@temporalio/client';
 import { defaultPayloadConverter } from '@temporalio/common';
+import { temporalSdk } from './temporal';
 import type { QueryDefinition } from '@temporalio/common';
 import { onboardProgressQuery, type OnboardHeartbeat, type OnboardResult } from '../workflows/contracts/onboard';
 import { provisionProgressQuery, type ProvisionResult, type StepLine } from '../workflows/contracts/provision';
@@ -136,7 +137,7 @@ async function followSteps<R extends { steps: StepLine[] }>(
 
 /** A workflow failure's own message (its cause's), not the client's wrapper text. */
 export function failureMessage(err: unknown): string {
-  if (err instanceof WorkflowFailedError) return err.cause?.message ?? err.message;
+  if (err instanceof temporalSdk().WorkflowFailedError) return err.cause?.message ?? err.message;
   return (err as Error).message;
 }
 

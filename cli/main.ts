@@ -48,7 +48,10 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   version: async () => async () => {
     const pkg = require('../package.json') as { version: string; dependencies: Record<string, string> };
     const r = (require('../lib/release') as typeof import('../lib/release')).release();
-    const from = r ? `release ${r.platform}, commit ${r.commit}, built ${r.builtAt}` : 'checkout';
+    const compiled = (require('../lib/paths') as typeof import('../lib/paths')).COMPILED;
+    const from = r
+      ? `release ${r.platform}, commit ${r.commit}, built ${r.builtAt}`
+      : `checkout${compiled ? ', compiled build' : ''}`;
     process.stdout.write(
       `llmgw ${pkg.version} (${from}; Temporal SDK ${pkg.dependencies['@temporalio/client']}, Node ${process.version})\n`,
     );

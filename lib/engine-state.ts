@@ -3,9 +3,10 @@
  * (`<key>.json` written by the shim once the engine runs, `<key>.exit.json` when it exits, `<key>.log` its output).
  */
 import { readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { fileTail, procStatFields } from './process';
 import { releaseSelfArgv } from './release';
+import { ownEntryArgv } from './paths';
 
 /** What the shim records once the engine is running: enough to find it, and to prove a pid is still it. */
 export interface EngineState {
@@ -140,12 +141,5 @@ export function sameProcess(pid: number, startTime: string): boolean {
  * flags and `--` and the engine command.
  */
 export function engineShimArgv(): string[] {
-  return (
-    releaseSelfArgv('engine-shim') ?? [
-      process.execPath,
-      '--require',
-      require.resolve('tsx/cjs'),
-      resolve(__dirname, '../cli/engine-shim.ts'),
-    ]
-  );
+  return releaseSelfArgv('engine-shim') ?? ownEntryArgv('cli/engine-shim');
 }

@@ -10,7 +10,7 @@ import {
   readFileSync,
   writeFileSync,
 } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { createCaOperations } from '../../activities/ca';
 import { DEFAULT_CONFIG, PINNED_ENGINES } from '../../config/defaults';
@@ -27,8 +27,9 @@ import { TlsClient } from '../../lib/tls-client';
 import { checkClusterPorts, clusterPorts } from './ports';
 import { CLUSTER_CONFIG_HEADER, resetCluster } from './reset';
 import { leftOverPid, startTemporalDev, type DevServer } from './temporal-dev';
+import { PROJECT_ROOT } from '../../lib/paths';
 
-const ROOT = resolve(__dirname, '../..');
+const ROOT = PROJECT_ROOT;
 const FIXTURES = join(ROOT, 'test/fixtures');
 const LLMGW = join(ROOT, 'bin/llmgw.js');
 

@@ -5,9 +5,10 @@ import { dirname, resolve } from 'node:path';
 import { Connection } from '@temporalio/client';
 import { SEARCH_ATTRIBUTE_FLAGS } from '../../lib/names';
 import { pidCommandLine, stopPid, stopProcess } from '../../lib/process';
+import { PROJECT_ROOT } from '../../lib/paths';
 
 /** Where scripts/setup.sh puts the Temporal CLI. */
-export const TEMPORAL_BIN = resolve(__dirname, '../../.tools/bin/temporal');
+export const TEMPORAL_BIN = resolve(PROJECT_ROOT, '.tools/bin/temporal');
 
 export interface DevServerOptions {
   port: number;

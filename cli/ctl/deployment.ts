@@ -1,5 +1,4 @@
 /** What `ctl deploy` and `ctl scale` share: start or join `model/<m>`, apply a count, follow until it serves. */
-import { WorkflowUpdateFailedError } from '@temporalio/client';
 import type { ServerConfig } from '../../config/types';
 import { startModelDeployment } from '../../lib/workflow-starts';
 import { workflowIds } from '../../lib/names';
@@ -7,7 +6,7 @@ import type { ReplicaRecord } from '../../lib/types';
 import { scaleUpdate } from '../../workflows/contracts/model';
 import { UsageError } from '../args';
 import type { ControlApi } from '../control-api';
-import { temporalClient, workflowLink } from '../temporal';
+import { temporalClient, temporalSdk, workflowLink } from '../temporal';
 import { catalogModel, getJson } from './verb';
 import { formatFetch, weightsFetches } from './views/weights';
 
@@ -26,7 +25,7 @@ export async function deployModel(
     if (o.replicas !== undefined) {
       // A refused update carries the validator's own words ("from 0 to 64"), not just "Workflow Update failed".
       await handle.executeUpdate(scaleUpdate, { args: [o.replicas] }).catch((err: unknown) => {
-        if (err instanceof WorkflowUpdateFailedError)
+        if (err instanceof temporalSdk().WorkflowUpdateFailedError)
           throw new UsageError(`${workflowId} refused the scale: ${err.cause?.message ?? err.message}`);
         throw err;
       });

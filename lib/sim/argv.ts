@@ -1,5 +1,5 @@
 /** How a node runs the sim engine as a child process. */
-import { resolve } from 'node:path';
+import { ownEntryArgv } from '../paths';
 import { releaseSelfArgv } from '../release';
 
 /**
@@ -10,12 +10,5 @@ import { releaseSelfArgv } from '../release';
  * artefact: its own Node and bundled program, `sim-engine`.
  */
 export function simEngineArgv(): string[] {
-  return (
-    releaseSelfArgv('sim-engine') ?? [
-      process.execPath,
-      '--require',
-      require.resolve('tsx/cjs'),
-      resolve(__dirname, '../../cli/sim-engine.ts'),
-    ]
-  );
+  return releaseSelfArgv('sim-engine') ?? ownEntryArgv('cli/sim-engine');
 }
