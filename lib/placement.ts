@@ -21,7 +21,12 @@ export interface FabricGroup {
 /** The fabrics of `nodes`, in order of name then key. */
 export function fabricGroups(nodes: NodeRecord[]): FabricGroup[] {
   const byName = new Map<string, NodeRecord[]>();
-  for (const n of nodes) for (const f of Object.keys(n.inventory.fabrics)) byName.set(f, [...(byName.get(f) ?? []), n]);
+  for (const n of nodes)
+    for (const f of Object.keys(n.inventory.fabrics)) {
+      const members = byName.get(f);
+      if (members) members.push(n);
+      else byName.set(f, [n]);
+    }
   const out: FabricGroup[] = [];
   for (const [name, members] of [...byName.entries()].sort(([a], [b]) => a.localeCompare(b))) {
     const guidOf = (n: NodeRecord): string | null => n.inventory.fabricIdentity?.[name]?.smGuid ?? null;
@@ -54,7 +59,37 @@ export interface PlaceInput {
 }
 
 type Held = Record<string, number[]>;
-const freeGpus = (n: NodeRecord, held: Held): number => freeIndices(n.inventory, held[n.id] ?? []).length;
+/** How many of a node's GPUs no shard holds (freeIndices' length, without building the list: 10,000 nodes a call). */
+function freeGpus(n: NodeRecord, held: Held): number {
+  const h = held[n.id];
+  if (!h || h.length === 0) return n.inventory.gpus.length;
+  let free = 0;
+  for (const g of n.inventory.gpus) if (!h.includes(g.index)) free++;
+  return free;
+}
+
+/** Past this many nodes, a refusal groups the nodes by reason instead of naming each (10,000 names is no message). */
+const NAMED_NODES = 20;
+
+/** Why each node is unusable, one entry per node, or grouped by reason (with a few names each) in a large cluster. */
+function reasonsOf(nodes: readonly NodeRecord[], why: Map<string, string | null>): string {
+  const blocked = nodes.filter((n) => why.get(n.id) !== null);
+  if (blocked.length <= NAMED_NODES) return blocked.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ');
+  const byReason = new Map<string, string[]>();
+  for (const n of blocked) {
+    const r = why.get(n.id) as string;
+    const ids = byReason.get(r);
+    if (ids) ids.push(n.id);
+    else byReason.set(r, [n.id]);
+  }
+  return [...byReason]
+    .sort((a, b) => b[1].length - a[1].length)
+    .map(
+      ([r, ids]) =>
+        `${ids.length} node${ids.length === 1 ? '' : 's'} ${r} (${ids.slice(0, 3).join(', ')}${ids.length > 3 ? ', …' : ''})`,
+    )
+    .join('; ');
+}
 
 /** The indices each placed node gives its rank: the best-linked free set (lib/gpus.ts). */
 function gpusOf(nodes: NodeRecord[], p: Profile, held: Held): number[][] {
@@ -63,20 +98,20 @@ function gpusOf(nodes: NodeRecord[], p: Profile, held: Held): number[][] {
   );
 }
 
-/** Why a node cannot take a shard of `profile`, or null when it can. */
-function unusable(n: NodeRecord, p: Profile, used: Held, exclude: Set<string>): string | null {
+/** Why a node cannot take a shard of `profile`, or null when it can; `free` is its free GPU count. */
+function unusable(n: NodeRecord, p: Profile, free: number, exclude: Set<string>): string | null {
   if (exclude.has(n.id)) return 'excluded (its last shard failed there)';
   if (n.state !== 'ready') return n.state;
   if (!n.inventory.engines.includes(p.engine)) return `no engine ${p.engine}`;
-  const free = freeGpus(n, used);
   if (free < p.gpusPerNode) return `${Math.max(free, 0)} of ${p.gpusPerNode} GPUs free`;
   return null;
 }
 
+/** Most free GPUs first, then by id: each node's free count computed once per placement, not per comparison. */
 const byCapacity =
-  (used: Held) =>
+  (free: Map<string, number>) =>
   (a: NodeRecord, b: NodeRecord): number =>
-    freeGpus(b, used) - freeGpus(a, used) || a.id.localeCompare(b.id);
+    (free.get(b.id) ?? 0) - (free.get(a.id) ?? 0) || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
 
 /** Places one replica of `profile`. Multi-node replicas stay inside one fabric; islands take single-node replicas only. */
 export function place(input: PlaceInput): Placement {
@@ -86,20 +121,25 @@ export function place(input: PlaceInput): Placement {
   const want = `${label} (${p.engine}, ${p.nodes > 1 ? `${p.nodes} nodes × ` : ''}${p.gpusPerNode} GPU${p.gpusPerNode === 1 ? '' : 's'}${p.nodes > 1 ? ' on one fabric' : ''})`;
   const lead = p.nodes <= 1 ? `no node can take ${want}` : `no placement for ${want}`;
   if (input.nodes.length === 0) return { kind: 'unplaceable', reason: `${lead}: no nodes registered` };
-  const why = new Map(input.nodes.map((n) => [n.id as string, unusable(n, p, used, exclude)]));
+  const free = new Map<string, number>();
+  const why = new Map<string, string | null>();
+  for (const n of input.nodes) {
+    const f = freeGpus(n, used);
+    free.set(n.id, f);
+    why.set(n.id, unusable(n, p, f, exclude));
+  }
 
   if (p.nodes <= 1) {
     // Islands first: a node on a fabric is what a multi-node replica needs, and a single-node one taking it (the
     // local cluster's third start, with a fabric node briefly down) left the multi-node replica no pair.
     const island = (n: NodeRecord): number => (Object.keys(n.inventory.fabrics).length === 0 ? 0 : 1);
-    const best = input.nodes
-      .filter((n) => why.get(n.id) === null)
-      .sort((a, b) => island(a) - island(b) || byCapacity(used)(a, b))[0];
+    const capacity = byCapacity(free);
+    // One pass for the best, not a sort: the same order as sorting by island, then capacity, then id.
+    let best: NodeRecord | undefined;
+    for (const n of input.nodes)
+      if (why.get(n.id) === null && (!best || (island(n) - island(best) || capacity(n, best)) < 0)) best = n;
     if (best) return { kind: 'placed', fabric: null, nodes: [best.id], gpus: gpusOf([best], p, used) };
-    return {
-      kind: 'unplaceable',
-      reason: `${lead}: ${input.nodes.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ')}`,
-    };
+    return { kind: 'unplaceable', reason: `${lead}: ${reasonsOf(input.nodes, why)}` };
   }
 
   const groups = fabricGroups(input.nodes);
@@ -107,7 +147,7 @@ export function place(input: PlaceInput): Placement {
     // In a split name, a node whose SM is unknown may be on either side (even apart from another unknown one).
     .map((g) => ({
       ...g,
-      usable: g.split && !g.smGuid ? [] : g.members.filter((n) => why.get(n.id) === null).sort(byCapacity(used)),
+      usable: g.split && !g.smGuid ? [] : g.members.filter((n) => why.get(n.id) === null).sort(byCapacity(free)),
     }))
     .sort((a, b) => b.usable.length - a.usable.length || a.name.localeCompare(b.name) || a.key.localeCompare(b.key));
   const fit = options.find((o) => o.usable.length >= p.nodes);
@@ -116,8 +156,10 @@ export function place(input: PlaceInput): Placement {
     return { kind: 'placed', fabric: fit.name, nodes: chosen.map((n) => n.id), gpus: gpusOf(chosen, p, used) };
   }
 
-  const blockedOf = (o: (typeof options)[number]): string[] =>
-    o.members.filter((n) => why.get(n.id) !== null).map((n) => `${n.id}: ${why.get(n.id)}`);
+  const blockedOf = (o: (typeof options)[number]): string[] => {
+    const reasons = reasonsOf(o.members, why);
+    return reasons ? [reasons] : [];
+  };
   const parts: string[] = [];
   for (const name of [...new Set(options.map((o) => o.name))]) {
     const sides = options.filter((o) => o.name === name);

@@ -104,6 +104,32 @@ describe('place: single node', () => {
   });
 });
 
+describe('place: a large cluster', () => {
+  it('groups a refusal by reason past 20 nodes, naming a few of each, so the message stays short', () => {
+    const nodes = [
+      ...Array.from({ length: 300 }, (_, i) => node(`gpu-${i}`)),
+      ...Array.from({ length: 5 }, (_, i) => node(`off-${i}`, { state: 'cordoned' })),
+    ];
+    const r = place({ nodes, profile: { ...small, engine: 'vllm' }, heldGpus: {} });
+    expect(r.kind === 'unplaceable' && r.reason).toBe(
+      'no node can take default (vllm, 1 GPU): 300 nodes no engine vllm (gpu-0, gpu-1, gpu-2, …); 5 nodes cordoned (off-0, off-1, off-2, …)',
+    );
+  });
+  it('picks the same node as sorting would: islands first, then most free GPUs, then the lowest id', () => {
+    const nodes = [
+      node('nb', { gpus: 4 }),
+      node('na', { gpus: 4 }),
+      node('nd', { gpus: 2, fabric: null }),
+      node('nc', { gpus: 2, fabric: null }),
+    ];
+    expect(place({ nodes, profile: small, heldGpus: {} })).toMatchObject({ kind: 'placed', nodes: ['nc'] });
+    expect(place({ nodes, profile: { ...small, gpusPerNode: 3 }, heldGpus: {} })).toMatchObject({ nodes: ['na'] });
+    expect(place({ nodes, profile: { ...small, gpusPerNode: 3 }, heldGpus: held({ na: 2 }) })).toMatchObject({
+      nodes: ['nb'],
+    });
+  });
+});
+
 describe('place: multi node', () => {
   it('places all ranks on one fabric, rank 0 with most free GPUs', () => {
     const nodes = [node('sim-a', { gpus: 1 }), node('sim-b', { gpus: 2 }), node('sim-c', { fabric: null, gpus: 8 })];
