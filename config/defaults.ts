@@ -19,6 +19,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
   },
   mysql: {
     url: 'mysql://root@127.0.0.1:3306/llmgw',
+    autoMigrate: true,
   },
   listeners: {
     controlPlane: { host: '127.0.0.1', port: 7443 },

@@ -221,7 +221,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
     ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'drain', 'catalog', 'proxmox'],
   );
   const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
-  const m = c.sub(root, ['mysql'], ['url']);
+  const m = c.sub(root, ['mysql'], ['url', 'autoMigrate']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
   const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog', 'corsOrigins']);
@@ -234,7 +234,10 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       namespace: c.str(t, ['temporal', 'namespace'], 'default', wordRule),
       uiUrl: c.str(t, ['temporal', 'uiUrl'], 'http://127.0.0.1:8233', httpUrlRule).replace(/\/+$/, ''),
     },
-    mysql: { url: c.str(m, ['mysql', 'url'], 'mysql://root@127.0.0.1:3306/llmgw', mysqlUrlRule) },
+    mysql: {
+      url: c.str(m, ['mysql', 'url'], 'mysql://root@127.0.0.1:3306/llmgw', mysqlUrlRule),
+      autoMigrate: m?.autoMigrate === undefined ? true : c.bool(m, ['mysql', 'autoMigrate']),
+    },
     listeners: {
       controlPlane: checkListener(c, l, 'controlPlane', 7443),
       gateway: checkListener(c, l, 'gateway', 8080),

@@ -17,6 +17,11 @@ export interface ServerConfig {
   mysql: {
     /** mysql://user:pass@host:port/database */
     url: string;
+    /**
+     * true (the default): a role brings the schema up to date at start. false: `llmgw db migrate` is a step of its own,
+     * and a role refuses to start on a schema behind its own, naming the command.
+     */
+    autoMigrate?: boolean;
   };
   listeners: {
     controlPlane: Listener;

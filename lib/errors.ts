@@ -53,6 +53,8 @@ export const ERRORS = {
   LLMGW_CORS_REFUSED: { status: 403, type: 'invalid_request_error' },
   LLMGW_TEMPORAL_UNREACHABLE: { status: 503, type: 'server_error' },
   LLMGW_PORT_TAKEN: { status: 409, type: 'invalid_request_error' },
+  LLMGW_SCHEMA_BEHIND: { status: 500, type: 'server_error' },
+  LLMGW_SCHEMA_AHEAD: { status: 500, type: 'server_error' },
   LLMGW_PAGE_KEY_EXISTS: { status: 409, type: 'invalid_request_error' },
   LLMGW_PAGE_SIGNIN_REQUIRED: { status: 401, type: 'invalid_request_error' },
   LLMGW_PAGE_CSRF_REFUSED: { status: 403, type: 'invalid_request_error' },

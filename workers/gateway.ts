@@ -22,7 +22,7 @@ export interface GatewayRole {
 export async function startGatewayRole(opts: { config: ServerConfig; log?: GatewayLog }): Promise<GatewayRole> {
   const { config, log } = opts;
   const { gateway } = config;
-  const pool = await openDatabase(config.mysql.url);
+  const pool = await openDatabase(config.mysql.url, { migrate: config.mysql.autoMigrate !== false });
   const store = new Store(pool);
   const routing = new RoutingTable(() => store.routeRows(), { refreshMs: gateway.refreshMs, log });
   const gw = await startGateway({

@@ -14,8 +14,10 @@ export async function forgetHostKey(
 ): Promise<number> {
   const nodeId = checkNodeId(node);
   // Loaded here, not at the top: every other ctl verb starts without MySQL's driver.
-  const { openDatabase } = await import('../../lib/store/db');
-  const { HostKeyStore } = await import('../../lib/store/host-keys');
+  /* eslint-disable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */
+  const { openDatabase } = require('../../lib/store/db') as typeof import('../../lib/store/db');
+  const { HostKeyStore } = require('../../lib/store/host-keys') as typeof import('../../lib/store/host-keys');
+  /* eslint-enable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */
   const pool = await openDatabase(config.mysql.url);
   try {
     const keys = new HostKeyStore(pool);

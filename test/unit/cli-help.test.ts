@@ -18,6 +18,7 @@ describe('llmgw --help', () => {
     [['ctl', '--help'], /engine-check ENGINE/],
     [['ctl', 'engine-check', '--help'], /--help-output FILE[\s\S]*word boundary[\s\S]*--bin PATH/],
     [['ca', '--help'], /issue --node ID/],
+    [['db', '--help'], /migrate[\s\S]*status[\s\S]*mysql.autoMigrate: false/],
     [['control-plane', '--help'], /--config FILE/],
     [['ca-worker', '--help'], /llmgw-ca[\s\S]*--ca-dir DIR[\s\S]*--crl-days N/],
     [['gateway', '--help'], /--config FILE/],

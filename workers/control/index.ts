@@ -101,7 +101,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const connection = await connectTemporal(config.temporal.address, (address) => Connection.connect({ address }));
   const native = await connectTemporal(config.temporal.address, (address) => NativeConnection.connect({ address }));
   const client = new Client({ connection, namespace: config.temporal.namespace });
-  const pool = await openDatabase(config.mysql.url);
+  const pool = await openDatabase(config.mysql.url, { migrate: config.mysql.autoMigrate !== false });
   const store = new Store(pool);
   // Recorded either way (the gateway lists the catalog's models); applied below when asked to.
   if (!opts.applyCatalog) for (const spec of config.catalog) await store.upsertModel(spec, true);
