@@ -1,0 +1,333 @@
+/**
+ * Per-key quotas that hold across gateways, and per-key usage. Counters live in MySQL (key_quota: what all gateways
+ * together leased of each key's minute; key_usage: per hour), but no request waits on MySQL while its key's local
+ * slice lasts: each gateway leases slices of a key's per-minute budget ahead of need, with an atomic conditional
+ * update, and spends them locally. The sum of leases never passes the limit, so the only overshoot is tokens an
+ * answer used past its estimate (charged after it ends). See docs/keys.md.
+ */
+import { ERRORS, type ErrorCode } from '../../lib/errors';
+import type { KeyRecord, LeaseAsk, LeaseGrant, UsageDelta } from '../../lib/store/keys';
+import { silentLog, type GatewayLog } from './log';
+
+/** The part of KeyStore quotas and usage use. */
+export interface QuotaStore {
+  lease(a: LeaseAsk): Promise<LeaseGrant>;
+  charge(keyId: number, minute: number, tokens: number): Promise<void>;
+  addUsage(deltas: UsageDelta[]): Promise<void>;
+  pruneQuota(minute: number): Promise<number>;
+}
+
+/** A 429: which limit, the message, and when to come back. */
+export interface QuotaRefusal {
+  code: Extract<ErrorCode, 'LLMGW_RATE_LIMITED_REQUESTS' | 'LLMGW_RATE_LIMITED_TOKENS'>;
+  message: string;
+  retryAfterS: number;
+}
+
+/** The answer of `take`: admitted (null), refused, or to be known once a lease returns. */
+export type TakeResult = null | QuotaRefusal | Promise<QuotaRefusal | null>;
+
+interface UsageCounters {
+  hour: number;
+  requests: number;
+  refused: number;
+  promptTokens: number;
+  completionTokens: number;
+}
+
+interface KeyState {
+  key: KeyRecord;
+  minute: number;
+  /** local balances: leased and not yet spent (tokens below 0: spent past the leases, charged with the next lease) */
+  requests: number;
+  tokens: number;
+  /** what was left of the minute's budget for all gateways after this gateway's last lease (only ever shrinks) */
+  requestsLeft: number;
+  tokensLeft: number;
+  leasing: Promise<void> | null;
+  /** granted without MySQL this minute while it could not be reached (at most one limit's worth per gateway) */
+  provisional: number;
+  usage: Map<string, UsageCounters>;
+}
+
+/** Options of the quota keeper. */
+export interface QuotaOptions {
+  /** What one lease asks for, as a fraction of the limit (default 1/50: a slice is 2 % of a minute's budget). */
+  slice?: number;
+  /** How often usage is written to MySQL, ms (default 2000). */
+  flushMs?: number;
+  log?: GatewayLog;
+  /** epoch ms now; tests pass their own */
+  clock?: () => number;
+}
+
+const MINUTE = 60_000;
+const HOUR = 3_600_000;
+/** Tokens a request without max_tokens is expected to produce; what it produces past that is charged afterwards. */
+export const DEFAULT_COMPLETION_ESTIMATE = 256;
+
+/** A request's token estimate: its prompt at 4 bytes a token (the body's JSON overhead makes it generous), plus its output bound. */
+export function estimateTokens(bodyBytes: number, maxTokens: number | null, embeddings: boolean): number {
+  return Math.ceil(bodyBytes / 4) + (embeddings ? 0 : (maxTokens ?? DEFAULT_COMPLETION_ESTIMATE));
+}
+
+/** Keeps every key's local slices and usage on one gateway. */
+export class QuotaKeeper {
+  private readonly states = new Map<number, KeyState>();
+  private readonly charges: { keyId: number; minute: number; tokens: number }[] = [];
+  private retryUsage: UsageDelta[] = [];
+  private readonly slice: number;
+  private readonly log: GatewayLog;
+  private readonly clock: () => number;
+  private timer: NodeJS.Timeout | null = null;
+  private flushing: Promise<void> | null = null;
+  private storeDown = false;
+
+  constructor(
+    private readonly store: QuotaStore,
+    private readonly opts: QuotaOptions = {},
+  ) {
+    this.slice = opts.slice ?? 1 / 50;
+    this.log = opts.log ?? silentLog;
+    this.clock = opts.clock ?? Date.now;
+  }
+
+  /** Starts writing usage every flushMs (and forgetting old quota rows now and then). */
+  start(): void {
+    let n = 0;
+    this.timer = setInterval(() => {
+      void this.flush();
+      // About every ten minutes: quota rows only matter while their minute runs.
+      if (++n % Math.ceil(600_000 / (this.opts.flushMs ?? 2000)) === 1)
+        void this.store.pruneQuota(Math.floor(this.clock() / MINUTE) - 60).catch(() => undefined);
+    }, this.opts.flushMs ?? 2000);
+    this.timer.unref();
+  }
+
+  /** Stops the timer and writes what is left. */
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.flush();
+  }
+
+  private state(key: KeyRecord): KeyState {
+    const minute = Math.floor(this.clock() / MINUTE);
+    let s = this.states.get(key.id);
+    if (!s) {
+      s = {
+        key,
+        minute,
+        requests: 0,
+        tokens: 0,
+        requestsLeft: Infinity,
+        tokensLeft: Infinity,
+        leasing: null,
+        provisional: 0,
+        usage: new Map(),
+      };
+      this.states.set(key.id, s);
+    } else if (s.minute !== minute) {
+      // A new minute: what was left of the old one's slices lapses; tokens spent past them are charged to it.
+      if (s.tokens < 0) this.charges.push({ keyId: key.id, minute: s.minute, tokens: -s.tokens });
+      s.minute = minute;
+      s.requests = 0;
+      s.tokens = 0;
+      s.requestsLeft = Infinity;
+      s.tokensLeft = Infinity;
+      s.provisional = 0;
+    }
+    return s;
+  }
+
+  /** The minute a request admitted now is counted in (pass it back to `settle`). */
+  minute(): number {
+    return Math.floor(this.clock() / MINUTE);
+  }
+
+  /**
+   * Admits one request of `key` expected to use `estimate` tokens: from the local slices when they hold it (no I/O),
+   * else after a lease. A key without limits is always admitted.
+   */
+  take(key: KeyRecord, estimate: number): TakeResult {
+    if (key.rpm === null && key.tpm === null) return null;
+    const s = this.state(key);
+    const short = this.shortOf(s, estimate);
+    if (short === 'none') {
+      this.spend(s, estimate);
+      return null;
+    }
+    if (short !== 'lease') return short;
+    return this.takeAfterLease(s, estimate, 3);
+  }
+
+  private async takeAfterLease(s: KeyState, estimate: number, tries: number): Promise<QuotaRefusal | null> {
+    const minute = s.minute;
+    await this.lease(s, estimate);
+    if (s.minute !== minute) this.state(s.key);
+    const short = this.shortOf(s, estimate);
+    if (short === 'none') {
+      this.spend(s, estimate);
+      return null;
+    }
+    if (short === 'lease' && tries > 1) return this.takeAfterLease(s, estimate, tries - 1);
+    return short === 'lease' ? this.refusal(s, 'LLMGW_RATE_LIMITED_TOKENS') : short;
+  }
+
+  /** What stands between the request and admission: nothing, a lease, or the minute's budget being spent. */
+  private shortOf(s: KeyState, estimate: number): 'none' | 'lease' | QuotaRefusal {
+    const { rpm, tpm } = s.key;
+    const needR = rpm !== null && s.requests < 1;
+    const needT = tpm !== null && s.tokens < estimate;
+    if (!needR && !needT) return 'none';
+    // The budget left to all gateways only shrinks: when even that cannot hold the request, no lease will.
+    if (needR && s.requests + s.requestsLeft < 1) return this.refusal(s, 'LLMGW_RATE_LIMITED_REQUESTS');
+    if (needT && s.tokens + s.tokensLeft < Math.min(estimate, tpm as number))
+      return this.refusal(s, 'LLMGW_RATE_LIMITED_TOKENS');
+    return 'lease';
+  }
+
+  private spend(s: KeyState, estimate: number): void {
+    if (s.key.rpm !== null) s.requests -= 1;
+    if (s.key.tpm !== null) s.tokens -= estimate;
+    // Lease the next slice while this one still lasts, so requests rarely wait on one.
+    if (s.leasing) return;
+    const lowR = s.key.rpm !== null && s.requests < this.sliceOf(s.key.rpm) / 2 && s.requestsLeft > 0;
+    const lowT = s.key.tpm !== null && s.tokens < this.sliceOf(s.key.tpm) / 2 && s.tokensLeft > 0;
+    if (lowR || lowT) void this.lease(s, 0);
+  }
+
+  private sliceOf(limit: number): number {
+    return Math.max(1, Math.ceil(limit * this.slice));
+  }
+
+  /** One lease at a time per key: callers meanwhile share it. */
+  private lease(s: KeyState, estimate: number): Promise<void> {
+    if (s.leasing) return s.leasing;
+    const { rpm, tpm, id } = s.key;
+    const minute = s.minute;
+    const debt = s.tokens < 0 ? -s.tokens : 0;
+    const needTokens = tpm === null ? 0 : Math.min(Math.max(0, estimate - Math.max(0, s.tokens)), tpm);
+    const ask: LeaseAsk = {
+      keyId: id,
+      minute,
+      rpm,
+      tpm,
+      wantRequests: rpm === null ? 0 : this.sliceOf(rpm),
+      needRequests: rpm === null ? 0 : Math.max(0, 1 - s.requests),
+      wantTokens: tpm === null ? 0 : Math.max(this.sliceOf(tpm), needTokens),
+      needTokens,
+      debtTokens: debt,
+    };
+    // The debt moves to MySQL with this lease.
+    s.tokens += debt;
+    s.leasing = this.store
+      .lease(ask)
+      .then((g) => {
+        if (this.storeDown) this.log('quota store reachable again', { level: 'info' });
+        this.storeDown = false;
+        if (s.minute !== minute) return;
+        s.requests += g.requests;
+        s.tokens += g.tokens;
+        s.requestsLeft = g.requestsLeft;
+        s.tokensLeft = g.tokensLeft;
+      })
+      .catch((err: Error) => {
+        if (!this.storeDown)
+          this.log('cannot lease quota from MySQL; granting local slices (at most one limit per gateway per minute)', {
+            level: 'error',
+            error: err.message,
+          });
+        this.storeDown = true;
+        if (s.minute !== minute) return;
+        s.tokens -= debt;
+        // Serving on through a MySQL outage, bounded: one full limit per gateway per minute at most.
+        if (s.provisional < Math.max(rpm ?? 0, tpm ?? 0)) {
+          if (rpm !== null) s.requests += ask.wantRequests;
+          if (tpm !== null) s.tokens += ask.wantTokens;
+          s.provisional += Math.max(ask.wantRequests, ask.wantTokens);
+        }
+      })
+      .finally(() => {
+        s.leasing = null;
+      });
+    return s.leasing;
+  }
+
+  private refusal(s: KeyState, code: QuotaRefusal['code']): QuotaRefusal {
+    const retryAfterS = Math.max(1, Math.ceil(((s.minute + 1) * MINUTE - this.clock()) / 1000));
+    const what = code === 'LLMGW_RATE_LIMITED_REQUESTS' ? `${s.key.rpm} requests` : `${s.key.tpm} tokens`;
+    return {
+      code,
+      message: `rate limit reached for key ${s.key.name}: ${what} per minute; retry after ${retryAfterS} s`,
+      retryAfterS,
+    };
+  }
+
+  /**
+   * Settles an admitted request once its answer ended: the tokens the engine reported replace the estimate (a
+   * refund when fewer, a debt charged with the next lease when more), and usage is counted.
+   */
+  settle(
+    key: KeyRecord,
+    model: string,
+    minute: number,
+    estimate: number,
+    promptTokens: number,
+    completionTokens: number,
+  ): void {
+    const s = this.state(key);
+    if (key.tpm !== null) {
+      const delta = promptTokens + completionTokens - estimate;
+      if (s.minute === minute) s.tokens -= delta;
+      else if (delta > 0) this.charges.push({ keyId: key.id, minute, tokens: delta });
+    }
+    const u = this.counters(s, model);
+    u.requests++;
+    u.promptTokens += promptTokens;
+    u.completionTokens += completionTokens;
+  }
+
+  /** Counts a request the quota refused. */
+  refused(key: KeyRecord, model: string): void {
+    this.counters(this.state(key), model).refused++;
+  }
+
+  private counters(s: KeyState, model: string): UsageCounters {
+    let u = s.usage.get(model);
+    if (!u) {
+      u = { hour: 0, requests: 0, refused: 0, promptTokens: 0, completionTokens: 0 };
+      s.usage.set(model, u);
+    }
+    if (u.requests === 0 && u.refused === 0) u.hour = Math.floor(this.clock() / HOUR) * HOUR;
+    return u;
+  }
+
+  /** Writes the usage counted since the last flush in one statement, and late charges; keeps them on failure. */
+  flush(): Promise<void> {
+    if (this.flushing) return this.flushing;
+    const deltas = this.retryUsage;
+    this.retryUsage = [];
+    for (const s of this.states.values())
+      for (const [model, u] of s.usage) {
+        if (u.requests === 0 && u.refused === 0) continue;
+        deltas.push({ keyId: s.key.id, model, ...u });
+        u.requests = u.refused = u.promptTokens = u.completionTokens = 0;
+      }
+    const charges = this.charges.splice(0);
+    this.flushing = (async (): Promise<void> => {
+      try {
+        await this.store.addUsage(deltas);
+      } catch (err) {
+        this.log('cannot write key usage; kept for the next flush', { level: 'warn', error: (err as Error).message });
+        this.retryUsage = deltas.slice(-10_000).concat(this.retryUsage);
+      }
+      for (const c of charges)
+        await this.store.charge(c.keyId, c.minute, c.tokens).catch(() => void this.charges.push(c));
+    })().finally(() => (this.flushing = null));
+    return this.flushing;
+  }
+}
+
+/** The HTTP status of a quota refusal (429). */
+export const QUOTA_STATUS = ERRORS.LLMGW_RATE_LIMITED_REQUESTS.status;
