@@ -69,7 +69,7 @@ export async function buildControlServer(
   installGate(app, gate, roleForUrl, log);
   answerUnknownRoutes(
     app,
-    'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights (operator certificates), /health',
+    'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights, /v1/keys (operator certificates), /health',
   );
   const revokeInTable = (nodeId: string, reason: string): Promise<number> => store.revokeCertificates(nodeId, reason);
   await app.register(controlRoutes, {
