@@ -4,7 +4,6 @@ export const ERRORS = {
   LLMGW_UNKNOWN_MODEL: { status: 404, type: 'invalid_request_error' },
   LLMGW_NO_READY_REPLICA: { status: 503, type: 'server_error' },
   LLMGW_BAD_REQUEST: { status: 400, type: 'invalid_request_error' },
-  LLMGW_UNAUTHORIZED: { status: 401, type: 'invalid_request_error' },
   LLMGW_UPSTREAM_FAILED: { status: 502, type: 'server_error' },
   LLMGW_UPSTREAM_TIMEOUT: { status: 504, type: 'server_error' },
   LLMGW_UNKNOWN_NODE: { status: 404, type: 'invalid_request_error' },
