@@ -190,10 +190,26 @@ export class KeyStore {
    * the limits. The sum of all gateways' leases never passes a limit except by debts, which are tokens already spent.
    */
   async lease(a: LeaseAsk): Promise<LeaseGrant> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.leaseOnce(a);
+      } catch (err) {
+        // Two gateways leasing the same key's first slice of a minute may deadlock on the new row; one is rolled back.
+        if ((err as { code?: string }).code !== 'ER_LOCK_DEADLOCK' || attempt >= 3) throw err;
+      }
+    }
+  }
+
+  private async leaseOnce(a: LeaseAsk): Promise<LeaseGrant> {
     const conn = await this.pool.getConnection();
     try {
       await conn.beginTransaction();
-      await conn.query('INSERT IGNORE INTO key_quota (key_id, minute) VALUES (?, ?)', [a.keyId, a.minute]);
+      // An upsert, not INSERT IGNORE: it takes the row's exclusive lock at once (INSERT IGNORE's shared lock, then
+      // FOR UPDATE's exclusive one, deadlocks two gateways leasing at the same moment).
+      await conn.query('INSERT INTO key_quota (key_id, minute) VALUES (?, ?) ON DUPLICATE KEY UPDATE key_id = key_id', [
+        a.keyId,
+        a.minute,
+      ]);
       const [rows] = await conn.query<RowDataPacket[]>(
         'SELECT requests, tokens FROM key_quota WHERE key_id = ? AND minute = ? FOR UPDATE',
         [a.keyId, a.minute],
