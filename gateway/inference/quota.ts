@@ -45,6 +45,9 @@ interface KeyState {
   requestsLeft: number;
   tokensLeft: number;
   leasing: Promise<void> | null;
+  /** requests waiting on a lease, and their estimates: the next lease asks for all of them (a burst) */
+  waitingRequests: number;
+  waitingTokens: number;
   /** granted without MySQL this minute while it could not be reached (at most one limit's worth per gateway) */
   provisional: number;
   usage: Map<string, UsageCounters>;
@@ -123,6 +126,8 @@ export class QuotaKeeper {
         requestsLeft: Infinity,
         tokensLeft: Infinity,
         leasing: null,
+        waitingRequests: 0,
+        waitingTokens: 0,
         provisional: 0,
         usage: new Map(),
       };
@@ -158,20 +163,34 @@ export class QuotaKeeper {
       return null;
     }
     if (short !== 'lease') return short;
-    return this.takeAfterLease(s, estimate, 3);
+    return this.takeAfterLease(s, estimate);
   }
 
-  private async takeAfterLease(s: KeyState, estimate: number, tries: number): Promise<QuotaRefusal | null> {
-    const minute = s.minute;
-    await this.lease(s, estimate);
-    if (s.minute !== minute) this.state(s.key);
-    const short = this.shortOf(s, estimate);
-    if (short === 'none') {
-      this.spend(s, estimate);
-      return null;
+  private async takeAfterLease(s: KeyState, estimate: number): Promise<QuotaRefusal | null> {
+    const r = s.key.rpm !== null ? 1 : 0;
+    const t = s.key.tpm !== null ? estimate : 0;
+    s.waitingRequests += r;
+    s.waitingTokens += t;
+    try {
+      // Each lease grants at least one request's worth or finds the budget spent, so this ends; the bound is a guard.
+      for (let tries = 0; tries < 30; tries++) {
+        await this.lease(s, estimate);
+        this.state(s.key);
+        const short = this.shortOf(s, estimate);
+        if (short === 'none') {
+          this.spend(s, estimate);
+          return null;
+        }
+        if (short !== 'lease') return short;
+      }
+      return this.refusal(
+        s,
+        s.key.rpm !== null && s.requests < 1 ? 'LLMGW_RATE_LIMITED_REQUESTS' : 'LLMGW_RATE_LIMITED_TOKENS',
+      );
+    } finally {
+      s.waitingRequests -= r;
+      s.waitingTokens -= t;
     }
-    if (short === 'lease' && tries > 1) return this.takeAfterLease(s, estimate, tries - 1);
-    return short === 'lease' ? this.refusal(s, 'LLMGW_RATE_LIMITED_TOKENS') : short;
   }
 
   /** What stands between the request and admission: nothing, a lease, or the minute's budget being spent. */
@@ -213,9 +232,9 @@ export class QuotaKeeper {
       minute,
       rpm,
       tpm,
-      wantRequests: rpm === null ? 0 : this.sliceOf(rpm),
-      needRequests: rpm === null ? 0 : Math.max(0, 1 - s.requests),
-      wantTokens: tpm === null ? 0 : Math.max(this.sliceOf(tpm), needTokens),
+      wantRequests: rpm === null ? 0 : Math.max(this.sliceOf(rpm), s.waitingRequests - s.requests),
+      needRequests: rpm === null ? 0 : Math.max(0, Math.min(1, 1 - s.requests)),
+      wantTokens: tpm === null ? 0 : Math.max(this.sliceOf(tpm), needTokens, s.waitingTokens - s.tokens),
       needTokens,
       debtTokens: debt,
     };
