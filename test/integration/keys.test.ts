@@ -307,7 +307,12 @@ test('requests per minute hold across two gateways, and a key flooding does not 
   const calm = await create('calm', { rpm: '1000' });
   await minuteWithRoom(20_000);
   const results = await Promise.all(
-    Array.from({ length: 100 }, (_, i) => send(gateways[i % 2]!.url, flood, chat('sim-small')).then((r) => r.status)),
+    Array.from({ length: 100 }, (_, i) =>
+      send(gateways[i % 2]!.url, flood, chat('sim-small')).then(async (r) => {
+        if (r.status !== 200 && r.status !== 429) console.log(r.status, await r.text());
+        return r.status;
+      }),
+    ),
   );
   const passed = results.filter((s) => s === 200).length;
   console.log(
