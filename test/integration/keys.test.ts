@@ -22,12 +22,12 @@ jest.setTimeout(180_000);
 
 const url = testMysqlUrl();
 const profiles = [{ name: 'default', engine: 'sim' as const, nodes: 1, gpusPerNode: 1, args: [] }];
-let pools: Pool[] = [];
+const pools: Pool[] = [];
 let store: Store;
 let control: FastifyInstance;
 let api: ControlApi;
-let engines: SimEngine[] = [];
-let gateways: RunningGateway[] = [];
+const engines: SimEngine[] = [];
+const gateways: RunningGateway[] = [];
 let rows: RouteRows;
 const routings: RoutingTable[] = [];
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
