@@ -10,24 +10,24 @@ const EVENT = Buffer.from('data: {');
 
 /** One answer's tokens, as far as its bytes tell. */
 export class UsageMeter {
-  private last: Buffer | null = null;
-  private prev: Buffer | null = null;
-  private prev2: Buffer | null = null;
+  /** The last chunks, just enough of them to hold TAIL bytes (references: nothing is copied until the end). */
+  private readonly tail: Buffer[] = [];
+  private tailBytes = 0;
   private events = 0;
 
   /** Takes one chunk of the answer (an 'data' listener: keeps references, copies nothing). */
   readonly push = (chunk: Buffer): void => {
-    this.prev2 = this.prev;
-    this.prev = this.last;
-    this.last = chunk;
+    this.tail.push(chunk);
+    this.tailBytes += chunk.length;
+    while (this.tail.length > 1 && this.tailBytes - (this.tail[0] as Buffer).length >= TAIL)
+      this.tailBytes -= (this.tail.shift() as Buffer).length;
     for (let i = chunk.indexOf(EVENT); i >= 0; i = chunk.indexOf(EVENT, i + EVENT.length)) this.events++;
   };
 
   /** The prompt and completion tokens the answer reported, or null when it reported none. */
   reported(): { prompt: number; completion: number } | null {
-    if (!this.last) return null;
-    const parts = [this.prev2, this.prev, this.last].filter((b): b is Buffer => b !== null);
-    const all = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+    if (this.tail.length === 0) return null;
+    const all = this.tail.length === 1 ? (this.tail[0] as Buffer) : Buffer.concat(this.tail);
     const tail = all.subarray(Math.max(0, all.length - TAIL)).toString('latin1');
     const at = tail.lastIndexOf('"usage"');
     if (at < 0) return null;
