@@ -7,6 +7,22 @@
 /** How much of an answer's end is kept to find its usage in, bytes. */
 const TAIL = 4096;
 const EVENT = Buffer.from('data: {');
+const USAGE = Buffer.from('"usage"');
+const PROMPT = Buffer.from('"prompt_tokens"');
+const COMPLETION = Buffer.from('"completion_tokens"');
+
+/** The whole number after `"name"` and a colon, searching from `from`; null when there is none. */
+function numberAfter(b: Buffer, name: Buffer, from: number): number | null {
+  let i = b.indexOf(name, from);
+  if (i < 0) return null;
+  i += name.length;
+  while (b[i] === 0x20 || b[i] === 0x3a || b[i] === 0x0a || b[i] === 0x0d || b[i] === 0x09) i++;
+  let n = 0;
+  const start = i;
+  for (; i < b.length && (b[i] as number) >= 0x30 && (b[i] as number) <= 0x39; i++)
+    n = n * 10 + (b[i] as number) - 0x30;
+  return i > start ? n : null;
+}
 
 /** One answer's tokens, as far as its bytes tell. */
 export class UsageMeter {
@@ -28,13 +44,13 @@ export class UsageMeter {
   reported(): { prompt: number; completion: number } | null {
     if (this.tail.length === 0) return null;
     const all = this.tail.length === 1 ? (this.tail[0] as Buffer) : Buffer.concat(this.tail);
-    const tail = all.subarray(Math.max(0, all.length - TAIL)).toString('latin1');
-    const at = tail.lastIndexOf('"usage"');
+    // Read on the bytes: no string of the answer is built.
+    const at = all.lastIndexOf(USAGE);
     if (at < 0) return null;
-    const prompt = /"prompt_tokens"\s*:\s*(\d+)/.exec(tail.slice(at));
-    const completion = /"completion_tokens"\s*:\s*(\d+)/.exec(tail.slice(at));
-    if (!prompt && !completion) return null;
-    return { prompt: Number(prompt?.[1] ?? 0), completion: Number(completion?.[1] ?? 0) };
+    const prompt = numberAfter(all, PROMPT, at);
+    const completion = numberAfter(all, COMPLETION, at);
+    if (prompt === null && completion === null) return null;
+    return { prompt: prompt ?? 0, completion: completion ?? 0 };
   }
 
   /** Events seen, when the answer is a stream (its content events: about one token each). */
