@@ -1,8 +1,14 @@
 /**
  * Inference keys end to end, on a real MariaDB and real sockets: `ctl keys` through the control API, two gateways
- * (each with its own MySQL pool, as two processes would have) in front of sim engines. Create → use → scope →
- * revoke within a second on both; bad keys; quotas that hold across both gateways under concurrent load.
+ * in this process (each with its own MySQL pool) in front of sim engines: create → use → scope → revoke within a
+ * second on both; bad keys. Quotas are then loaded on two `llmgw gateway` processes (routing from MySQL, as in
+ * production), which share nothing but MySQL.
  */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { stringify } from 'yaml';
 import Fastify, { type FastifyInstance } from 'fastify';
 import type { Pool } from 'mysql2/promise';
 import { KeyTable } from '../../gateway/inference/keys';
@@ -16,7 +22,8 @@ import { openDatabase } from '../../lib/store/db';
 import { KeyStore } from '../../lib/store/keys';
 import { Store, type RouteRows } from '../../lib/store/store';
 import { startSimEngine, type SimEngine } from '../../lib/sim/server';
-import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
+import { dropDatabase, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { waitFor } from '../helpers/wait';
 
 jest.setTimeout(180_000);
 
@@ -71,9 +78,14 @@ async function create(name: string, o: { models?: string; rpm?: string; tpm?: st
 }
 
 /** Polls every 20 ms until `ok` holds on every gateway; returns how long it took, or fails naming what never happened. */
-async function untilAll(what: string, ok: (gw: string) => Promise<boolean>, withinMs: number): Promise<number> {
+async function untilAll(
+  what: string,
+  ok: (gw: string) => Promise<boolean>,
+  withinMs: number,
+  urls = gateways.map((g) => g.url),
+): Promise<number> {
   const started = Date.now();
-  const pending = new Set(gateways.map((g) => g.url));
+  const pending = new Set(urls);
   while (pending.size) {
     for (const gw of [...pending]) if (await ok(gw)) pending.delete(gw);
     if (!pending.size) break;
@@ -126,7 +138,46 @@ beforeAll(async () => {
   await startKeyedGateway();
 });
 
+/** Two `llmgw gateway` processes on this test's MySQL, no static keys; routing from the replicas in the store. */
+const procs: ChildProcess[] = [];
+const procUrls: string[] = [];
+const dir = mkdtempSync(join(tmpdir(), 'llmgw-keys-'));
+async function startGatewayProcesses(): Promise<string[]> {
+  if (procUrls.length) return procUrls;
+  await store.setReplica({
+    id: 'sim-small-0',
+    model: 'sim-small',
+    profile: 'default',
+    state: 'ready',
+    endpoint: `http://127.0.0.1:${engines[0]!.port}`,
+  });
+  for (let i = 0; i < 2; i++) {
+    const base = await testConfig({ temporalAddress: '127.0.0.1:1', mysqlUrl: url, catalog: [] });
+    const file = join(dir, `server-${i}.yaml`);
+    writeFileSync(file, stringify({ ...base, gateway: { ...base.gateway, apiKeys: [] } }));
+    let log = '';
+    const p = spawn(process.execPath, [resolve(__dirname, '../../bin/llmgw.js'), 'gateway', '--config', file], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    p.stderr?.on('data', (b: Buffer) => void (log = (log + b.toString()).slice(-5000)));
+    procs.push(p);
+    const gw = `http://127.0.0.1:${base.listeners.gateway.port}`;
+    await waitFor(
+      async () => {
+        if (p.exitCode !== null) throw new Error(`gateway process ${i} exited: ${log}`);
+        const r = await fetch(`${gw}/health`).catch(() => null);
+        return r?.ok ?? false;
+      },
+      { timeoutMs: 60_000, what: `gateway process ${i} to listen` },
+    );
+    procUrls.push(gw);
+  }
+  return procUrls;
+}
+
 afterAll(async () => {
+  for (const p of procs) p.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
   await Promise.all(gateways.map((g) => g.close()));
   await control?.close();
   await Promise.all(engines.map((e) => e.close()));
@@ -239,13 +290,15 @@ async function minuteWithRoom(ms: number): Promise<number> {
   return Math.floor(Date.now() / 60_000);
 }
 
-test('tokens per minute hold across two gateways under concurrent load (≤ 1 % over), 429 with Retry-After', async () => {
+test('tokens per minute hold across two gateway processes under concurrent load (≤ 1 % over), 429 with Retry-After', async () => {
   const TPM = 20_000;
+  const urls = await startGatewayProcesses();
   const key = await create('load-t', { tpm: String(TPM) });
   await untilAll(
     'the key accepted',
     async (gw) => (await send(gw, key, chat('sim-small', { max_tokens: 1 }))).status === 200,
     1000,
+    urls,
   );
   const minute = await minuteWithRoom(40_000);
   let tokens = 0;
@@ -285,13 +338,13 @@ test('tokens per minute hold across two gateways under concurrent load (≤ 1 % 
     }
   };
   const started = Date.now();
-  await Promise.all(gateways.flatMap((g) => Array.from({ length: 6 }, (_, n) => client(g.url, n))));
+  await Promise.all(urls.flatMap((g) => Array.from({ length: 6 }, (_, n) => client(g, n))));
   expect(Math.floor(Date.now() / 60_000)).toBe(minute); // the whole load ran in one quota minute
   // The last answers of other clients may have been in flight at the first 429: count the window in MySQL too.
   const leased = await new KeyStore(pools[0]!).window(await new KeyStore(pools[0]!).idOf('load-t'), minute);
   const overshoot = (tokens - TPM) / TPM;
   console.log(
-    `tpm ${TPM} across 2 gateways, 12 clients, ${Date.now() - started} ms: ${ok} answers used ${tokens} tokens ` +
+    `tpm ${TPM} across 2 gateway processes, 12 clients, ${Date.now() - started} ms: ${ok} answers used ${tokens} tokens ` +
       `(${((tokens / TPM) * 100).toFixed(2)} % of the limit, overshoot ${(Math.max(0, overshoot) * 100).toFixed(2)} %); ` +
       `leased in MySQL ${leased.tokens}; ${refused} refused`,
   );
@@ -301,14 +354,21 @@ test('tokens per minute hold across two gateways under concurrent load (≤ 1 % 
   expect(Number(retryAfter)).toBeLessThanOrEqual(60);
 });
 
-test('requests per minute hold across two gateways, and a key flooding does not stop another key', async () => {
+test('requests per minute hold across two gateway processes, and a key flooding does not stop another key', async () => {
   const RPM = 40;
+  const urls = await startGatewayProcesses();
   const flood = await create('flood', { rpm: String(RPM) });
   const calm = await create('calm', { rpm: '1000' });
+  await untilAll(
+    'the keys accepted',
+    async (gw) => (await send(gw, calm, chat('sim-small'))).status === 200,
+    1000,
+    urls,
+  );
   await minuteWithRoom(20_000);
   const results = await Promise.all(
     Array.from({ length: 100 }, (_, i) =>
-      send(gateways[i % 2]!.url, flood, chat('sim-small')).then(async (r) => {
+      send(urls[i % 2]!, flood, chat('sim-small')).then(async (r) => {
         if (r.status !== 200 && r.status !== 429) console.log(r.status, await r.text());
         return r.status;
       }),
@@ -316,15 +376,15 @@ test('requests per minute hold across two gateways, and a key flooding does not 
   );
   const passed = results.filter((s) => s === 200).length;
   console.log(
-    `rpm ${RPM} across 2 gateways, 100 concurrent requests: ${passed} passed, ${results.filter((s) => s === 429).length} got 429`,
+    `rpm ${RPM} across 2 gateway processes, 100 concurrent requests: ${passed} passed, ${results.filter((s) => s === 429).length} got 429`,
   );
   expect(passed).toBeLessThanOrEqual(RPM);
   expect(passed).toBeGreaterThanOrEqual(RPM * 0.9);
   expect(results.every((s) => s === 200 || s === 429)).toBe(true);
-  const again = await send(gateways[0]!.url, flood, chat('sim-small'));
+  const again = await send(urls[0]!, flood, chat('sim-small'));
   expect(again.status).toBe(429);
   expect(((await again.json()) as { error: { type: string } }).error.type).toBe('requests');
-  for (const g of gateways) expect((await send(g.url, calm, chat('sim-small'))).status).toBe(200);
+  for (const g of urls) expect((await send(g, calm, chat('sim-small'))).status).toBe(200);
 
   // Usage, flushed in batches by each gateway: every request and refusal of the minute, per model.
   let rowsSeen = '';
