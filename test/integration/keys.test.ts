@@ -402,3 +402,38 @@ test('requests per minute hold across two gateway processes, and a key flooding 
     await sleep(100);
   }
 });
+
+test('prompts the estimate undercounts: the overshoot stays within what was in flight when the budget ran out', async () => {
+  const TPM = 20_000;
+  const CLIENTS = 12;
+  const urls = await startGatewayProcesses();
+  const key = await create('load-under', { tpm: String(TPM) });
+  await untilAll('the key accepted', async (gw) => (await send(gw, key, chat('sim-small'))).status === 200, 1000, urls);
+  // One-letter words: the sim engine counts ~1 token per 2 bytes, the estimate 1 per 4 — each answer runs past it.
+  const content = 'a '.repeat(150).trim();
+  const body = chat('sim-small', { max_tokens: 10, messages: [{ role: 'user', content }] });
+  const minute = await minuteWithRoom(30_000);
+  let tokens = 0;
+  let worstUnder = 0;
+  const estimate = Math.ceil(Buffer.byteLength(body) / 4) + 10;
+  const client = async (gw: string): Promise<void> => {
+    for (;;) {
+      const r = await send(gw, key, body);
+      const text = await r.text();
+      if (r.status === 429) return;
+      expect(r.status).toBe(200);
+      const used = (JSON.parse(text) as { usage: { total_tokens: number } }).usage.total_tokens;
+      worstUnder = Math.max(worstUnder, used - estimate);
+      tokens += used;
+    }
+  };
+  await Promise.all(urls.flatMap((g) => Array.from({ length: CLIENTS / 2 }, () => client(g))));
+  expect(Math.floor(Date.now() / 60_000)).toBe(minute);
+  const over = Math.max(0, tokens - TPM);
+  console.log(
+    `tpm ${TPM}, estimates ${worstUnder} tokens short per request, ${CLIENTS} clients on 2 gateway processes: ` +
+      `${tokens} tokens used, overshoot ${((over / TPM) * 100).toFixed(2)} % (bound: ${CLIENTS} in flight × ${worstUnder} = ${((CLIENTS * worstUnder * 100) / TPM).toFixed(2)} %)`,
+  );
+  expect(worstUnder).toBeGreaterThan(0);
+  expect(over).toBeLessThanOrEqual(CLIENTS * worstUnder);
+});
