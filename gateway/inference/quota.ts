@@ -50,6 +50,9 @@ interface KeyState {
   waitingTokens: number;
   /** granted without MySQL this minute while it could not be reached (at most one limit's worth per gateway) */
   provisional: number;
+  /** a first slice of the next minute, leased in this minute's last seconds so that minute starts without a wait */
+  next: { minute: number; requests: number; tokens: number; requestsLeft: number; tokensLeft: number } | null;
+  nextLeasing: boolean;
   usage: Map<string, UsageCounters>;
 }
 
@@ -66,6 +69,8 @@ export interface QuotaOptions {
 
 const MINUTE = 60_000;
 const HOUR = 3_600_000;
+/** How long before a minute ends a key in use leases its first slice of the next one, ms. */
+const PREFETCH_NEXT_MS = 3000;
 /** Tokens a request without max_tokens is expected to produce; what it produces past that is charged afterwards. */
 export const DEFAULT_COMPLETION_ESTIMATE = 256;
 
@@ -129,6 +134,8 @@ export class QuotaKeeper {
         waitingRequests: 0,
         waitingTokens: 0,
         provisional: 0,
+        next: null,
+        nextLeasing: false,
         usage: new Map(),
       };
       this.states.set(key.id, s);
@@ -136,10 +143,12 @@ export class QuotaKeeper {
       // A new minute: what was left of the old one's slices lapses; tokens spent past them are charged to it.
       if (s.tokens < 0) this.charges.push({ keyId: key.id, minute: s.minute, tokens: -s.tokens });
       s.minute = minute;
-      s.requests = 0;
-      s.tokens = 0;
-      s.requestsLeft = Infinity;
-      s.tokensLeft = Infinity;
+      const next = s.next?.minute === minute ? s.next : null;
+      s.requests = next?.requests ?? 0;
+      s.tokens = next?.tokens ?? 0;
+      s.requestsLeft = next?.requestsLeft ?? Infinity;
+      s.tokensLeft = next?.tokensLeft ?? Infinity;
+      s.next = null;
       s.provisional = 0;
     }
     return s;
@@ -209,6 +218,7 @@ export class QuotaKeeper {
   private spend(s: KeyState, estimate: number): void {
     if (s.key.rpm !== null) s.requests -= 1;
     if (s.key.tpm !== null) s.tokens -= estimate;
+    if (!s.nextLeasing && s.next === null && this.clock() % MINUTE >= MINUTE - PREFETCH_NEXT_MS) this.leaseNext(s);
     // Lease the next slice while this one still lasts, so requests rarely wait on one.
     if (s.leasing) return;
     const lowR = s.key.rpm !== null && s.requests < this.sliceOf(s.key.rpm) / 2 && s.requestsLeft > 0;
@@ -271,6 +281,38 @@ export class QuotaKeeper {
         s.leasing = null;
       });
     return s.leasing;
+  }
+
+  /** Leases one slice of the next minute for a key in use now (never more than a slice: it may go unused). */
+  private leaseNext(s: KeyState): void {
+    const { rpm, tpm, id } = s.key;
+    const minute = s.minute + 1;
+    s.nextLeasing = true;
+    const ask: LeaseAsk = {
+      keyId: id,
+      minute,
+      rpm,
+      tpm,
+      wantRequests: rpm === null ? 0 : this.sliceOf(rpm),
+      needRequests: 0,
+      wantTokens: tpm === null ? 0 : this.sliceOf(tpm),
+      needTokens: 0,
+      debtTokens: 0,
+    };
+    void this.store
+      .lease(ask)
+      .then((g) => {
+        if (s.minute < minute)
+          s.next = {
+            minute,
+            requests: g.requests,
+            tokens: g.tokens,
+            requestsLeft: g.requestsLeft,
+            tokensLeft: g.tokensLeft,
+          };
+      })
+      .catch(() => undefined) // the minute's first request leases as usual
+      .finally(() => (s.nextLeasing = false));
   }
 
   private refusal(s: KeyState, code: QuotaRefusal['code']): QuotaRefusal {
