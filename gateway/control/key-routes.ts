@@ -21,7 +21,12 @@ const createSchema = {
     name: { type: 'string', maxLength: 64 },
     digest: { type: 'string', pattern: '^[0-9a-f]{64}$' },
     prefix: { type: 'string', maxLength: 16 },
-    models: { type: ['array', 'null'], maxItems: 1000, items: { type: 'string', minLength: 1, maxLength: 128 } },
+    models: {
+      type: ['array', 'null'],
+      minItems: 1,
+      maxItems: 1000,
+      items: { type: 'string', minLength: 1, maxLength: 128 },
+    },
     rpm: quota,
     tpm: quota,
     expiresAt: { type: ['string', 'null'], maxLength: 40 },

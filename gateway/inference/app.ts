@@ -296,6 +296,12 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
             const taken = quota.take(key, estimate);
             const refusal = taken === null ? null : 'then' in taken ? await taken : taken;
             if (refusal) return refuseQuota(reply, quota, key, model, refusal);
+            // A client that left while its request waited on a lease: give the estimate back, send nothing.
+            if (reply.raw.destroyed) {
+              quota.settle(key, model, minute, estimate, 0, 0);
+              reply.hijack();
+              return reply;
+            }
             // After a wait on a lease, the replica picked before may be gone: pick again.
             const first = taken === null ? picked.replica : (pickAgain(model) ?? picked.replica);
             const meter = new UsageMeter();
