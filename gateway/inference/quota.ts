@@ -8,6 +8,7 @@
 import { ERRORS, type ErrorCode } from '../../lib/errors';
 import type { KeyRecord, LeaseAsk, LeaseGrant, UsageDelta } from '../../lib/store/keys';
 import { silentLog, type GatewayLog } from './log';
+import { UsageBook } from './usage';
 
 /** The part of KeyStore quotas and usage use. */
 export interface QuotaStore {
@@ -27,14 +28,6 @@ export interface QuotaRefusal {
 /** The answer of `take`: admitted (null), refused, or to be known once a lease returns. */
 export type TakeResult = null | QuotaRefusal | Promise<QuotaRefusal | null>;
 
-interface UsageCounters {
-  hour: number;
-  requests: number;
-  refused: number;
-  promptTokens: number;
-  completionTokens: number;
-}
-
 interface KeyState {
   key: KeyRecord;
   minute: number;
@@ -53,7 +46,6 @@ interface KeyState {
   /** a first slice of the next minute, leased in this minute's last seconds so that minute starts without a wait */
   next: { minute: number; requests: number; tokens: number; requestsLeft: number; tokensLeft: number } | null;
   nextLeasing: boolean;
-  usage: Map<string, UsageCounters>;
 }
 
 /** Options of the quota keeper. */
@@ -68,7 +60,6 @@ export interface QuotaOptions {
 }
 
 const MINUTE = 60_000;
-const HOUR = 3_600_000;
 /** How long before a minute ends a key in use leases its first slice of the next one, ms. */
 const PREFETCH_NEXT_MS = 3000;
 /** Tokens a request without max_tokens is expected to produce; what it produces past that is charged afterwards. */
@@ -83,7 +74,7 @@ export function estimateTokens(bodyBytes: number, maxTokens: number | null, embe
 export class QuotaKeeper {
   private readonly states = new Map<number, KeyState>();
   private readonly charges: { keyId: number; minute: number; tokens: number }[] = [];
-  private retryUsage: UsageDelta[] = [];
+  private readonly usage: UsageBook;
   private readonly slice: number;
   private readonly log: GatewayLog;
   private readonly clock: () => number;
@@ -98,6 +89,7 @@ export class QuotaKeeper {
     this.slice = opts.slice ?? 1 / 50;
     this.log = opts.log ?? silentLog;
     this.clock = opts.clock ?? Date.now;
+    this.usage = new UsageBook((d) => store.addUsage(d), this.log, this.clock);
   }
 
   /** Starts writing usage every flushMs (and forgetting old quota rows now and then). */
@@ -136,7 +128,6 @@ export class QuotaKeeper {
         provisional: 0,
         next: null,
         nextLeasing: false,
-        usage: new Map(),
       };
       this.states.set(key.id, s);
     } else if (s.minute !== minute) {
@@ -337,52 +328,26 @@ export class QuotaKeeper {
     promptTokens: number,
     completionTokens: number,
   ): void {
-    const s = this.state(key);
     if (key.tpm !== null) {
+      const s = this.state(key);
       const delta = promptTokens + completionTokens - estimate;
       if (s.minute === minute) s.tokens -= delta;
       else if (delta > 0) this.charges.push({ keyId: key.id, minute, tokens: delta });
     }
-    const u = this.counters(s, model);
-    u.requests++;
-    u.promptTokens += promptTokens;
-    u.completionTokens += completionTokens;
+    this.usage.answered(key.id, model, promptTokens, completionTokens);
   }
 
   /** Counts a request the quota refused. */
   refused(key: KeyRecord, model: string): void {
-    this.counters(this.state(key), model).refused++;
-  }
-
-  private counters(s: KeyState, model: string): UsageCounters {
-    let u = s.usage.get(model);
-    if (!u) {
-      u = { hour: 0, requests: 0, refused: 0, promptTokens: 0, completionTokens: 0 };
-      s.usage.set(model, u);
-    }
-    if (u.requests === 0 && u.refused === 0) u.hour = Math.floor(this.clock() / HOUR) * HOUR;
-    return u;
+    this.usage.refused(key.id, model);
   }
 
   /** Writes the usage counted since the last flush in one statement, and late charges; keeps them on failure. */
   flush(): Promise<void> {
     if (this.flushing) return this.flushing;
-    const deltas = this.retryUsage;
-    this.retryUsage = [];
-    for (const s of this.states.values())
-      for (const [model, u] of s.usage) {
-        if (u.requests === 0 && u.refused === 0) continue;
-        deltas.push({ keyId: s.key.id, model, ...u });
-        u.requests = u.refused = u.promptTokens = u.completionTokens = 0;
-      }
     const charges = this.charges.splice(0);
     this.flushing = (async (): Promise<void> => {
-      try {
-        await this.store.addUsage(deltas);
-      } catch (err) {
-        this.log('cannot write key usage; kept for the next flush', { level: 'warn', error: (err as Error).message });
-        this.retryUsage = deltas.slice(-10_000).concat(this.retryUsage);
-      }
+      await this.usage.flush();
       for (const c of charges)
         await this.store.charge(c.keyId, c.minute, c.tokens).catch(() => void this.charges.push(c));
     })().finally(() => (this.flushing = null));
