@@ -385,6 +385,15 @@ test('requests per minute hold across two gateway processes, and a key flooding 
   expect(again.status).toBe(429);
   expect(((await again.json()) as { error: { type: string } }).error.type).toBe('requests');
   for (const g of urls) expect((await send(g, calm, chat('sim-small'))).status).toBe(200);
+  // Revoked while in use: both processes refuse it within a second.
+  await revokeKey(api, 'calm', () => undefined);
+  const goneMs = await untilAll(
+    'the revoked key refused by the gateway processes',
+    async (gw) => (await send(gw, calm, chat('sim-small'))).status === 401,
+    1000,
+    urls,
+  );
+  console.log(`a revoked key was refused by both gateway processes ${goneMs} ms after ctl keys revoke returned`);
 
   // Usage, flushed in batches by each gateway: every request and refusal of the minute, per model.
   let rowsSeen = '';

@@ -12,6 +12,7 @@ import {
 } from '../../lib/api-keys';
 import { openAiError } from '../../lib/errors';
 import { grantOf, type KeyRecord } from '../../lib/store/keys';
+import { roleForUrl } from '../../gateway/control/server';
 import { KeyTable, scopeRefusal } from '../../gateway/inference/keys';
 import { estimateTokens } from '../../gateway/inference/quota';
 import { UsageMeter } from '../../gateway/inference/usage-meter';
@@ -221,4 +222,9 @@ describe('the key table', () => {
       'key team-a may not use model "b"; it may use: a, gone (no longer served)',
     );
   });
+});
+
+test('the control API serves key routes to operator certificates only (a node certificate cannot make keys)', () => {
+  for (const route of ['/v1/keys', '/v1/keys/:name/revoke', '/v1/keys/usage'])
+    expect(roleForUrl(route)).toBe('operator');
 });
