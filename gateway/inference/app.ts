@@ -114,7 +114,7 @@ function settleUsage(
 ): void {
   if (res.statusCode !== 200) return quota.settle(key, model, minute, estimate, 0, 0);
   const reported = meter.reported();
-  if (reported) return quota.settle(key, model, minute, estimate, reported.prompt, reported.completion);
+  if (reported) return quota.settle(key, model, minute, estimate, reported.prompt, reported.completion, true);
   const sse = String(res.getHeader('content-type')).startsWith('text/event-stream');
   // Without a usage object: a stream is counted by its events, anything else is taken to have used its estimate.
   if (sse) return quota.settle(key, model, minute, estimate, Math.ceil(bodyBytes / 4), meter.eventCount());
@@ -291,7 +291,9 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
               return reply;
             }
             const estimate =
-              key.tpm === null ? 0 : estimateTokens(body.length, checked.maxTokens, path === '/v1/embeddings');
+              key.tpm === null
+                ? 0
+                : quota.estimate(key, estimateTokens(body.length, checked.maxTokens, path === '/v1/embeddings'));
             const minute = quota.minute();
             const taken = quota.take(key, estimate);
             const refusal = taken === null ? null : 'then' in taken ? await taken : taken;

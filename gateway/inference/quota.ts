@@ -43,6 +43,8 @@ interface KeyState {
   waitingTokens: number;
   /** granted without MySQL this minute while it could not be reached (at most one limit's worth per gateway) */
   provisional: number;
+  /** what the key's answers used against their estimates (≥ 1): estimates are scaled by it, learned from usage */
+  scale: number;
   /** a first slice of the next minute, leased in this minute's last seconds so that minute starts without a wait */
   next: { minute: number; requests: number; tokens: number; requestsLeft: number; tokensLeft: number } | null;
   nextLeasing: boolean;
@@ -126,6 +128,7 @@ export class QuotaKeeper {
         waitingRequests: 0,
         waitingTokens: 0,
         provisional: 0,
+        scale: 1,
         next: null,
         nextLeasing: false,
       };
@@ -143,6 +146,15 @@ export class QuotaKeeper {
       s.provisional = 0;
     }
     return s;
+  }
+
+  /**
+   * A request's token estimate for this key: `raw` (estimateTokens) scaled by what the key's answers have used
+   * against their estimates, so prompts the byte count undercounts (short words, other scripts) stop running past it.
+   */
+  estimate(key: KeyRecord, raw: number): number {
+    const s = this.states.get(key.id);
+    return s ? Math.ceil(raw * s.scale) : raw;
   }
 
   /** The minute a request admitted now is counted in (pass it back to `settle`). */
@@ -327,10 +339,19 @@ export class QuotaKeeper {
     estimate: number,
     promptTokens: number,
     completionTokens: number,
+    /** true when the engine reported the counts (they teach the estimate's scale) */
+    reported = false,
   ): void {
     if (key.tpm !== null) {
       const s = this.state(key);
-      const delta = promptTokens + completionTokens - estimate;
+      const used = promptTokens + completionTokens;
+      // Up fast when answers run past their estimates (each excess is overshoot risk), down slowly, never below 1.
+      if (reported && estimate > 0)
+        s.scale = Math.min(
+          8,
+          Math.max(1, s.scale * (used > estimate ? used / estimate : 1 - 0.05 * (1 - used / estimate))),
+        );
+      const delta = used - estimate;
       if (s.minute === minute) s.tokens -= delta;
       else if (delta > 0) this.charges.push({ keyId: key.id, minute, tokens: delta });
     }
