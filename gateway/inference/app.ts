@@ -4,6 +4,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { GatewayTimeouts } from '../../config/types';
 import { ERRORS, openAiError, quoteInput, type ErrorCode } from '../../lib/errors';
+import type { KeyRecord } from '../../lib/store/keys';
 import { answerErrors, answerUnknownRoutes } from '../errors';
 import { corsHeaders, preflight } from './cors';
 import { scopeRefusal, type KeyTable } from './keys';
@@ -13,7 +14,6 @@ import { estimateTokens, type QuotaKeeper, type QuotaRefusal } from './quota';
 import { checkRequest, PROXIED } from './request-check';
 import type { RoutableReplica, RoutingTable } from './routing';
 import { UsageMeter } from './usage-meter';
-import type { KeyRecord } from '../../lib/store/keys';
 
 declare module 'fastify' {
   interface FastifyRequest {
