@@ -48,7 +48,10 @@ export interface ServerConfig {
   /** Ports handed to engine shards: [base, base+count) */
   enginePorts: { base: number; count: number };
   gateway: {
-    /** API keys accepted as `Authorization: Bearer <key>`; empty list = no key needed (local cluster only) */
+    /**
+     * Static keys accepted as `Authorization: Bearer <key>` beside the key store's (llmgw ctl keys): every model, no
+     * quota, no usage — for bootstrapping and migration; prefer stored keys (docs/keys.md)
+     */
     apiKeys: string[];
     /** How often the routing table is re-read from MySQL, ms */
     refreshMs: number;

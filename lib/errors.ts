@@ -4,7 +4,6 @@ export const ERRORS = {
   LLMGW_UNKNOWN_MODEL: { status: 404, type: 'invalid_request_error' },
   LLMGW_NO_READY_REPLICA: { status: 503, type: 'server_error' },
   LLMGW_BAD_REQUEST: { status: 400, type: 'invalid_request_error' },
-  LLMGW_UNAUTHORIZED: { status: 401, type: 'invalid_request_error' },
   LLMGW_UPSTREAM_FAILED: { status: 502, type: 'server_error' },
   LLMGW_UPSTREAM_TIMEOUT: { status: 504, type: 'server_error' },
   LLMGW_UNKNOWN_NODE: { status: 404, type: 'invalid_request_error' },
@@ -58,6 +57,12 @@ export const ERRORS = {
   LLMGW_PAGE_KEY_EXISTS: { status: 409, type: 'invalid_request_error' },
   LLMGW_PAGE_SIGNIN_REQUIRED: { status: 401, type: 'invalid_request_error' },
   LLMGW_PAGE_CSRF_REFUSED: { status: 403, type: 'invalid_request_error' },
+  LLMGW_INVALID_API_KEY: { status: 401, type: 'invalid_request_error', openai: 'invalid_api_key' },
+  LLMGW_MODEL_NOT_ALLOWED: { status: 403, type: 'invalid_request_error', openai: 'model_not_allowed' },
+  LLMGW_RATE_LIMITED_REQUESTS: { status: 429, type: 'requests', openai: 'rate_limit_exceeded' },
+  LLMGW_RATE_LIMITED_TOKENS: { status: 429, type: 'tokens', openai: 'rate_limit_exceeded' },
+  LLMGW_KEY_EXISTS: { status: 409, type: 'invalid_request_error' },
+  LLMGW_UNKNOWN_KEY: { status: 404, type: 'invalid_request_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;
@@ -97,5 +102,7 @@ export function openAiError(
   code: ErrorCode,
   message: string,
 ): { error: { message: string; type: string; code: string } } {
-  return { error: { message, type: ERRORS[code].type, code } };
+  const e: { type: string; openai?: string } = ERRORS[code];
+  // Where OpenAI has a code of its own for the case (invalid_api_key, rate_limit_exceeded), clients look for that one.
+  return { error: { message, type: e.type, code: e.openai ?? code } };
 }

@@ -2,10 +2,13 @@
 import type { ServerConfig } from '../config/types';
 import type { GatewayLog } from '../gateway/inference/log';
 import { InflightReporter } from '../gateway/inference/inflight-report';
+import { KeyTable } from '../gateway/inference/keys';
+import { QuotaKeeper } from '../gateway/inference/quota';
 import { RoutingTable } from '../gateway/inference/routing';
 import { startGateway } from '../gateway/inference/server';
 import { openDatabase } from '../lib/store/db';
 import { DrainStore } from '../lib/store/drain';
+import { KeyStore } from '../lib/store/keys';
 import { Store } from '../lib/store/store';
 
 /** Rows of gateways silent this long are removed when a gateway starts (a row is a few hundred bytes; restarts add one each). */
@@ -25,11 +28,17 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
   const pool = await openDatabase(config.mysql.url, { migrate: config.mysql.autoMigrate !== false });
   const store = new Store(pool);
   const routing = new RoutingTable(() => store.routeRows(), { refreshMs: gateway.refreshMs, log });
+  // Keys from MySQL (and server.yaml's static ones): no key, no inference. Changes are read every quarter second.
+  const keyStore = new KeyStore(pool);
+  const keys = new KeyTable((since) => keyStore.changedSince(since), { staticKeys: gateway.apiKeys, log });
+  const quota = new QuotaKeeper(keyStore, { log });
   const gw = await startGateway({
     host: config.listeners.gateway.host,
     port: config.listeners.gateway.port,
     routing,
     apiKeys: gateway.apiKeys,
+    keys,
+    quota,
     log,
     timeouts: gateway.timeouts,
     accessLog: gateway.accessLog,

@@ -48,7 +48,8 @@ export async function clusterCommand(argv: string[]): Promise<void> {
   say(`
 llmgw local cluster is up (${((Date.now() - started) / 1000).toFixed(1)}s).
 
-  OpenAI base URL   ${cluster.gatewayUrl}/v1      (any API key; models: ${cluster.config.catalog.map((m) => m.name).join(', ')})
+  OpenAI base URL   ${cluster.gatewayUrl}/v1      (models: ${cluster.config.catalog.map((m) => m.name).join(', ')})
+  API key           ${cluster.apiKey}      (made at this start; more: llmgw ctl keys create NAME)
   Temporal UI       ${cluster.uiUrl}
   control plane     ${cluster.controlUrl}
   cluster page      ${cluster.pageUrl}   (a self-signed CA: accept the browser's warning)
@@ -56,6 +57,7 @@ llmgw local cluster is up (${((Date.now() - started) / 1000).toFixed(1)}s).
   config            ${cluster.configFile}
 
   try:  curl -N ${cluster.gatewayUrl}/v1/chat/completions -H 'content-type: application/json' \\
+          -H 'authorization: Bearer ${cluster.apiKey}' \\
           -d '{"model":"sim-large","stream":true,"messages":[{"role":"user","content":"hello"}]}'
         npx llmgw ctl nodes --config ${cluster.configFile}
 

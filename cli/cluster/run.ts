@@ -21,7 +21,9 @@ import { writeTinyLlamaGguf } from '../../lib/engines/tiny-gguf';
 import type { ModelSpec } from '../../lib/types';
 import { EXIT_WITH_PARENT, fileTail, stopProcess } from '../../lib/process';
 import { caPaths, certificateInfo, initCa, renewAt } from '../../lib/pki';
+import { keyDigest, keyPrefix, newApiKey } from '../../lib/api-keys';
 import { openDatabase, parseMysqlUrl } from '../../lib/store/db';
+import { KeyStore } from '../../lib/store/keys';
 import { Store } from '../../lib/store/store';
 import { TlsClient } from '../../lib/tls-client';
 import { checkClusterPorts, clusterPorts } from './ports';
@@ -92,6 +94,8 @@ export interface ClusterOptions {
 
 export interface Cluster {
   config: ServerConfig;
+  /** An inference key made at this start (every model, no quota), for the banner and clients */
+  apiKey: string;
   configFile: string;
   gatewayUrl: string;
   controlUrl: string;
@@ -391,7 +395,9 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     }
     // Ready in the store is not yet routed: the gateway's table follows it within gateway.refreshMs. Up means a
     // client's first request is answered, so wait for the gateway's own table.
-    const key = config.gateway.apiKeys[0];
+    // A key of this start's own (only its SHA-256 is stored, so an earlier one cannot be shown again): the banner
+    // and its try: line print it. Earlier local-* keys stay valid for clients configured with them.
+    const key = await createLocalKey(o.mysqlUrl);
     await waitFor(
       async () => {
         const r = await fetch(`${gatewayUrl}/health/routes`, {
@@ -418,6 +424,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     return {
       config,
       configFile: file,
+      apiKey: key,
       gatewayUrl,
       controlUrl,
       pageUrl: `${controlUrl}/page/`,
@@ -479,4 +486,21 @@ async function waitFor(
     await new Promise((r) => setTimeout(r, 200));
   }
   throw new Error(`timed out after ${ms / 1000}s waiting for ${what}${last ? ` (${last})` : ''}`);
+}
+
+/** Makes an inference key named local-<time> (every model, no quota) in the cluster's MySQL; returns the key. */
+async function createLocalKey(mysqlUrl: string): Promise<string> {
+  const pool = await openDatabase(mysqlUrl);
+  try {
+    const key = newApiKey();
+    const name = `local-${new Date().toISOString().replace(/[-:]/g, '').replace('T', '-').slice(0, 15)}`.toLowerCase();
+    await new KeyStore(pool).create(
+      { name, models: null, rpm: null, tpm: null, expiresAt: null },
+      keyDigest(key),
+      keyPrefix(key),
+    );
+    return key;
+  } finally {
+    await pool.end();
+  }
 }

@@ -10,6 +10,7 @@ import { engineCheckVerb } from './engine-check';
 import { fabrics } from './fabrics';
 import { follow } from './follow';
 import { forgetHostKeyVerb } from './forget-host-key';
+import { keysVerb } from './keys';
 import { models } from './models';
 import { nodes } from './nodes';
 import { pageKey } from './page-key';
@@ -34,6 +35,7 @@ const VERBS: Record<string, CtlVerb> = {
   cordon,
   uncordon,
   revoke,
+  keys: keysVerb,
   follow,
   'remove-node': removeNodeVerb,
   'forget-host-key': forgetHostKeyVerb,

@@ -166,3 +166,17 @@ export interface PageKeyCreated {
   name: string;
   key: string;
 }
+
+/** `POST /v1/keys`: a new inference key, by its SHA-256 (the key itself stays with the operator). */
+export interface KeyCreateRequest {
+  name: string;
+  /** SHA-256 of the key, hex */
+  digest: string;
+  /** the key's first characters, shown by ctl keys list */
+  prefix: string;
+  models?: string[] | null;
+  rpm?: number | null;
+  tpm?: number | null;
+  /** ISO date-time */
+  expiresAt?: string | null;
+}

@@ -4,6 +4,7 @@ import type { Store } from '../../lib/store/store';
 import type { ModelSpec, NodeId } from '../../lib/types';
 import { agentRoutes } from './agent-routes';
 import { catalogRoutes } from './catalog-routes';
+import { keyRoutes } from './key-routes';
 import type { CatalogApplyAnswer, EndedDrain, RenewedCertificate } from './contract';
 import type { ControlLog } from './identity';
 import { operatorRoutes } from './operator-routes';
@@ -49,4 +50,5 @@ export async function controlRoutes(app: FastifyInstance, opts: ControlAppOption
   await app.register(agentRoutes, opts);
   await app.register(operatorRoutes, opts);
   await app.register(catalogRoutes, opts);
+  await app.register(keyRoutes, opts);
 }

@@ -74,7 +74,7 @@ export async function buildControlServer(
   installGate(app, gate, roleForUrl, log, o.page ? isPageRoute : undefined);
   answerUnknownRoutes(
     app,
-    'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights (operator certificates), /page/ (the cluster page), /health',
+    'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights, /v1/keys (operator certificates), /page/ (the cluster page), /health',
   );
   const revokeInTable = (nodeId: string, reason: string): Promise<number> => store.revokeCertificates(nodeId, reason);
   const revokeAndCut = async (nodeId: string, reason: string): Promise<number> => {

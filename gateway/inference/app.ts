@@ -1,21 +1,36 @@
 /** The inference gateway's OpenAI-compatible API as a fastify plugin: models, completions, embeddings, health. */
-import { Agent, type IncomingMessage } from 'node:http';
+import { Agent, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { GatewayTimeouts } from '../../config/types';
 import { ERRORS, openAiError, quoteInput, type ErrorCode } from '../../lib/errors';
+import type { KeyRecord } from '../../lib/store/keys';
 import { answerErrors, answerUnknownRoutes } from '../errors';
 import { corsHeaders, preflight } from './cors';
+import { scopeRefusal, type KeyTable } from './keys';
 import { accessLine, silentLog, type AccessNote, type GatewayLog } from './log';
 import { proxyRequest, type ProxyDeps } from './proxy';
+import { estimateTokens, type QuotaKeeper, type QuotaRefusal } from './quota';
 import { checkRequest, PROXIED } from './request-check';
-import type { RoutingTable } from './routing';
+import type { RoutableReplica, RoutingTable } from './routing';
+import { UsageMeter } from './usage-meter';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The stored key the request came with (null: a static key, or no key checking) */
+    apiKey: KeyRecord | null;
+  }
+}
 
 /** Options of the gateway plugin. */
 export interface GatewayAppOptions {
   routing: RoutingTable;
-  /** Accepted bearer keys; empty = no authentication. */
+  /** Accepted bearer keys when `keys` is not given; empty = no authentication (tests of routing only). */
   apiKeys: string[];
+  /** The key store's copy (it also holds server.yaml's static keys): every request but /health needs a key. */
+  keys?: KeyTable;
+  /** Per-key quotas and usage, for stored keys with rpm or tpm. */
+  quota?: QuotaKeeper;
   /** Upstream connection pool; by default one keep-alive agent owned (and destroyed) by the app. */
   agent?: Agent;
   /** Largest request body in bytes (long prompts are big); default 32 MiB. */
@@ -42,9 +57,11 @@ const errorSchema = {
 const errorResponses = {
   400: errorSchema,
   401: errorSchema,
+  403: errorSchema,
   404: errorSchema,
   413: errorSchema,
   415: errorSchema,
+  429: errorSchema,
   502: errorSchema,
   503: errorSchema,
   504: errorSchema,
@@ -71,6 +88,39 @@ const modelsSchema = {
 const sendError = (reply: FastifyReply, code: ErrorCode, message: string): FastifyReply =>
   reply.code(ERRORS[code].status).send(openAiError(code, message));
 
+/** Answers a quota refusal: 429, Retry-After, OpenAI's rate_limit_exceeded; counted in the key's usage. */
+function refuseQuota(
+  reply: FastifyReply,
+  quota: QuotaKeeper,
+  key: KeyRecord,
+  model: string,
+  r: QuotaRefusal,
+): FastifyReply {
+  quota.refused(key, model);
+  reply.header('retry-after', String(r.retryAfterS));
+  return sendError(reply, r.code, r.message);
+}
+
+/** Once an answer ended: the tokens it reported (or, for a stream without usage, its events) settle the quota. */
+function settleUsage(
+  quota: QuotaKeeper,
+  key: KeyRecord,
+  model: string,
+  minute: number,
+  estimate: number,
+  res: ServerResponse,
+  meter: UsageMeter,
+  bodyBytes: number,
+): void {
+  if (res.statusCode !== 200) return quota.settle(key, model, minute, estimate, 0, 0);
+  const reported = meter.reported();
+  if (reported) return quota.settle(key, model, minute, estimate, reported.prompt, reported.completion, true);
+  const sse = String(res.getHeader('content-type')).startsWith('text/event-stream');
+  // Without a usage object: a stream is counted by its events, anything else is taken to have used its estimate.
+  if (sse) return quota.settle(key, model, minute, estimate, Math.ceil(bodyBytes / 4), meter.eventCount());
+  quota.settle(key, model, minute, estimate, estimate, 0);
+}
+
 /**
  * Builds the gateway plugin. It registers routes only; `gateway/server.ts` listens (and makes request ids from the
  * client's x-request-id: the app uses fastify's request id, echoes it and passes it on to the replica).
@@ -86,6 +136,8 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     if (!opts.agent) app.addHook('onClose', async () => agent.destroy());
     const deps: ProxyDeps = { routing, agent, log, timeouts };
     const authorized = new Set(opts.apiKeys.map((k) => `Bearer ${k}`));
+    const { keys, quota } = opts;
+    app.decorateRequest('apiKey', null);
     const notes = opts.accessLog ? new WeakMap<IncomingMessage, AccessNote>() : null;
     const created = Math.floor(Date.now() / 1000);
 
@@ -95,6 +147,10 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       'GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings',
     );
     const origins = new Set(opts.corsOrigins ?? []);
+    const pickAgain = (model: string): RoutableReplica | null => {
+      const p = routing.pick(model);
+      return p.kind === 'ok' ? p.replica : null;
+    };
 
     // Keep the raw bytes to forward untouched; the route scans them for the model (request-check.ts), never
     // building the tree. JSON only: any other content type is refused (415), so a browser page cannot post a
@@ -112,10 +168,17 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       if (req.headers.origin !== undefined) corsHeaders(origins, req.headers.origin, reply.raw);
       if (notes) notes.set(req.raw, accessLine(log, req.id, req.raw, reply.raw));
       const h = req.headers.authorization;
+      if (keys) {
+        if (req.url === '/health' || req.method === 'OPTIONS') return done();
+        const auth = keys.authenticate(h);
+        if (auth.kind === 'refused') return void sendError(reply, 'LLMGW_INVALID_API_KEY', auth.message);
+        if (auth.kind === 'key') req.apiKey = auth.key;
+        return done();
+      }
       if (authorized.size > 0 && req.url !== '/health' && req.method !== 'OPTIONS' && (!h || !authorized.has(h))) {
         return void sendError(
           reply,
-          'LLMGW_UNAUTHORIZED',
+          'LLMGW_INVALID_API_KEY',
           h ? 'invalid API key' : 'missing API key: send "Authorization: Bearer <key>"',
         );
       }
@@ -157,10 +220,17 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       }),
     );
 
-    app.get('/v1/models', { schema: { response: { 200: modelsSchema, ...errorResponses } } }, async () => ({
-      object: 'list',
-      data: routing.models().map((id) => ({ id, object: 'model', created, owned_by: 'llmgw' })),
-    }));
+    // A scoped key sees only its own models.
+    app.get('/v1/models', { schema: { response: { 200: modelsSchema, ...errorResponses } } }, async (req) => {
+      const scope = req.apiKey?.models;
+      return {
+        object: 'list',
+        data: routing
+          .models()
+          .filter((id) => !scope || scope.includes(id))
+          .map((id) => ({ id, object: 'model', created, owned_by: 'llmgw' })),
+      };
+    });
 
     // A browser's CORS preflight: answered for the origins in gateway.corsOrigins, refused for the others.
     app.options('*', async (req: FastifyRequest, reply: FastifyReply) => preflight(origins, req, reply));
@@ -173,6 +243,13 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
         const { model } = checked;
         const note = notes?.get(req.raw);
         if (note) note.model = model;
+        const key = req.apiKey;
+        if (key && key.models !== null && !key.models.includes(model))
+          return sendError(
+            reply,
+            'LLMGW_MODEL_NOT_ALLOWED',
+            scopeRefusal(key, model, (m) => routing.models().includes(m)) as string,
+          );
         // An engine that cannot embed answers 404 or 501 in its own words; the gateway knows it from the catalog.
         const refusal = path === '/v1/embeddings' ? routing.embeddingRefusal(model) : null;
         if (refusal)
@@ -185,28 +262,69 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
         switch (picked.kind) {
           case 'unknown-model': {
             const known = routing.models();
+            const scoped = key?.models ? `; key ${key.name} may use ${key.models.join(', ')}` : '';
             return sendError(
               reply,
               'LLMGW_UNKNOWN_MODEL',
-              `model ${quoteInput(model)} does not exist; available models: ${known.length ? known.join(', ') : 'none'}`,
+              key?.models
+                ? `model ${quoteInput(model)} no longer exists (it was removed from the catalog)${scoped}; available models: ${known.filter((m) => key.models?.includes(m)).join(', ') || 'none of them'}`
+                : `model ${quoteInput(model)} does not exist; available models: ${known.length ? known.join(', ') : 'none'}`,
             );
           }
           case 'none-ready':
             return sendError(reply, 'LLMGW_NO_READY_REPLICA', picked.reason);
-          case 'ok':
+          case 'ok': {
+            const firstByteMs = picked.firstByteMs ?? timeouts.firstByteMs;
+            if (!key || !quota) {
+              reply.hijack();
+              proxyRequest(deps, {
+                model,
+                path,
+                body,
+                first: picked.replica,
+                firstByteMs,
+                reqId: req.id,
+                req: req.raw,
+                res: reply.raw,
+                note,
+              });
+              return reply;
+            }
+            const estimate =
+              key.tpm === null
+                ? 0
+                : quota.estimate(key, estimateTokens(body.length, checked.maxTokens, path === '/v1/embeddings'));
+            const minute = quota.minute();
+            const taken = quota.take(key, estimate);
+            const refusal = taken === null ? null : 'then' in taken ? await taken : taken;
+            if (refusal) return refuseQuota(reply, quota, key, model, refusal);
+            // A client that left while its request waited on a lease: give the estimate back, send nothing.
+            if (reply.raw.destroyed) {
+              quota.settle(key, model, minute, estimate, 0, 0);
+              reply.hijack();
+              return reply;
+            }
+            // After a wait on a lease, the replica picked before may be gone: pick again.
+            const first = taken === null ? picked.replica : (pickAgain(model) ?? picked.replica);
+            const meter = new UsageMeter();
+            reply.raw.once('close', () =>
+              settleUsage(quota, key, model, minute, estimate, reply.raw, meter, body.length),
+            );
             reply.hijack();
             proxyRequest(deps, {
               model,
               path,
               body,
-              first: picked.replica,
-              firstByteMs: picked.firstByteMs ?? timeouts.firstByteMs,
+              first,
+              firstByteMs,
               reqId: req.id,
               req: req.raw,
               res: reply.raw,
               note,
+              meter,
             });
             return reply;
+          }
           default: {
             const never: never = picked;
             throw new Error(`unhandled pick ${JSON.stringify(never)}`);

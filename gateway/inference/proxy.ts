@@ -12,6 +12,7 @@ import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
 import type { AccessNote, GatewayLog } from './log';
 import type { PickResult, RoutableReplica, RoutingTable } from './routing';
 import { SseTail } from './sse';
+import type { UsageMeter } from './usage-meter';
 
 /** What a proxied request needs besides the request itself. */
 export interface ProxyDeps {
@@ -35,6 +36,8 @@ export interface ProxyCall {
   res: ServerResponse;
   /** The access log's record of this request, when the access log is on. */
   note?: AccessNote;
+  /** Reads the tokens the answer reports (requests with a stored key). */
+  meter?: UsageMeter;
 }
 
 // Response headers worth passing through; hop-by-hop ones (connection, transfer-encoding) are Node's business, and
@@ -236,6 +239,7 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
         });
       }
       res.writeHead(status, passHeaders(upRes));
+      if (call.meter) upRes.on('data', call.meter.push);
       const stream = String(upRes.headers['content-type']).startsWith('text/event-stream') ? new SseTail() : undefined;
       if (stream) {
         // Streams start with headers only; pass them on so the client sees 200 before the first token. The prefill

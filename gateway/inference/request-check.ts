@@ -19,7 +19,13 @@ export const MAX_DEPTH = 128;
 const MAX_TOOLS_BYTES = 1024 * 1024;
 
 /** The outcome: the model to route by, or what is wrong (a LLMGW_BAD_REQUEST message). */
-export type CheckResult = { kind: 'ok'; model: string } | { kind: 'error'; message: string };
+export type CheckResult =
+  | {
+      kind: 'ok';
+      model: string;
+      /** max_tokens or max_completion_tokens when given (quota estimates) */ maxTokens: number | null;
+    }
+  | { kind: 'error'; message: string };
 
 interface FieldRule {
   kinds: readonly JsonKind[];
@@ -168,5 +174,7 @@ export function checkRequest(path: ProxiedPath, body: Buffer): CheckResult {
   }
   const model = sliceValue(body, scan.fields.get('model') as JsonSlice) as string;
   if (model === '') return { kind: 'error', message: 'model: required, a non-empty string' };
-  return { kind: 'ok', model };
+  const max = scan.fields.get('max_tokens') ?? scan.fields.get('max_completion_tokens');
+  const maxTokens = max?.kind === 'number' ? (sliceValue(body, max) as number) : null;
+  return { kind: 'ok', model, maxTokens };
 }

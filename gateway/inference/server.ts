@@ -5,6 +5,8 @@ import type { GatewayTimeouts } from '../../config/types';
 import { closeDeadline } from '../close';
 import { clientErrorHandler } from '../errors';
 import { buildGatewayApp } from './app';
+import type { KeyTable } from './keys';
+import type { QuotaKeeper } from './quota';
 import { requestId, type GatewayLog } from './log';
 import type { RoutingTable } from './routing';
 
@@ -15,6 +17,10 @@ export interface GatewayServerOptions {
   port: number;
   routing: RoutingTable;
   apiKeys: string[];
+  /** The key store's copy: when given, every request but /health needs a key (apiKeys are then its static keys). */
+  keys?: KeyTable;
+  /** Per-key quotas and usage (with `keys`). */
+  quota?: QuotaKeeper;
   /** The role's JSON-lines log; nothing is logged without one. */
   log?: GatewayLog;
   /** How long to wait on a replica, and for a request to arrive; default server.yaml's defaults. */
@@ -57,17 +63,25 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
   });
   closeDeadline(app, opts.closeGraceMs);
   await opts.routing.start();
+  await opts.keys?.start();
+  opts.quota?.start();
   await app.register(
     buildGatewayApp({
       routing: opts.routing,
       apiKeys: opts.apiKeys,
+      keys: opts.keys,
+      quota: opts.quota,
       log: opts.log,
       timeouts,
       accessLog: opts.accessLog,
       corsOrigins: opts.corsOrigins,
     }),
   );
-  app.addHook('onClose', async () => opts.routing.stop());
+  app.addHook('onClose', async () => {
+    opts.routing.stop();
+    opts.keys?.stop();
+    await opts.quota?.stop();
+  });
   await app.listen({ host: opts.host, port: opts.port });
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : opts.port;

@@ -233,4 +233,49 @@ export const MIGRATIONS: Migration[] = [
       )`,
     ],
   },
+  {
+    version: 13,
+    name: 'inference api keys, quota windows, usage',
+    statements: [
+      // Inference keys: the SHA-256 of the key (never the key), its scope and quotas. Rows are never deleted (usage
+      // names them); a revoked key keeps its row with revoked_at set. Every change bumps updated_at, which is what
+      // gateways poll to keep their in-memory copy current (revocation reaches every gateway within a second).
+      `CREATE TABLE api_keys (
+        id INT AUTO_INCREMENT PRIMARY KEY,
+        name VARCHAR(64) NOT NULL,
+        digest CHAR(64) NOT NULL,
+        prefix VARCHAR(16) NOT NULL,
+        models JSON NULL,
+        rpm INT NULL,
+        tpm INT NULL,
+        expires_at DATETIME(3) NULL,
+        created_at DATETIME(3) NOT NULL,
+        revoked_at DATETIME(3) NULL,
+        updated_at DATETIME(3) NOT NULL,
+        UNIQUE KEY api_keys_name (name),
+        UNIQUE KEY api_keys_digest (digest),
+        KEY api_keys_updated (updated_at)
+      )`,
+      // What all gateways together have leased of each key's budget for one minute (minute = epoch ms / 60000):
+      // a gateway takes a slice with one conditional UPDATE, so the sum of slices never passes the limit.
+      `CREATE TABLE key_quota (
+        key_id INT NOT NULL,
+        minute INT NOT NULL,
+        requests INT NOT NULL DEFAULT 0,
+        tokens BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (key_id, minute)
+      )`,
+      // Usage per key, model and hour (what the engines reported), flushed by each gateway in batches.
+      `CREATE TABLE key_usage (
+        key_id INT NOT NULL,
+        model VARCHAR(128) NOT NULL,
+        hour DATETIME NOT NULL,
+        requests BIGINT NOT NULL DEFAULT 0,
+        refused BIGINT NOT NULL DEFAULT 0,
+        prompt_tokens BIGINT NOT NULL DEFAULT 0,
+        completion_tokens BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (key_id, hour, model)
+      )`,
+    ],
+  },
 ];

@@ -76,9 +76,9 @@ async function main(): Promise<void> {
     );
     await ctl('uncordon', 'sim-b');
     await ctl('uncordon', 'sim-c');
-    await waitRoutable(cluster.gatewayUrl, MODEL);
+    await waitRoutable(cluster.gatewayUrl, MODEL, 10_000, cluster.apiKey);
     await new Promise((r) => setTimeout(r, 1000)); // the gateway's table holds both
-    const load = startLoad(cluster.gatewayUrl, MODEL, { clients: 4 });
+    const load = startLoad(cluster.gatewayUrl, MODEL, { clients: 4, apiKey: cluster.apiKey });
     await new Promise((r) => setTimeout(r, 1000));
     const before = load.stats();
     const t0 = Date.now();

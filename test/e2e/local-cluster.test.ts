@@ -86,6 +86,7 @@ describe('the local cluster', () => {
   let first: Running;
   let basePort = 0;
   let gatewayUrl = '';
+  let apiKey = '';
   let configFile = '';
   const stateDir = mkdtempSync(join(tmpdir(), 'llmgw-e2e-'));
   const mysqlUrl = testMysqlUrl();
@@ -98,6 +99,9 @@ describe('the local cluster', () => {
     first = startClusterProcess(stateDir, basePort, mysqlUrl);
     progress = await up(first);
     gatewayUrl = /OpenAI base URL\s+(\S+)\/v1/.exec(progress.join('\n'))?.[1] ?? '';
+    // The key this start made, from the banner (keys of earlier starts stay valid, so it serves the later ones).
+    apiKey = /API key\s+(llmgw-\S+)/.exec(progress.join('\n'))?.[1] ?? '';
+    expect(progress.join('\n')).toContain(`-H 'authorization: Bearer ${apiKey}'`);
     configFile = /^\s+config\s+(\S+)$/m.exec(progress.join('\n'))?.[1] ?? '';
     llama = progress.some((l) => l.includes('the catalog adds tiny-llama'));
   }, 240_000);
@@ -136,7 +140,7 @@ describe('the local cluster', () => {
   });
 
   test('a chat completion streams through the gateway from the 2-node model', async () => {
-    const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey: 'local' });
+    const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey });
     const models = await client.models.list();
     expect(models.data.map((m) => m.id).sort()).toEqual(
       llama ? ['sim-large', 'sim-small', 'tiny-llama'] : ['sim-large', 'sim-small'],
@@ -177,7 +181,7 @@ describe('the local cluster', () => {
     expect(llama).toBe(found.length === 1);
     if (!llama) return;
     expect(progress.some((l) => /tiny-llama: 1 of 1 replicas ready/.test(l))).toBe(true);
-    const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey: 'local', maxRetries: 0 });
+    const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey, maxRetries: 0 });
     const stream = await client.chat.completions.create({
       model: 'tiny-llama',
       stream: true,
@@ -280,7 +284,7 @@ describe('the local cluster', () => {
     await conn2.close();
     const res = await fetch(`${gatewayUrl}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
       body: JSON.stringify({ model: 'sim-small', max_tokens: 3, messages: [{ role: 'user', content: 'again' }] }),
     });
     expect(res.status).toBe(200);
@@ -305,7 +309,7 @@ describe('the local cluster', () => {
     expect(alive(temporalPid)).toBe(false);
     const res2 = await fetch(`${gatewayUrl}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
       body: JSON.stringify({
         model: 'sim-large',
         max_tokens: 3,

@@ -7,7 +7,10 @@ import type { ServerConfig } from '../../config/types';
 import { parseMysqlUrl } from '../../lib/store/db';
 import type { ModelSpec } from '../../lib/types';
 import { freePort } from './ports';
+import { TEST_API_KEY } from './test-key';
 import { testTls } from './tls';
+
+export { TEST_API_KEY };
 
 /** A headless, in-memory Temporal dev server on a free port. */
 export async function startTestTemporal(): Promise<DevServer> {
@@ -49,6 +52,7 @@ export async function testConfig(o: {
       temporalDoor: { host: '127.0.0.1', port: door },
     },
     tls: testTls(),
+    gateway: { ...DEFAULT_CONFIG.gateway, apiKeys: [TEST_API_KEY] },
     enginePorts: { base: engineBase, count: 100 },
     catalog: o.catalog ?? DEFAULT_CONFIG.catalog,
   };

@@ -49,7 +49,7 @@ export async function startFaultCluster(progress: (line: string) => void = () =>
   }
   const pool = await openDatabase(mysql.url);
   const store = new Store(pool);
-  for (const m of LOADED_MODELS) await waitRoutable(cluster.gatewayUrl, m, 30_000);
+  for (const m of LOADED_MODELS) await waitRoutable(cluster.gatewayUrl, m, 30_000, cluster.apiKey);
   return {
     cluster,
     mysql,
@@ -111,7 +111,9 @@ export async function runFault(
 ): Promise<FaultResult> {
   const before = fc.enginePids();
   const burn = burnCpu();
-  const loads = LOADED_MODELS.map((m) => startLoad(fc.cluster.gatewayUrl, m, { clients: o.clients ?? 2 }));
+  const loads = LOADED_MODELS.map((m) =>
+    startLoad(fc.cluster.gatewayUrl, m, { clients: o.clients ?? 2, apiKey: fc.cluster.apiKey }),
+  );
   const t0 = Date.now();
   let servingAgainMs = 0;
   try {

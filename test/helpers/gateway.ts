@@ -5,6 +5,7 @@ import type { GatewayTimeouts } from '../../config/types';
 import type { RouteRows } from '../../lib/store/store';
 import { RoutingTable, type RoutingOptions } from '../../gateway/inference/routing';
 import { startGateway, type RunningGateway } from '../../gateway/inference/server';
+import { TEST_API_KEY } from './test-key';
 
 export type Handler = (req: IncomingMessage, res: ServerResponse, body: string) => void | Promise<void>;
 /** An upstream: its endpoint, the requests it received (`METHOD path`), their headers, and how many it saw cut. */
@@ -98,13 +99,17 @@ export const table = (rows: RouteRows, opts: Partial<RoutingOptions> = {}): Rout
 /** A chat completion request body. */
 export const chat = (model: string, extra: Record<string, unknown> = {}): string =>
   JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], ...extra });
-/** POSTs a JSON body. */
+/** POSTs a JSON body, with the test configs' static key (a gateway without keys ignores it). */
 export const post = (url: string, body: string, init: RequestInit = {}): Promise<Response> =>
   fetch(url, {
     method: 'POST',
     body,
     ...init,
-    headers: { 'content-type': 'application/json', ...(init.headers ?? {}) },
+    headers: {
+      'content-type': 'application/json',
+      authorization: `Bearer ${TEST_API_KEY}`,
+      ...(init.headers ?? {}),
+    },
   });
 
 /** Starts a gateway on a free port over `rows`; its log lines are kept in `lines`. */

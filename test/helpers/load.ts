@@ -1,4 +1,5 @@
 /** A load generator: a few clients sending chat completions through the gateway back to back, counting what failed. */
+import { TEST_API_KEY } from './test-key';
 
 export interface LoadStats {
   sent: number;
@@ -18,7 +19,7 @@ export interface Load {
 export function startLoad(
   gatewayUrl: string,
   model: string,
-  o: { clients?: number; stream?: boolean; maxTokens?: number } = {},
+  o: { clients?: number; stream?: boolean; maxTokens?: number; apiKey?: string } = {},
 ): Load {
   const started = Date.now();
   const s = { sent: 0, ok: 0, failed: 0, failures: [] as string[] };
@@ -38,7 +39,7 @@ export function startLoad(
     try {
       const res = await fetch(`${gatewayUrl}/v1/chat/completions`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${o.apiKey ?? TEST_API_KEY}` },
         body,
         signal: AbortSignal.timeout(30_000),
       });
@@ -65,13 +66,18 @@ export function startLoad(
 }
 
 /** Waits until the gateway routes `model` (its routing table refreshes on its own schedule). */
-export async function waitRoutable(gatewayUrl: string, model: string, timeoutMs = 10_000): Promise<void> {
+export async function waitRoutable(
+  gatewayUrl: string,
+  model: string,
+  timeoutMs = 10_000,
+  apiKey = TEST_API_KEY,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last = '';
   while (Date.now() < deadline) {
     const res = await fetch(`${gatewayUrl}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
       body: JSON.stringify({ model, max_tokens: 1, messages: [{ role: 'user', content: 'probe' }] }),
     });
     last = `${res.status} ${(await res.text()).slice(0, 200)}`;

@@ -1,5 +1,6 @@
 /** Long streamed chat completions through a gateway, checked token by token against what the sim engine must send. */
 import { fakeToken, promptSeed } from '../../lib/sim/openai';
+import { TEST_API_KEY } from './test-key';
 
 /** One stream as the client saw it. */
 export interface StreamOutcome {
@@ -28,6 +29,7 @@ export async function streamChat(
   model: string,
   prompt: string,
   maxTokens: number,
+  apiKey = TEST_API_KEY,
 ): Promise<StreamOutcome> {
   const started = Date.now();
   const out: StreamOutcome = {
@@ -42,7 +44,7 @@ export async function streamChat(
   try {
     const res = await fetch(`${gatewayUrl}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${apiKey}` },
       body: JSON.stringify({
         model,
         stream: true,

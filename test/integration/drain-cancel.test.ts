@@ -17,7 +17,7 @@ import { startGatewayRole, type GatewayRole } from '../../workers/gateway';
 import { drainProgressQuery, formatDrainProgress, type DrainProgress } from '../../workflows/contracts/drain';
 import { deploymentQuery } from '../../workflows/contracts/model';
 import { workflowBundlePath } from '../helpers/bundle';
-import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl, TEST_API_KEY } from '../helpers/cluster-parts';
 import { recordHistory } from '../helpers/histories';
 import { registerNode, simInventory, startNodeWorker, stopSimCluster, type NodeWorker } from '../helpers/node-workers';
 import { writeOperatorCert } from '../helpers/tls';
@@ -40,9 +40,11 @@ describe('a drain of a replica nothing else can take while it runs', () => {
     (await cp.store.listReplicas(MODEL)).find((r) => r.id === id)?.state;
   /** What a client sees: how many replicas of the model the gateway routes. */
   const routed = async (): Promise<number> =>
-    ((await (await fetch(`${gateway.url}/health/routes`)).json()) as { models: Record<string, number> }).models[
-      MODEL
-    ] ?? 0;
+    (
+      (await (
+        await fetch(`${gateway.url}/health/routes`, { headers: { authorization: `Bearer ${TEST_API_KEY}` } })
+      ).json()) as { models: Record<string, number> }
+    ).models[MODEL] ?? 0;
   const progress = (): Promise<DrainProgress> =>
     cp.client.workflow.getHandle(workflowIds.drain('d1')).query(drainProgressQuery);
   /** Starts a drain of `d1` (not following it) and waits until its replacement waits for a placement, hint given. */

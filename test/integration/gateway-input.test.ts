@@ -16,12 +16,16 @@ import type { ServerConfig } from '../../config/types';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { ModelSpec } from '../../lib/types';
-import { dropDatabase, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { dropDatabase, testConfig, testMysqlUrl, TEST_API_KEY } from '../helpers/cluster-parts';
 import { chat, chunk, closeAll, completion, post, sleep, upstream, type Upstream } from '../helpers/gateway';
 import { rawExchange } from '../helpers/raw-http';
 import { waitFor } from '../helpers/wait';
 
 const LLMGW = resolve(__dirname, '../../bin/llmgw.js');
+// The gateway role needs a key (testConfig's static one): every request here carries it, so what is tested is the input.
+const AUTH = `authorization: Bearer ${TEST_API_KEY}\r\n`;
+const fetch = (url: string, init: RequestInit = {}): Promise<Response> =>
+  globalThis.fetch(url, { ...init, headers: { authorization: `Bearer ${TEST_API_KEY}`, ...(init.headers ?? {}) } });
 const ORIGIN = 'https://app.example.net';
 const model = (name: string, engine: 'sim' | 'llamacpp', args: string[] = []): ModelSpec => ({
   name,
@@ -133,7 +137,7 @@ describe('bad input at the real gateway', () => {
   });
 
   test('1: an upload whose body (or headers) stop coming is answered 408 and closed; a stream longer than the request timeout is not cut', async () => {
-    const head = 'POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n';
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n${AUTH}`;
     const stalls = {
       'a Content-Length larger than the body': `${head}content-length: 1000\r\n\r\n{"model":"sim-chat",`,
       'a chunked body without its last chunk': `${head}transfer-encoding: chunked\r\n\r\n9\r\n{"model":\r\n`,
@@ -345,7 +349,7 @@ describe('bad input at the real gateway', () => {
   test('18: SIGTERM stops the gateway within its grace, a stalled upload and an open stream notwithstanding', async () => {
     const stalled = rawExchange(
       port,
-      'POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{',
+      `POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n${AUTH}content-length: 1000\r\n\r\n{`,
       60_000,
     );
     const started = engine.hits.length;

@@ -30,6 +30,11 @@ describe('llmgw --help', () => {
     [['onboard-node', '--help'], /--node ID[\s\S]*--binary ARTEFACT[\s\S]*--ssh-timeout S/],
     [['ctl', '--help'], /follow WORKFLOW-ID[\s\S]*forget-host-key NODE/],
     [['engine-probe', '--help'], /engine-probe sim/],
+    [['ctl', '--help'], /keys create\|list\|revoke\|usage/],
+    [
+      ['ctl', 'keys', '--help'],
+      /--models a,b[\s\S]*--rpm N[\s\S]*0 is refused[\s\S]*--expires DATE[\s\S]*usage \[NAME\]/,
+    ],
   ])('llmgw %j prints its usage and exits 0', (args, usage) => {
     const r = run(...args);
     expect(r.stderr).toBe('');
@@ -49,6 +54,22 @@ describe('llmgw --help', () => {
     expect(r.stderr).toMatch(
       /LLMGW_ARTEFACT_INVALID: --binary ARTEFACT is required: build one with npm run release[\s\S]*never copies/,
     );
+  });
+
+  test.each([
+    [['ctl', 'keys'], /ctl keys needs a SUBCOMMAND: create, list, revoke or usage/],
+    [['ctl', 'keys', 'create'], /ctl keys create needs a NAME/],
+    [['ctl', 'keys', 'create', 'a', '--rpm', '0'], /--rpm 0 would make a key that can never be used/],
+    [['ctl', 'keys', 'create', 'a', '--tpm', '1.5'], /--tpm "1.5" is not a whole number/],
+    [['ctl', 'keys', 'create', 'Bad Name'], /key name "Bad Name" is not valid/],
+    [['ctl', 'keys', 'create', 'a', '--expires', '2001-01-01'], /--expires 2001-01-01 is in the past/],
+    [['ctl', 'keys', 'create', 'a', '--expires', 'tomorrow'], /--expires "tomorrow" is not a date/],
+    [['ctl', 'keys', 'create', 'a', '--models', 'x,,y'], /--models "x,,y" has an empty name/],
+    [['ctl', 'keys', 'list', '--rpm', '3'], /ctl keys list takes no --rpm/],
+  ])('llmgw %j refuses before it sends anything (exit 2)', (args, message) => {
+    const r = run(...args);
+    expect(r.stderr).toMatch(message);
+    expect(r.status).toBe(2);
   });
 
   test('ctl with no command exits 2 and shows an example', () => {

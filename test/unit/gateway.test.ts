@@ -133,7 +133,7 @@ describe('routes', () => {
   it('requires a valid API key except on /health', async () => {
     const none = await call({ method: 'GET', url: '/v1/models' });
     expect(none.statusCode).toBe(401);
-    expect(none.json().error.code).toBe('LLMGW_UNAUTHORIZED');
+    expect(none.json().error.code).toBe('invalid_api_key');
     const wrong = await call({
       method: 'POST',
       url: '/v1/chat/completions',
