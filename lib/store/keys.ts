@@ -1,4 +1,4 @@
-/** Inference API keys in MySQL (migration 12): the keys' digests and scope, the per-minute quota leases, usage per hour. */
+/** Inference API keys in MySQL (migration 13): the keys' digests and scope, the per-minute quota leases, usage per hour. */
 import type { Pool, ResultSetHeader, RowDataPacket } from 'mysql2/promise';
 import type { KeySpec } from '../api-keys';
 import { LlmgwError } from '../errors';
