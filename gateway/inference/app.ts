@@ -7,6 +7,7 @@ import { ERRORS, openAiError, quoteInput, type ErrorCode } from '../../lib/error
 import { answerErrors, answerUnknownRoutes } from '../errors';
 import { corsHeaders, preflight } from './cors';
 import { accessLine, silentLog, type AccessNote, type GatewayLog } from './log';
+import type { ModelStats } from './model-stats';
 import { proxyRequest, type ProxyDeps } from './proxy';
 import { checkRequest, PROXIED } from './request-check';
 import type { RoutingTable } from './routing';
@@ -28,6 +29,8 @@ export interface GatewayAppOptions {
   accessLog?: boolean;
   /** Browser origins answered cross-origin (CORS); default none: preflights refused. */
   corsOrigins?: string[];
+  /** Per-model request counts and TTFT for the cluster page; none = nothing counted. */
+  stats?: ModelStats;
 }
 
 const errorSchema = {
@@ -84,7 +87,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     const agent =
       opts.agent ?? new Agent({ keepAlive: true, keepAliveMsecs: 30_000, maxFreeSockets: 1024, scheduling: 'lifo' });
     if (!opts.agent) app.addHook('onClose', async () => agent.destroy());
-    const deps: ProxyDeps = { routing, agent, log, timeouts };
+    const deps: ProxyDeps = { routing, agent, log, timeouts, stats: opts.stats };
     const authorized = new Set(opts.apiKeys.map((k) => `Bearer ${k}`));
     const notes = opts.accessLog ? new WeakMap<IncomingMessage, AccessNote>() : null;
     const created = Math.floor(Date.now() / 1000);

@@ -6,6 +6,7 @@ import { closeDeadline } from '../close';
 import { clientErrorHandler } from '../errors';
 import { buildGatewayApp } from './app';
 import { requestId, type GatewayLog } from './log';
+import type { ModelStats } from './model-stats';
 import type { RoutingTable } from './routing';
 
 /** Where and what the gateway serves. */
@@ -25,6 +26,8 @@ export interface GatewayServerOptions {
   corsOrigins?: string[];
   /** How long close() lets requests in flight finish before it cuts them, ms (default CLOSE_GRACE_MS). */
   closeGraceMs?: number;
+  /** Per-model request counts and TTFT (the gateway role's, reported to MySQL); none = nothing counted. */
+  stats?: ModelStats;
 }
 
 /** A listening gateway. */
@@ -65,6 +68,7 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
       timeouts,
       accessLog: opts.accessLog,
       corsOrigins: opts.corsOrigins,
+      stats: opts.stats,
     }),
   );
   app.addHook('onClose', async () => opts.routing.stop());
