@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { workflowIds } from '../../lib/names';
+import { ModelStatsStore } from '../../lib/store/model-stats';
 import { PageAuthStore } from '../../lib/store/page-auth';
 import { startModelDeployment } from '../../lib/workflow-starts';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
@@ -166,6 +167,27 @@ describe('the cluster page', () => {
     );
     expect(snapshot.overview.traffic).toMatchObject([{ model: MODEL, requests: 6, errors5xx: 0 }]);
     expect(snapshot.overview.traffic[0]!.ttftP99Ms).toBeGreaterThanOrEqual(snapshot.overview.traffic[0]!.ttftP50Ms!);
+    if (SHOTS) {
+      // For the screenshot only: an hour of made-up traffic from a second gateway id, so the sparkline has a shape.
+      const minute = Date.now() - (Date.now() % 60_000);
+      await new ModelStatsStore(cp.store.pool).write(
+        'screenshot-history',
+        Array.from({ length: 59 }, (_, i) => {
+          const requests = Math.round(600 + 400 * Math.sin(i / 6) + 15 * (i % 7));
+          const ttft = [0, 0, 0, Math.round(requests * 0.3), Math.round(requests * 0.6), 0, 0, 0, 0, 0, 0];
+          ttft[5] = requests - ttft[3]! - ttft[4]!;
+          return {
+            minute: minute - (59 - i) * 60_000,
+            model: MODEL,
+            requests,
+            errors5xx: i % 20 ? 0 : 3,
+            errors4xx: 0,
+            ttft,
+          };
+        }),
+      );
+      await page.until(`document.querySelector('${row} [data-p50]')?.dataset.p50 > 50`, 'the seeded hour', 20_000);
+    }
     await shot('overview');
     await view('nodes');
     expect(

@@ -174,26 +174,32 @@
     return `${r}${unit}`;
   };
 
-  /** A sparkline of requests/s per minute, oldest left: a filled area under a line, the scale's top in the title. */
+  /**
+   * A sparkline of requests/s per minute, oldest left, scaled to the hour's peak: a line over a faint area on a
+   * baseline, a dot on the current minute. Stretched to the cell's width by CSS (preserveAspectRatio none).
+   */
   function sparkline(t) {
     const W = 180;
     const H = 32;
     const max = Math.max(...t.rps);
     const step = W / (t.rps.length - 1);
-    const pts = t.rps.map((v, i) => `${(i * step).toFixed(1)},${(H - 1 - (max ? (v / max) * (H - 3) : 0)).toFixed(1)}`);
+    const xy = t.rps.map((v, i) => [i * step, H - 2 - (max ? (v / max) * (H - 5) : 0)]);
+    const pts = xy.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(' ');
+    const [lx, ly] = xy[xy.length - 1];
     return svg(
       'svg',
       {
         class: 'spark',
         viewBox: `0 0 ${W} ${H}`,
-        width: W,
-        height: H,
+        preserveAspectRatio: 'none',
         role: 'img',
-        'aria-label': `requests/s per minute over the last hour, peak ${num(max, '')}`,
+        'aria-label': `requests/s per minute over the last hour, peak ${num(max, '/s')}`,
       },
       svg('title', {}, `requests/s per minute since ${new Date(t.since).toLocaleTimeString()}; peak ${num(max, '/s')}`),
-      svg('polygon', { class: 'spark-area', points: `0,${H - 1} ${pts.join(' ')} ${W},${H - 1}` }),
-      svg('polyline', { class: 'spark-line', points: pts.join(' ') }),
+      svg('line', { class: 'spark-base', x1: 0, y1: H - 1.5, x2: W, y2: H - 1.5 }),
+      svg('polygon', { class: 'spark-area', points: `0,${H - 2} ${pts} ${W},${H - 2}` }),
+      svg('polyline', { class: 'spark-line', points: pts }),
+      svg('circle', { class: 'spark-now', cx: lx.toFixed(1), cy: ly.toFixed(1), r: 2 }),
     );
   }
 
@@ -202,7 +208,14 @@
     if (!Array.isArray(list)) return h('p', { class: 'warn', id: 'traffic' }, list.error);
     if (!list.length) return h('p', { class: 'muted', id: 'traffic' }, 'no models');
     return table(
-      ['MODEL', 'REQUESTS/S, LAST HOUR', 'NOW', 'TTFT P50', 'TTFT P99', h('th', { class: 'hide-narrow' }, 'REQUESTS')],
+      [
+        'MODEL',
+        'REQUESTS/S, LAST HOUR',
+        h('th', { class: 'hide-narrow' }, 'NOW'),
+        'TTFT P50',
+        'TTFT P99',
+        h('th', { class: 'hide-narrow' }, 'REQUESTS'),
+      ],
       list.map((t) =>
         h(
           'tr',
@@ -210,8 +223,13 @@
           h('td', {}, t.model),
           t.requests
             ? [
-                h('td', { class: 'spark-cell' }, sparkline(t)),
-                h('td', { class: 'num' }, num(t.rps[t.rps.length - 1], '/s')),
+                h(
+                  'td',
+                  { class: 'spark-cell' },
+                  sparkline(t),
+                  h('div', { class: 'muted spark-peak' }, `peak ${num(Math.max(...t.rps), '/s')}`),
+                ),
+                h('td', { class: 'num hide-narrow' }, num(t.rps[t.rps.length - 1], '/s')),
                 h('td', { class: 'num', 'data-p50': t.ttftP50Ms }, num(t.ttftP50Ms, ' ms')),
                 h('td', { class: 'num', 'data-p99': t.ttftP99Ms }, num(t.ttftP99Ms, ' ms')),
                 h(
