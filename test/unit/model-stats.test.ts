@@ -9,6 +9,8 @@ import { trafficView, RecentTraffic } from '../../gateway/control/page/traffic';
 import { TTFT_BUCKETS_MS, TTFT_SLOTS, ttftQuantile, ttftSlot } from '../../lib/stats/ttft';
 import { TTFT_COLUMNS, type ModelMinute } from '../../lib/store/model-stats';
 import { MIGRATIONS } from '../../lib/store/migrations';
+import { startGateway, type RunningGateway } from '../../gateway/inference/server';
+import { chat, chunk, closeAll, post, ready, sleep, table, upstream } from '../helpers/gateway';
 
 const T0 = Date.UTC(2026, 11, 4, 10, 0, 0);
 
@@ -195,5 +197,66 @@ describe('the overview traffic figures', () => {
     expect(reads).toBe(1);
     await traffic.view([], T0 + 10_000);
     expect(reads).toBe(2);
+  });
+});
+
+describe("the proxy's hook", () => {
+  let gw: RunningGateway | null = null;
+  afterEach(async () => {
+    await gw?.close();
+    gw = null;
+    await closeAll();
+  });
+  const start = async (endpoint: string): Promise<{ url: string; stats: ModelStats }> => {
+    const stats = new ModelStats();
+    gw = await startGateway({
+      host: '127.0.0.1',
+      port: 0,
+      routing: table({ models: ['m'], replicas: [ready('m-0', 'm', endpoint)] }),
+      apiKeys: [],
+      stats,
+      timeouts: { connectMs: 500, firstByteMs: 2000, idleMs: 2000, requestMs: 5000 },
+    });
+    return { url: gw.url, stats };
+  };
+  const ttftSlots = (stats: ModelStats): number[] => Array.from(stats.pending()[0]?.ttft ?? []);
+
+  test("a stream's TTFT is its first event's, not its headers'", async () => {
+    const engine = await upstream(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.flushHeaders();
+      await sleep(120);
+      res.end(`${chunk('m', 'hi', 'stop')}data: [DONE]\n\n`);
+    });
+    const { url, stats } = await start(engine.endpoint);
+    const res = await post(`${url}/v1/chat/completions`, chat('m', { stream: true }));
+    await res.text();
+    await sleep(20);
+    expect(stats.pending()).toMatchObject([{ model: 'm', requests: 1, errors5xx: 0, errors4xx: 0 }]);
+    expect(ttftSlots(stats)).toEqual(hist({ 4: 1 })); // (100, 250] ms
+  });
+
+  test('a client that leaves before any answer counts as 499 without a TTFT; a failed replica as 502 without one', async () => {
+    const slow = await upstream(async (_req, res) => {
+      await sleep(1000);
+      res.end('{}');
+    });
+    const { url, stats } = await start(slow.endpoint);
+    const ctl = new AbortController();
+    const req = post(`${url}/v1/chat/completions`, chat('m'), { signal: ctl.signal }).catch(() => null);
+    await sleep(100);
+    ctl.abort();
+    await req;
+    await sleep(50);
+    expect(stats.pending()).toMatchObject([{ requests: 1, errors4xx: 1, errors5xx: 0 }]);
+    expect(ttftSlots(stats)).toEqual(hist({}));
+    await gw!.close();
+
+    // Nothing listens there: the gateway answers 502 itself.
+    const dead = await start('http://127.0.0.1:1');
+    expect((await post(`${dead.url}/v1/chat/completions`, chat('m'))).status).toBe(502);
+    await sleep(20);
+    expect(dead.stats.pending()).toMatchObject([{ requests: 1, errors5xx: 1 }]);
+    expect(ttftSlots(dead.stats)).toEqual(hist({}));
   });
 });
