@@ -216,6 +216,8 @@ describe("the proxy's hook", () => {
       apiKeys: [],
       stats,
       timeouts: { connectMs: 500, firstByteMs: 2000, idleMs: 2000, requestMs: 5000 },
+      // An aborted fetch leaves its connection to the gateway open a while: close() need not wait long for it.
+      closeGraceMs: 200,
     });
     return { url: gw.url, stats };
   };
