@@ -1,14 +1,20 @@
-/** The gateway role: MySQL's routing table, refreshed, behind the inference API on listeners.gateway; its in-flight report. */
+/**
+ * The gateway role: MySQL's routing table, refreshed, behind the inference API on listeners.gateway; its in-flight
+ * report, and its per-model request counts and TTFT for the cluster page.
+ */
 import type { ServerConfig } from '../config/types';
 import type { GatewayLog } from '../gateway/inference/log';
-import { InflightReporter } from '../gateway/inference/inflight-report';
+import { InflightReporter, newGatewayId } from '../gateway/inference/inflight-report';
 import { KeyTable } from '../gateway/inference/keys';
+import { ModelStats } from '../gateway/inference/model-stats';
 import { QuotaKeeper } from '../gateway/inference/quota';
 import { RoutingTable } from '../gateway/inference/routing';
 import { startGateway } from '../gateway/inference/server';
+import { StatsReporter } from '../gateway/inference/stats-report';
 import { openDatabase } from '../lib/store/db';
 import { DrainStore } from '../lib/store/drain';
 import { KeyStore } from '../lib/store/keys';
+import { ModelStatsStore } from '../lib/store/model-stats';
 import { Store } from '../lib/store/store';
 
 /** Rows of gateways silent this long are removed when a gateway starts (a row is a few hundred bytes; restarts add one each). */
@@ -32,6 +38,7 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
   const keyStore = new KeyStore(pool);
   const keys = new KeyTable((since) => keyStore.changedSince(since), { staticKeys: gateway.apiKeys, log });
   const quota = new QuotaKeeper(keyStore, { log });
+  const stats = new ModelStats();
   const gw = await startGateway({
     host: config.listeners.gateway.host,
     port: config.listeners.gateway.port,
@@ -43,20 +50,26 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     timeouts: gateway.timeouts,
     accessLog: gateway.accessLog,
     corsOrigins: gateway.corsOrigins,
+    stats,
   }).catch(async (err: unknown) => {
     await pool.end();
     throw err;
   });
   const drains = new DrainStore(pool);
   await drains.pruneGateways(FORGET_GATEWAYS_AFTER_MS).catch(() => 0);
-  const reporter = new InflightReporter({ source: routing, sink: drains, ...(opts.log ? { log: opts.log } : {}) });
+  const gatewayId = newGatewayId();
+  const logOpt = opts.log ? { log: opts.log } : {};
+  const reporter = new InflightReporter({ source: routing, sink: drains, gatewayId, ...logOpt });
   reporter.start();
+  const statsReporter = new StatsReporter({ stats, sink: new ModelStatsStore(pool), gatewayId, ...logOpt });
+  statsReporter.start();
   return {
     url: gw.url,
     async close(): Promise<void> {
       // The server first: its in-flight requests finish while they are still reported.
       await gw.close();
       await reporter.stop();
+      await statsReporter.stop();
       await pool.end();
     },
   };

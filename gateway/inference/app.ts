@@ -9,6 +9,7 @@ import { answerErrors, answerUnknownRoutes } from '../errors';
 import { corsHeaders, preflight } from './cors';
 import { scopeRefusal, type KeyTable } from './keys';
 import { accessLine, silentLog, type AccessNote, type GatewayLog } from './log';
+import type { ModelStats } from './model-stats';
 import { proxyRequest, type ProxyDeps } from './proxy';
 import { estimateTokens, type QuotaKeeper, type QuotaRefusal } from './quota';
 import { checkRequest, PROXIED } from './request-check';
@@ -43,6 +44,8 @@ export interface GatewayAppOptions {
   accessLog?: boolean;
   /** Browser origins answered cross-origin (CORS); default none: preflights refused. */
   corsOrigins?: string[];
+  /** Per-model request counts and TTFT for the cluster page; none = nothing counted. */
+  stats?: ModelStats;
 }
 
 const errorSchema = {
@@ -134,7 +137,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     const agent =
       opts.agent ?? new Agent({ keepAlive: true, keepAliveMsecs: 30_000, maxFreeSockets: 1024, scheduling: 'lifo' });
     if (!opts.agent) app.addHook('onClose', async () => agent.destroy());
-    const deps: ProxyDeps = { routing, agent, log, timeouts };
+    const deps: ProxyDeps = { routing, agent, log, timeouts, stats: opts.stats };
     const authorized = new Set(opts.apiKeys.map((k) => `Bearer ${k}`));
     const { keys, quota } = opts;
     app.decorateRequest('apiKey', null);

@@ -10,6 +10,7 @@ import {
 import type { GatewayTimeouts } from '../../config/types';
 import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
 import type { AccessNote, GatewayLog } from './log';
+import type { ModelStats } from './model-stats';
 import type { PickResult, RoutableReplica, RoutingTable } from './routing';
 import { SseTail } from './sse';
 import type { UsageMeter } from './usage-meter';
@@ -21,6 +22,8 @@ export interface ProxyDeps {
   agent: Agent;
   log: GatewayLog;
   timeouts: GatewayTimeouts;
+  /** Per-model request counts and TTFT for the cluster page (model-stats.ts); none = nothing counted. */
+  stats?: ModelStats;
 }
 
 /** One request to proxy: the replica picked first, and the raw body bytes as the client sent them. */
@@ -104,6 +107,10 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
   const failures: string[] = [];
   let current: ClientRequest | null = null;
   let clientGone = false;
+  // Model stats (issue 23): one record per request when its response closes; TTFT is set at the first body byte.
+  const t0 = performance.now();
+  let ttftMs: number | null = null;
+  if (deps.stats) res.once('close', () => deps.stats?.record(model, res.headersSent ? res.statusCode : 499, ttftMs));
 
   // A client that disconnects before the response is complete takes the upstream request with it.
   res.once('close', () => {
@@ -275,6 +282,7 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
         });
         fail(code, `model ${model}: ${why}; the answer is incomplete`, stream);
       });
+      if (deps.stats) upRes.once('data', () => void (ttftMs ??= performance.now() - t0)); // model stats: TTFT
       upRes.pipe(res);
     });
 

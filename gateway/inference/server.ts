@@ -8,6 +8,7 @@ import { buildGatewayApp } from './app';
 import type { KeyTable } from './keys';
 import type { QuotaKeeper } from './quota';
 import { requestId, type GatewayLog } from './log';
+import type { ModelStats } from './model-stats';
 import type { RoutingTable } from './routing';
 
 /** Where and what the gateway serves. */
@@ -31,6 +32,8 @@ export interface GatewayServerOptions {
   corsOrigins?: string[];
   /** How long close() lets requests in flight finish before it cuts them, ms (default CLOSE_GRACE_MS). */
   closeGraceMs?: number;
+  /** Per-model request counts and TTFT (the gateway role's, reported to MySQL); none = nothing counted. */
+  stats?: ModelStats;
 }
 
 /** A listening gateway. */
@@ -75,6 +78,7 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
       timeouts,
       accessLog: opts.accessLog,
       corsOrigins: opts.corsOrigins,
+      stats: opts.stats,
     }),
   );
   app.addHook('onClose', async () => {

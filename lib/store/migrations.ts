@@ -278,4 +278,34 @@ export const MIGRATIONS: Migration[] = [
       )`,
     ],
   },
+  {
+    version: 14,
+    name: 'model minute stats',
+    statements: [
+      // Each gateway's counts per model per UTC minute, for the cluster page's requests/s and TTFT graphs: the
+      // gateway rewrites its own row with cumulative counts (a retried write never counts twice) and deletes rows
+      // older than two hours. ttft_le_N counts TTFTs in (previous bound, N] ms (lib/stats/ttft.ts), ttft_inf above 10 s.
+      `CREATE TABLE model_minute_stats (
+        minute DATETIME NOT NULL,
+        model VARCHAR(128) NOT NULL,
+        gateway_id VARCHAR(160) NOT NULL,
+        requests INT UNSIGNED NOT NULL,
+        errors_5xx INT UNSIGNED NOT NULL,
+        errors_4xx INT UNSIGNED NOT NULL,
+        ttft_le_10 INT UNSIGNED NOT NULL,
+        ttft_le_25 INT UNSIGNED NOT NULL,
+        ttft_le_50 INT UNSIGNED NOT NULL,
+        ttft_le_100 INT UNSIGNED NOT NULL,
+        ttft_le_250 INT UNSIGNED NOT NULL,
+        ttft_le_500 INT UNSIGNED NOT NULL,
+        ttft_le_1000 INT UNSIGNED NOT NULL,
+        ttft_le_2500 INT UNSIGNED NOT NULL,
+        ttft_le_5000 INT UNSIGNED NOT NULL,
+        ttft_le_10000 INT UNSIGNED NOT NULL,
+        ttft_inf INT UNSIGNED NOT NULL,
+        updated_at DATETIME(3) NOT NULL,
+        PRIMARY KEY (minute, model, gateway_id)
+      )`,
+    ],
+  },
 ];

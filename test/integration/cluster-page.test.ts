@@ -1,7 +1,8 @@
 /**
  * The cluster page in a real headless chromium against a real control plane (Temporal dev server, MariaDB,
- * three sim nodes with node workers and sim engines): sign-in refused with a wrong key; the session cookie's
- * flags; the overview shows the nodes and replicas; a drain started from the page moves the replicas and the
+ * three sim nodes with node workers and sim engines, a gateway role): sign-in refused with a wrong key; the
+ * session cookie's flags; the overview shows the nodes and replicas, and the requests sent through the gateway
+ * as a requests/s sparkline and TTFT p50/p99; a drain started from the page moves the replicas and the
  * page shows them move, live. With LLMGW_SCREENSHOTS=1 (npm run screenshots) it saves each view into
  * docs/cluster-page/.
  */
@@ -10,9 +11,12 @@ import { join } from 'node:path';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { workflowIds } from '../../lib/names';
+import { ModelStatsStore } from '../../lib/store/model-stats';
 import { PageAuthStore } from '../../lib/store/page-auth';
 import { startModelDeployment } from '../../lib/workflow-starts';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
+import { startGatewayRole } from '../../workers/gateway';
+import type { ModelTraffic } from '../../gateway/control/page/traffic';
 import { workflowBundlePath } from '../helpers/bundle';
 import { startChromium, type Browser, type BrowserPage } from '../helpers/chromium';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
@@ -66,6 +70,19 @@ describe('the cluster page', () => {
       timeoutMs: 60_000,
       what: 'both replicas ready on n1',
     });
+    // A few requests through a gateway, streamed and not: its model stats reach MySQL when it closes (its last
+    // write), and the overview's traffic figures within the page's 10 s cache.
+    const gw = await startGatewayRole({ config });
+    for (const stream of [true, false, true, false, true, false]) {
+      const res = await fetch(`${gw.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, stream }),
+      });
+      expect(res.status).toBe(200);
+      await res.text();
+    }
+    await gw.close();
     for (const id of ['n2', 'n3']) {
       await registerNode(cp, id, simInventory({ gpus: 1, fabric: id === 'n2' }));
       workers.push(await startNodeWorker(temporal.address, id, pids, { cp }));
@@ -136,7 +153,41 @@ describe('the cluster page', () => {
     expect(await page.eval(`document.querySelector('#card-replicas .big').textContent`)).toBe('2');
     expect(await page.eval(`document.querySelector('#card-gpus .big').textContent`)).toBe('2/4');
     expect(await page.eval(`document.querySelector('#models tr[data-model="${MODEL}"]').textContent`)).toContain('2');
-    await page.until(`document.getElementById('metrics-placeholder')`, 'the metrics placeholder');
+    // The requests sent through the gateway: a sparkline that is not flat, and a TTFT p50.
+    const row = `#traffic tr[data-traffic="${MODEL}"]`;
+    await page.until(`document.querySelector('${row} svg.spark')`, 'the requests/s sparkline', 20_000);
+    const points = await page.eval<string>(`document.querySelector('${row} .spark-line').getAttribute('points')`);
+    const ys = points.split(' ').map((p) => Number(p.split(',')[1]));
+    expect(Math.min(...ys)).toBeLessThan(Math.max(...ys));
+    expect(Number(await page.eval<string>(`document.querySelector('${row} [data-p50]').dataset.p50`))).toBeGreaterThan(
+      0,
+    );
+    const snapshot = await page.eval<{ overview: { traffic: ModelTraffic[] } }>(
+      `fetch('/page/api/snapshot').then((r) => r.json())`,
+    );
+    expect(snapshot.overview.traffic).toMatchObject([{ model: MODEL, requests: 6, errors5xx: 0 }]);
+    expect(snapshot.overview.traffic[0]!.ttftP99Ms).toBeGreaterThanOrEqual(snapshot.overview.traffic[0]!.ttftP50Ms!);
+    if (SHOTS) {
+      // For the screenshot only: an hour of made-up traffic from a second gateway id, so the sparkline has a shape.
+      const minute = Date.now() - (Date.now() % 60_000);
+      await new ModelStatsStore(cp.store.pool).write(
+        'screenshot-history',
+        Array.from({ length: 59 }, (_, i) => {
+          const requests = Math.round(600 + 400 * Math.sin(i / 6) + 15 * (i % 7));
+          const ttft = [0, 0, 0, Math.round(requests * 0.3), Math.round(requests * 0.6), 0, 0, 0, 0, 0, 0];
+          ttft[5] = requests - ttft[3]! - ttft[4]!;
+          return {
+            minute: minute - (59 - i) * 60_000,
+            model: MODEL,
+            requests,
+            errors5xx: i % 20 ? 0 : 3,
+            errors4xx: 0,
+            ttft,
+          };
+        }),
+      );
+      await page.until(`document.querySelector('${row} [data-p50]')?.dataset.p50 > 50`, 'the seeded hour', 20_000);
+    }
     await shot('overview');
     await view('nodes');
     expect(

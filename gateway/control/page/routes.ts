@@ -7,6 +7,7 @@ import { WorkflowUpdateFailedError, type Client } from '@temporalio/client';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import { LlmgwError } from '../../../lib/errors';
 import { workflowIds } from '../../../lib/names';
+import { ModelStatsStore } from '../../../lib/store/model-stats';
 import { PageAuthStore } from '../../../lib/store/page-auth';
 import { startDrain, startModelDeployment, workflowLink } from '../../../lib/workflow-starts';
 import { scaleUpdate } from '../../../workflows/contracts/model';
@@ -19,6 +20,7 @@ import { loadAssets } from './assets';
 import { checkCsrf, checkOrigin, requireViewer, sessionCookie, cookieToken } from './auth';
 import { LiveSnapshots } from './live';
 import { buildSnapshot, type PageSnapshot, type TemporalUi } from './snapshot';
+import { RecentTraffic } from './traffic';
 
 /** What the page needs beyond the control routes' options: the gate (certificate sign-in) and Temporal. */
 export interface PageOptions extends Pick<ControlAppOptions, 'store' | 'endDrain' | 'onNodesChanged' | 'revoke'> {
@@ -28,6 +30,8 @@ export interface PageOptions extends Pick<ControlAppOptions, 'store' | 'endDrain
   log: (msg: string, fields: Record<string, unknown>) => void;
   /** How often the shared snapshot is rebuilt while a page is open, ms (default 1000). */
   liveEveryMs?: number;
+  /** How often the gateways' request counts are read for the overview, ms (default 10 000). */
+  trafficEveryMs?: number;
 }
 
 /** Whether a routed path is the page's (the certificate gate leaves those to the page's own sign-in). */
@@ -58,8 +62,9 @@ export async function pageRoutes(app: FastifyInstance, o: PageOptions): Promise<
   const auth = new PageAuthStore(store.pool);
   const access = { auth, gate: o.gate };
   const assets = loadAssets();
+  const traffic = new RecentTraffic(new ModelStatsStore(store.pool), o.trafficEveryMs);
   const live = new LiveSnapshots<PageSnapshot>(
-    () => buildSnapshot(store, { client: o.client, ui: o.ui }),
+    () => buildSnapshot(store, { client: o.client, ui: o.ui }, traffic),
     o.log,
     o.liveEveryMs,
   );

@@ -13,6 +13,7 @@ import { workflowLink } from '../../../lib/workflow-starts';
 import { drainProgressQuery, formatDrainProgress } from '../../../workflows/contracts/drain';
 import { nodeList } from '../node-actions';
 import { modelList } from '../operator-routes';
+import type { ModelTraffic, RecentTraffic } from './traffic';
 
 /** Where workflow links point: server.yaml's temporal.uiUrl and namespace. */
 export interface TemporalUi {
@@ -67,6 +68,8 @@ export interface PageSnapshot {
     replicas: Record<string, number>;
     models: { name: string; desired: number; ready: number; others: Record<string, number> }[];
     warnings: string[];
+    /** requests/s and TTFT per model over the last hour, from the gateways' counts (traffic.ts) */
+    traffic: ModelTraffic[] | { error: string };
   };
   nodes: PageNode[];
   fabrics: FabricsView;
@@ -105,8 +108,12 @@ export async function runningWorkflows(client: Client, ui: TemporalUi): Promise<
   return out.sort((a, b) => b.startedAt.localeCompare(a.startedAt));
 }
 
-/** Builds the page's snapshot now. */
-export async function buildSnapshot(store: Store, temporal: { client: Client; ui: TemporalUi }): Promise<PageSnapshot> {
+/** Builds the page's snapshot now (the traffic figures from `traffic`'s cache, when given). */
+export async function buildSnapshot(
+  store: Store,
+  temporal: { client: Client; ui: TemporalUi },
+  traffic?: RecentTraffic,
+): Promise<PageSnapshot> {
   const [nodes, models, replicas, events, workflows] = await Promise.all([
     nodeList(store),
     modelList(store),
@@ -165,6 +172,11 @@ export async function buildSnapshot(store: Store, temporal: { client: Client; ui
     if (ready < m.replicas) warnings.push(`${m.name}: ${ready} of ${m.replicas} replicas ready`);
     return { name: m.name, desired: m.replicas, ready, others };
   });
+  const trafficView = traffic
+    ? await traffic
+        .view(models.map((m) => m.name))
+        .catch((err: Error) => ({ error: `the gateways' request counts could not be read: ${err.message}` }))
+    : [];
   const nodeStates: Record<string, number> = {};
   for (const n of nodes) count(nodeStates, n.state);
   const replicaStates: Record<string, number> = {};
@@ -179,6 +191,7 @@ export async function buildSnapshot(store: Store, temporal: { client: Client; ui
       replicas: replicaStates,
       models: modelRows,
       warnings,
+      traffic: trafficView,
     },
     nodes: pageNodes,
     fabrics,

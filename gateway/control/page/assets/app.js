@@ -160,6 +160,94 @@
     );
   }
 
+  const SVG = 'http://www.w3.org/2000/svg';
+  /** An SVG element (attributes only: presentation attributes, no style, as the CSP wants). */
+  function svg(tag, attrs, ...children) {
+    const el = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+    el.append(...children);
+    return el;
+  }
+  const num = (x, unit) => {
+    if (x === null || x === undefined) return '—';
+    const r = x >= 100 ? Math.round(x) : x >= 10 ? Math.round(x * 10) / 10 : Math.round(x * 100) / 100;
+    return `${r}${unit}`;
+  };
+
+  /**
+   * A sparkline of requests/s per minute, oldest left, scaled to the hour's peak: a line over a faint area on a
+   * baseline, a dot on the current minute. Stretched to the cell's width by CSS (preserveAspectRatio none).
+   */
+  function sparkline(t) {
+    const W = 180;
+    const H = 32;
+    const max = Math.max(...t.rps);
+    const step = W / (t.rps.length - 1);
+    const xy = t.rps.map((v, i) => [i * step, H - 2 - (max ? (v / max) * (H - 5) : 0)]);
+    const pts = xy.map(([x, y]) => `${x.toFixed(1)},${y.toFixed(1)}`).join(' ');
+    const [lx, ly] = xy[xy.length - 1];
+    return svg(
+      'svg',
+      {
+        class: 'spark',
+        viewBox: `0 0 ${W} ${H}`,
+        preserveAspectRatio: 'none',
+        role: 'img',
+        'aria-label': `requests/s per minute over the last hour, peak ${num(max, '/s')}`,
+      },
+      svg('title', {}, `requests/s per minute since ${new Date(t.since).toLocaleTimeString()}; peak ${num(max, '/s')}`),
+      svg('line', { class: 'spark-base', x1: 0, y1: H - 1.5, x2: W, y2: H - 1.5 }),
+      svg('polygon', { class: 'spark-area', points: `0,${H - 2} ${pts} ${W},${H - 2}` }),
+      svg('polyline', { class: 'spark-line', points: pts }),
+      svg('circle', { class: 'spark-now', cx: lx.toFixed(1), cy: ly.toFixed(1), r: 2 }),
+    );
+  }
+
+  /** The overview's traffic table: each model's hour, or why there is none. */
+  function traffic(list) {
+    if (!Array.isArray(list)) return h('p', { class: 'warn', id: 'traffic' }, list.error);
+    if (!list.length) return h('p', { class: 'muted', id: 'traffic' }, 'no models');
+    return table(
+      [
+        'MODEL',
+        'REQUESTS/S, LAST HOUR',
+        h('th', { class: 'hide-narrow' }, 'NOW'),
+        'TTFT P50',
+        'TTFT P99',
+        h('th', { class: 'hide-narrow' }, 'REQUESTS'),
+      ],
+      list.map((t) =>
+        h(
+          'tr',
+          { 'data-traffic': t.model },
+          h('td', {}, t.model),
+          t.requests
+            ? [
+                h(
+                  'td',
+                  { class: 'spark-cell' },
+                  sparkline(t),
+                  h('div', { class: 'muted spark-peak' }, `peak ${num(Math.max(...t.rps), '/s')}`),
+                ),
+                h('td', { class: 'num hide-narrow' }, num(t.rps[t.rps.length - 1], '/s')),
+                h('td', { class: 'num', 'data-p50': t.ttftP50Ms }, num(t.ttftP50Ms, ' ms')),
+                h('td', { class: 'num', 'data-p99': t.ttftP99Ms }, num(t.ttftP99Ms, ' ms')),
+                h(
+                  'td',
+                  { class: 'num hide-narrow' },
+                  t.requests,
+                  t.errors5xx || t.errors4xx
+                    ? h('div', { class: 'muted' }, `${t.errors5xx} 5xx, ${t.errors4xx} 4xx`)
+                    : null,
+                ),
+              ]
+            : h('td', { class: 'muted', colspan: 5 }, 'no requests in the last hour'),
+        ),
+      ),
+      'traffic',
+    );
+  }
+
   const RENDER = {
     overview(s) {
       const o = s.overview;
@@ -251,11 +339,7 @@
           'models',
         ),
         h('h2', {}, 'Requests/s and TTFT p50/p99 per model, last hour'),
-        h(
-          'div',
-          { class: 'card placeholder', id: 'metrics-placeholder' },
-          'Graphs come with the gateway metrics (issue: gateway part one). Not built yet: nothing is measured here.',
-        ),
+        traffic(o.traffic),
       ];
     },
     nodes(s) {
