@@ -19,7 +19,7 @@ import { startGatewayRole } from '../../workers/gateway';
 import type { ModelTraffic } from '../../gateway/control/page/traffic';
 import { workflowBundlePath } from '../helpers/bundle';
 import { startChromium, type Browser, type BrowserPage } from '../helpers/chromium';
-import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
+import { dropDatabase, startTestTemporal, TEST_API_KEY, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
 import { registerNode, simInventory, startNodeWorker, stopSimCluster, type NodeWorker } from '../helpers/node-workers';
 import { certClient } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
@@ -76,7 +76,7 @@ describe('the cluster page', () => {
     for (const stream of [true, false, true, false, true, false]) {
       const res = await fetch(`${gw.url}/v1/chat/completions`, {
         method: 'POST',
-        headers: { 'content-type': 'application/json' },
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${TEST_API_KEY}` },
         body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, stream }),
       });
       expect(res.status).toBe(200);
