@@ -40,6 +40,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 120_000, requestMs: 60_000 },
     accessLog: false,
     corsOrigins: [],
+    admission: { queueMax: 256, queueTimeoutMs: 30_000, defaultMaxConcurrent: 64 },
   },
   drain: { graceS: 600 },
   catalog: [

@@ -224,7 +224,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
   const m = c.sub(root, ['mysql'], ['url']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
-  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog', 'corsOrigins']);
+  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog', 'corsOrigins', 'admission']);
   const d = c.sub(root, ['drain'], ['graceS']);
   const tls = c.sub(root, ['tls'], TLS_KEYS);
   const engines = checkEngines(c, root?.engines);
@@ -259,6 +259,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       timeouts: checkTimeouts(c, g),
       accessLog: c.bool(g, ['gateway', 'accessLog']),
       corsOrigins: c.strList(g, ['gateway', 'corsOrigins'], 'an origin such as https://app.example.net', originRule),
+      admission: checkAdmission(c, g),
     },
     drain: { graceS: c.int(d, ['drain', 'graceS'], 0, MAX_GRACE_S, GRACE_EXAMPLE) },
     catalog: checkCatalog(c, root?.catalog, engines),
@@ -367,6 +368,16 @@ function checkTimeouts(c: Checker, g: Obj | undefined): ServerConfig['gateway'][
     ),
     firstByteMs: c.int(t, at('firstByteMs'), 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE),
     idleMs: c.int(t, at('idleMs'), 1000, MAX_FIRST_BYTE_MS, '120000 (2 min between two chunks of an answer)'),
+  };
+}
+
+function checkAdmission(c: Checker, g: Obj | undefined): ServerConfig['gateway']['admission'] {
+  const at = (k: string): Seg[] => ['gateway', 'admission', k];
+  const a = c.sub(g, ['gateway', 'admission'], ['queueMax', 'queueTimeoutMs', 'defaultMaxConcurrent']);
+  return {
+    queueMax: c.int(a, at('queueMax'), 0, 1_000_000, '256 (requests waiting per model)'),
+    queueTimeoutMs: c.int(a, at('queueTimeoutMs'), 100, 3_600_000, '30000 (how long a request may wait)'),
+    defaultMaxConcurrent: c.int(a, at('defaultMaxConcurrent'), 1, 100_000, '64 (requests per replica at once)'),
   };
 }
 
@@ -489,6 +500,7 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       'drainGraceS',
       'profiles',
       'firstByteMs',
+      'maxConcurrent',
       'startTimeoutS',
     ]);
     const name = c.str(o, [...at, 'name'], 'sim-small', nameRule);
@@ -524,6 +536,12 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       ...(o?.firstByteMs === undefined
         ? {}
         : { firstByteMs: c.int(o, [...at, 'firstByteMs'], 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE) }),
+      // Requests one replica takes at once before the gateway queues; unset: the engine's slots, else the default.
+      ...(o?.maxConcurrent === undefined
+        ? {}
+        : {
+            maxConcurrent: c.int(o, [...at, 'maxConcurrent'], 1, 100_000, '16 (requests one replica serves at once)'),
+          }),
       // How long its engine may take to serve once the weights are there; unset: DEFAULT_START_TIMEOUT_S.
       ...(o?.startTimeoutS !== undefined
         ? { startTimeoutS: c.int(o, [...at, 'startTimeoutS'], 10, 86_400, '3600') }

@@ -53,6 +53,8 @@ export interface ServerConfig {
     accessLog: boolean;
     /** Browser origins whose cross-origin requests the gateway answers (CORS); empty: none, preflights refused */
     corsOrigins: string[];
+    /** How many requests each replica takes at once, and how the rest wait (gateway/inference/admission.ts) */
+    admission: GatewayAdmission;
   };
   /** How a stopping replica (drain, scale-down, rebuild elsewhere) lets the requests in flight on it finish. */
   drain: {
@@ -62,6 +64,16 @@ export interface ServerConfig {
   catalog: ModelSpec[];
   /** Where llmgw creates machines (the llmgw-proxmox worker only; null: no Proxmox, provisioning refused) */
   proxmox: ProxmoxConfig | null;
+}
+
+/** The gateway's admission: a bounded queue per model in front of replicas that hold their limit of requests. */
+export interface GatewayAdmission {
+  /** requests that may wait per model; one more is answered 429 LLMGW_QUEUE_FULL (0: no queue) */
+  queueMax: number;
+  /** how long one may wait for a slot, then 503 LLMGW_QUEUE_TIMEOUT */
+  queueTimeoutMs: number;
+  /** a replica's limit when the catalog (maxConcurrent) and its engine (slots) say none */
+  defaultMaxConcurrent: number;
 }
 
 /** The gateway's waits on a replica, ms. */

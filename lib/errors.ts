@@ -53,6 +53,8 @@ export const ERRORS = {
   LLMGW_CORS_REFUSED: { status: 403, type: 'invalid_request_error' },
   LLMGW_TEMPORAL_UNREACHABLE: { status: 503, type: 'server_error' },
   LLMGW_PORT_TAKEN: { status: 409, type: 'invalid_request_error' },
+  LLMGW_QUEUE_FULL: { status: 429, type: 'rate_limit_exceeded' },
+  LLMGW_QUEUE_TIMEOUT: { status: 503, type: 'server_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

@@ -3,6 +3,7 @@ import type { ServerConfig } from '../config/types';
 import type { GatewayLog } from '../gateway/inference/log';
 import { InflightReporter } from '../gateway/inference/inflight-report';
 import { RoutingTable } from '../gateway/inference/routing';
+import { probeSlots } from '../gateway/inference/slots';
 import { startGateway } from '../gateway/inference/server';
 import { openDatabase } from '../lib/store/db';
 import { DrainStore } from '../lib/store/drain';
@@ -24,7 +25,12 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
   const { gateway } = config;
   const pool = await openDatabase(config.mysql.url);
   const store = new Store(pool);
-  const routing = new RoutingTable(() => store.routeRows(), { refreshMs: gateway.refreshMs, log });
+  const routing = new RoutingTable(() => store.routeRows(), {
+    refreshMs: gateway.refreshMs,
+    log,
+    defaultLimit: gateway.admission.defaultMaxConcurrent,
+    probeSlots,
+  });
   const gw = await startGateway({
     host: config.listeners.gateway.host,
     port: config.listeners.gateway.port,
@@ -34,6 +40,7 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     timeouts: gateway.timeouts,
     accessLog: gateway.accessLog,
     corsOrigins: gateway.corsOrigins,
+    admission: gateway.admission,
   }).catch(async (err: unknown) => {
     await pool.end();
     throw err;

@@ -5,11 +5,12 @@ import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { GatewayTimeouts } from '../../config/types';
 import { ERRORS, openAiError, quoteInput, type ErrorCode } from '../../lib/errors';
 import { answerErrors, answerUnknownRoutes } from '../errors';
+import { Admission, admissionKeyOf, type AdmissionOptions } from './admission';
 import { corsHeaders, preflight } from './cors';
 import { accessLine, silentLog, type AccessNote, type GatewayLog } from './log';
 import { proxyRequest, type ProxyDeps } from './proxy';
 import { checkRequest, PROXIED } from './request-check';
-import type { RoutingTable } from './routing';
+import type { RoutableReplica, RoutingTable } from './routing';
 
 /** Options of the gateway plugin. */
 export interface GatewayAppOptions {
@@ -28,6 +29,8 @@ export interface GatewayAppOptions {
   accessLog?: boolean;
   /** Browser origins answered cross-origin (CORS); default none: preflights refused. */
   corsOrigins?: string[];
+  /** The bounded queue in front of full replicas; default server.yaml's defaults (gateway.admission). */
+  admission?: Omit<AdmissionOptions, 'onReject'>;
 }
 
 const errorSchema = {
@@ -45,6 +48,7 @@ const errorResponses = {
   404: errorSchema,
   413: errorSchema,
   415: errorSchema,
+  429: errorSchema,
   502: errorSchema,
   503: errorSchema,
   504: errorSchema,
@@ -88,6 +92,30 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     const authorized = new Set(opts.apiKeys.map((k) => `Bearer ${k}`));
     const notes = opts.accessLog ? new WeakMap<IncomingMessage, AccessNote>() : null;
     const created = Math.floor(Date.now() / 1000);
+    const admission = new Admission(routing, opts.admission ?? DEFAULT_CONFIG.gateway.admission);
+    const forward = (
+      req: FastifyRequest,
+      reply: FastifyReply,
+      model: string,
+      path: string,
+      body: Buffer,
+      replica: RoutableReplica,
+      firstByteMs: number | undefined,
+      note: AccessNote | undefined,
+    ): void => {
+      reply.hijack();
+      proxyRequest(deps, {
+        model,
+        path,
+        body,
+        first: replica,
+        firstByteMs: firstByteMs ?? timeouts.firstByteMs,
+        reqId: req.id,
+        req: req.raw,
+        res: reply.raw,
+        note,
+      });
+    };
 
     answerErrors(app, log);
     answerUnknownRoutes(
@@ -181,7 +209,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
             'LLMGW_ENDPOINT_UNSUPPORTED',
             `model ${quoteInput(model)} cannot serve /v1/embeddings: ${refusal}`,
           );
-        const picked = routing.pick(model);
+        const picked = admission.pick(model);
         switch (picked.kind) {
           case 'unknown-model': {
             const known = routing.models();
@@ -194,19 +222,12 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
           case 'none-ready':
             return sendError(reply, 'LLMGW_NO_READY_REPLICA', picked.reason);
           case 'ok':
-            reply.hijack();
-            proxyRequest(deps, {
-              model,
-              path,
-              body,
-              first: picked.replica,
-              firstByteMs: picked.firstByteMs ?? timeouts.firstByteMs,
-              reqId: req.id,
-              req: req.raw,
-              res: reply.raw,
-              note,
-            });
+            forward(req, reply, model, path, body, picked.replica, picked.firstByteMs, note);
             return reply;
+          case 'busy':
+            return admission.wait(model, admissionKeyOf(req), reply, (replica, firstByteMs) =>
+              forward(req, reply, model, path, body, replica, firstByteMs, note),
+            );
           default: {
             const never: never = picked;
             throw new Error(`unhandled pick ${JSON.stringify(never)}`);

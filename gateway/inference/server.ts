@@ -1,7 +1,7 @@
 /** Runs the inference gateway: fastify with request ids, timeouts for long streams, a close with a deadline, and `listen`. */
 import Fastify from 'fastify';
 import { DEFAULT_CONFIG } from '../../config/defaults';
-import type { GatewayTimeouts } from '../../config/types';
+import type { GatewayAdmission, GatewayTimeouts } from '../../config/types';
 import { closeDeadline } from '../close';
 import { clientErrorHandler } from '../errors';
 import { buildGatewayApp } from './app';
@@ -23,6 +23,8 @@ export interface GatewayServerOptions {
   accessLog?: boolean;
   /** Browser origins answered cross-origin (server.yaml gateway.corsOrigins); default none. */
   corsOrigins?: string[];
+  /** The bounded queue in front of full replicas (server.yaml gateway.admission); default its defaults. */
+  admission?: GatewayAdmission;
   /** How long close() lets requests in flight finish before it cuts them, ms (default CLOSE_GRACE_MS). */
   closeGraceMs?: number;
 }
@@ -65,6 +67,7 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
       timeouts,
       accessLog: opts.accessLog,
       corsOrigins: opts.corsOrigins,
+      admission: opts.admission,
     }),
   );
   app.addHook('onClose', async () => opts.routing.stop());

@@ -1,7 +1,7 @@
 /** The inference gateway on a real port in front of tiny upstream HTTP servers whose behaviour each test chooses. */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { GatewayTimeouts } from '../../config/types';
+import type { GatewayAdmission, GatewayTimeouts } from '../../config/types';
 import type { RouteRows } from '../../lib/store/store';
 import { RoutingTable, type RoutingOptions } from '../../gateway/inference/routing';
 import { startGateway, type RunningGateway } from '../../gateway/inference/server';
@@ -110,7 +110,13 @@ export const post = (url: string, body: string, init: RequestInit = {}): Promise
 /** Starts a gateway on a free port over `rows`; its log lines are kept in `lines`. */
 export async function gateway(
   rows: RouteRows,
-  o: { apiKeys?: string[]; timeouts?: GatewayTimeouts; accessLog?: boolean; routing?: Partial<RoutingOptions> } = {},
+  o: {
+    apiKeys?: string[];
+    timeouts?: GatewayTimeouts;
+    accessLog?: boolean;
+    routing?: Partial<RoutingOptions>;
+    admission?: GatewayAdmission;
+  } = {},
 ): Promise<TestGateway> {
   const lines: LogLine[] = [];
   const log = (msg: string, fields?: Record<string, unknown>): void => void lines.push({ msg, ...fields });
@@ -123,6 +129,7 @@ export async function gateway(
     log,
     timeouts: o.timeouts,
     accessLog: o.accessLog,
+    admission: o.admission,
   });
   gateways.push(gw);
   return { url: gw.url, routing, lines };
