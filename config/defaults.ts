@@ -25,6 +25,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     gateway: { host: '127.0.0.1', port: 8080 },
     temporalDoor: { host: '127.0.0.1', port: 7444 },
   },
+  metrics: { gateway: null, controlPlane: null, caWorker: null, proxmoxWorker: null },
   tls: {
     ca: '.llmgw/ca/ca.crt',
     serverCert: '.llmgw/certs/control-plane/server.crt',

@@ -5,7 +5,7 @@ import { isNode, LineCounter, parseDocument, type Document, type YAMLError } fro
 import { LlmgwError } from '../lib/errors';
 import { ENGINES, type EngineName, type ModelSpec, type Profile } from '../lib/types';
 import { DEFAULT_CONFIG } from './defaults';
-import type { Listener, ServerConfig } from './types';
+import { METRICS_ROLES, type Listener, type MetricsListener, type MetricsRole, type ServerConfig } from './types';
 import { Checker, isObj, quote, suggest, type Obj, type RawIssue, type Rule, type Seg } from './check';
 import { classifySource, SHA256_RE } from '../lib/weights/source';
 
@@ -218,7 +218,19 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
   const root = c.obj(
     raw,
     [],
-    ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'drain', 'catalog', 'proxmox'],
+    [
+      'temporal',
+      'mysql',
+      'listeners',
+      'metrics',
+      'tls',
+      'engines',
+      'enginePorts',
+      'gateway',
+      'drain',
+      'catalog',
+      'proxmox',
+    ],
   );
   const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
   const m = c.sub(root, ['mysql'], ['url']);
@@ -240,6 +252,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       gateway: checkListener(c, l, 'gateway', 8080),
       temporalDoor: checkListener(c, l, 'temporalDoor', 7444),
     },
+    metrics: checkMetricsListeners(c, root),
     tls: {
       ca: c.str(tls, ['tls', 'ca'], '.llmgw/ca/ca.crt', pathRule),
       serverCert: c.str(tls, ['tls', 'serverCert'], '/etc/llmgw/control-plane/server.crt', pathRule),
@@ -378,6 +391,27 @@ function checkAdmission(c: Checker, g: Obj | undefined): ServerConfig['gateway']
     queueMax: c.int(a, at('queueMax'), 0, 1_000_000, '256 (requests waiting per model)'),
     queueTimeoutMs: c.int(a, at('queueTimeoutMs'), 100, 3_600_000, '30000 (how long a request may wait)'),
     defaultMaxConcurrent: c.int(a, at('defaultMaxConcurrent'), 1, 100_000, '64 (requests per replica at once)'),
+  };
+}
+
+function checkMetricsListeners(c: Checker, root: Obj | undefined): ServerConfig['metrics'] {
+  const m = c.sub(root, ['metrics'], METRICS_ROLES);
+  const one = (role: MetricsRole): MetricsListener | null => {
+    const raw = m?.[role];
+    if (raw === undefined || raw === null) return null;
+    const at: Seg[] = ['metrics', role];
+    const o = c.obj(raw, at, ['host', 'port', 'temporalPort']);
+    return {
+      host: c.str(o, [...at, 'host'], '127.0.0.1', wordRule),
+      port: c.int(o, [...at, 'port'], 0, 65535, '9464'),
+      temporalPort: o?.temporalPort === undefined ? 0 : c.int(o, [...at, 'temporalPort'], 0, 65535, '9465'),
+    };
+  };
+  return {
+    gateway: one('gateway'),
+    controlPlane: one('controlPlane'),
+    caWorker: one('caWorker'),
+    proxmoxWorker: one('proxmoxWorker'),
   };
 }
 

@@ -6,6 +6,19 @@ export interface Listener {
   port: number;
 }
 
+/** The roles of server.yaml that serve metrics (an agent takes --metrics and --temporal-metrics instead). */
+export const METRICS_ROLES = ['gateway', 'controlPlane', 'caWorker', 'proxmoxWorker'] as const;
+export type MetricsRole = (typeof METRICS_ROLES)[number];
+
+/** A role's metrics listener. */
+export interface MetricsListener {
+  host: string;
+  /** llmgw's series at http://host:port/metrics (0: any free port, logged at start) */
+  port: number;
+  /** the Temporal SDK's own exporter of this role's worker, on host (0: off; the gateway runs no worker) */
+  temporalPort: number;
+}
+
 export interface ServerConfig {
   temporal: {
     /** host:port of the Temporal frontend */
@@ -27,6 +40,11 @@ export interface ServerConfig {
      */
     temporalDoor: Listener;
   };
+  /**
+   * Prometheus metrics listeners, one per role, never the role's public port; null: off (docs/metrics.md). A section
+   * of its own rather than under listeners: these are optional, and each may carry the Temporal SDK's port too.
+   */
+  metrics: Record<MetricsRole, MetricsListener | null>;
   /** Mutual TLS at the control plane: file paths (relative ones from the working directory). */
   tls: {
     /** the cluster CA's certificate: client certificates are judged by it, and ctl trusts the control plane by it */

@@ -16,6 +16,8 @@ const FORGET_GATEWAYS_AFTER_MS = 24 * 3600_000;
 export interface GatewayRole {
   /** `http://host:port` of the inference API */
   url: string;
+  /** `http://host:port/metrics` when server.yaml's metrics.gateway is set */
+  metricsUrl: string | null;
   close(): Promise<void>;
 }
 
@@ -41,6 +43,7 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     accessLog: gateway.accessLog,
     corsOrigins: gateway.corsOrigins,
     admission: gateway.admission,
+    metrics: config.metrics.gateway,
   }).catch(async (err: unknown) => {
     await pool.end();
     throw err;
@@ -51,6 +54,7 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
   reporter.start();
   return {
     url: gw.url,
+    metricsUrl: gw.metricsUrl,
     async close(): Promise<void> {
       // The server first: its in-flight requests finish while they are still reported.
       await gw.close();

@@ -8,6 +8,7 @@ import { answerErrors, answerUnknownRoutes } from '../errors';
 import { Admission, admissionKeyOf, type AdmissionOptions } from './admission';
 import { corsHeaders, preflight } from './cors';
 import { accessLine, silentLog, type AccessNote, type GatewayLog } from './log';
+import { meterGatewayAnswers, type GatewayMetrics } from './metrics-hooks';
 import { proxyRequest, type ProxyDeps } from './proxy';
 import { checkRequest, PROXIED } from './request-check';
 import type { RoutableReplica, RoutingTable } from './routing';
@@ -31,6 +32,8 @@ export interface GatewayAppOptions {
   corsOrigins?: string[];
   /** The bounded queue in front of full replicas; default server.yaml's defaults (gateway.admission). */
   admission?: Omit<AdmissionOptions, 'onReject'>;
+  /** The gateway's metrics (served on their own listener by server.ts); none: nothing is measured. */
+  metrics?: GatewayMetrics;
 }
 
 const errorSchema = {
@@ -88,11 +91,16 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     const agent =
       opts.agent ?? new Agent({ keepAlive: true, keepAliveMsecs: 30_000, maxFreeSockets: 1024, scheduling: 'lifo' });
     if (!opts.agent) app.addHook('onClose', async () => agent.destroy());
-    const deps: ProxyDeps = { routing, agent, log, timeouts };
+    const { metrics } = opts;
+    const deps: ProxyDeps = { routing, agent, log, timeouts, metrics };
     const authorized = new Set(opts.apiKeys.map((k) => `Bearer ${k}`));
     const notes = opts.accessLog ? new WeakMap<IncomingMessage, AccessNote>() : null;
     const created = Math.floor(Date.now() / 1000);
-    const admission = new Admission(routing, opts.admission ?? DEFAULT_CONFIG.gateway.admission);
+    const admission = new Admission(routing, {
+      ...(opts.admission ?? DEFAULT_CONFIG.gateway.admission),
+      onReject: metrics ? (model, why): void => metrics.rejectedBy(model, why) : undefined,
+    });
+    if (metrics) meterGatewayAnswers(app, metrics, admission);
     const forward = (
       req: FastifyRequest,
       reply: FastifyReply,
@@ -102,8 +110,11 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       replica: RoutableReplica,
       firstByteMs: number | undefined,
       note: AccessNote | undefined,
+      queuedMs = 0,
     ): void => {
       reply.hijack();
+      const times = metrics?.times(req.arrivedAt);
+      if (times) times.queuedMs = queuedMs;
       proxyRequest(deps, {
         model,
         path,
@@ -114,6 +125,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
         req: req.raw,
         res: reply.raw,
         note,
+        ...(metrics ? { key: metrics.keyIdOf(req.headers.authorization), times } : {}),
       });
     };
 
@@ -139,6 +151,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       reply.raw.setHeader('x-request-id', req.id);
       if (req.headers.origin !== undefined) corsHeaders(origins, req.headers.origin, reply.raw);
       if (notes) notes.set(req.raw, accessLine(log, req.id, req.raw, reply.raw));
+      if (metrics) req.arrivedAt = performance.now();
       const h = req.headers.authorization;
       if (authorized.size > 0 && req.url !== '/health' && req.method !== 'OPTIONS' && (!h || !authorized.has(h))) {
         return void sendError(
@@ -199,6 +212,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
         const checked = checkRequest(path, body);
         if (checked.kind === 'error') return sendError(reply, 'LLMGW_BAD_REQUEST', checked.message);
         const { model } = checked;
+        req.inferenceModel = model;
         const note = notes?.get(req.raw);
         if (note) note.model = model;
         // An engine that cannot embed answers 404 or 501 in its own words; the gateway knows it from the catalog.
@@ -224,10 +238,12 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
           case 'ok':
             forward(req, reply, model, path, body, picked.replica, picked.firstByteMs, note);
             return reply;
-          case 'busy':
+          case 'busy': {
+            const since = performance.now();
             return admission.wait(model, admissionKeyOf(req), reply, (replica, firstByteMs) =>
-              forward(req, reply, model, path, body, replica, firstByteMs, note),
+              forward(req, reply, model, path, body, replica, firstByteMs, note, performance.now() - since),
             );
+          }
           default: {
             const never: never = picked;
             throw new Error(`unhandled pick ${JSON.stringify(never)}`);

@@ -92,6 +92,7 @@ export class RoutingTable {
   /** Slots each replica's engine reported (null: asked, it says none; absent: not asked yet) */
   private readonly slots = new Map<string, number | null>();
   private listener: RoutingListener | null = null;
+  private ejectHook: ((replica: string) => void) | null = null;
   /** The model of each replica in the table (slow paths only: admission's queue after a slot freed) */
   private modelOfReplica = new Map<string, string>();
 
@@ -106,6 +107,7 @@ export class RoutingTable {
       ejectMs: opts.ejectMs,
       ejectMaxMs: opts.ejectMaxMs,
       now: this.now,
+      onEject: (id) => this.ejectHook?.(id),
     });
   }
 
@@ -191,6 +193,21 @@ export class RoutingTable {
       this.staleSince = null;
     }
     this.listener?.refreshed();
+  }
+
+  /** Sets who is told of each ejection (metrics). */
+  onEject(hook: (replica: string) => void): void {
+    this.ejectHook = hook;
+  }
+
+  /** True when the table knows `model`. */
+  has(model: string): boolean {
+    return this.routes.has(model);
+  }
+
+  /** Every routable replica's concurrency limit (metrics). */
+  limits(): { id: string; model: string; limit: number }[] {
+    return [...this.routes.values()].flatMap((r) => r.ready.map(({ id, model, limit }) => ({ id, model, limit })));
   }
 
   /** The model replica `id` serves, as the last table said. */

@@ -20,6 +20,8 @@ export interface TestGateway {
   url: string;
   routing: RoutingTable;
   lines: LogLine[];
+  /** its metrics page, when started with `metrics: true` */
+  metricsUrl: string | null;
 }
 /** One line of the gateway's log, as the role's logger would write it. */
 export type LogLine = { msg: string } & Record<string, unknown>;
@@ -116,6 +118,7 @@ export async function gateway(
     accessLog?: boolean;
     routing?: Partial<RoutingOptions>;
     admission?: GatewayAdmission;
+    metrics?: boolean;
   } = {},
 ): Promise<TestGateway> {
   const lines: LogLine[] = [];
@@ -130,9 +133,10 @@ export async function gateway(
     timeouts: o.timeouts,
     accessLog: o.accessLog,
     admission: o.admission,
+    metrics: o.metrics ? { host: '127.0.0.1', port: 0 } : null,
   });
   gateways.push(gw);
-  return { url: gw.url, routing, lines };
+  return { url: gw.url, routing, lines, metricsUrl: gw.metricsUrl };
 }
 
 /** Closes every gateway and upstream the test started (afterEach). */
