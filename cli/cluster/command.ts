@@ -52,6 +52,9 @@ llmgw local cluster is up (${((Date.now() - started) / 1000).toFixed(1)}s).
   Temporal UI       ${cluster.uiUrl}
   control plane     ${cluster.controlUrl}
   config            ${cluster.configFile}
+  metrics           ${Object.entries(cluster.metricsUrls)
+    .map(([role, url]) => `${role} ${url}`)
+    .join('\n                    ')}
 
   try:  curl -N ${cluster.gatewayUrl}/v1/chat/completions -H 'content-type: application/json' \\
           -d '{"model":"sim-large","stream":true,"messages":[{"role":"user","content":"hello"}]}'
