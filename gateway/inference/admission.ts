@@ -20,7 +20,7 @@ export interface AdmissionOptions {
   /** how long one may wait, ms */
   queueTimeoutMs: number;
   /** told of every request turned away (metrics) */
-  onReject?: (model: string, why: 'queue-full' | 'queue-timeout') => void;
+  onReject?: (model: string, why: 'queue-full' | 'queue-timeout' | 'client-left') => void;
 }
 
 /** Sends an admitted request on to `replica`. */
@@ -164,6 +164,7 @@ export class Admission {
       // A client that leaves gives up its place; its request never reaches a replica.
       reply.raw.once('close', () => {
         if (!this.take(queue, w)) return;
+        this.opts.onReject?.(model, 'client-left');
         reply.hijack();
         settle();
       });

@@ -133,7 +133,7 @@ export class GatewayMetrics {
     );
     this.rejected = new CellCounter(
       'llmgw_gateway_admission_rejected_total',
-      'Requests admission turned away, by model and reason (queue-full: 429, queue-timeout: 503)',
+      'Requests that left admission unserved, by model and reason (queue-full: 429, queue-timeout: 503, client-left)',
       r,
     );
     const { routing } = o;
