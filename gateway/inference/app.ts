@@ -125,7 +125,8 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
         req: req.raw,
         res: reply.raw,
         note,
-        ...(metrics ? { key: metrics.keyIdOf(req.headers.authorization), times } : {}),
+        key: metrics ? metrics.keyIdOf(req.headers.authorization) : undefined,
+        times,
       });
     };
 
@@ -212,7 +213,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
         const checked = checkRequest(path, body);
         if (checked.kind === 'error') return sendError(reply, 'LLMGW_BAD_REQUEST', checked.message);
         const { model } = checked;
-        req.inferenceModel = model;
+        if (metrics) req.inferenceModel = model;
         const note = notes?.get(req.raw);
         if (note) note.model = model;
         // An engine that cannot embed answers 404 or 501 in its own words; the gateway knows it from the catalog.

@@ -2,6 +2,7 @@
 import type { ServerResponse } from 'node:http';
 import type { RouteRows } from '../../lib/store/store';
 import { probeSlots } from '../../gateway/inference/slots';
+import { startSimEngine } from '../../lib/sim/server';
 import { chat, closeAll, completion, gateway, post, ready, sleep, upstream } from '../helpers/gateway';
 import { waitFor } from '../helpers/wait';
 
@@ -130,4 +131,24 @@ test("a replica's limit defaults to the slots its engine reports on /props", asy
   expect(third.status).toBe(429);
   waiting.splice(0).forEach((res) => res.writeHead(200, { 'content-type': 'application/json' }).end(completion(MODEL)));
   expect((await Promise.all(two)).map((r) => r.status)).toEqual([200, 200]);
+});
+
+test('the sim engine reports its --slots on /props as llama.cpp does, and the gateway reads them', async () => {
+  const sim = await startSimEngine({
+    model: MODEL,
+    host: '127.0.0.1',
+    port: 0,
+    rank: 0,
+    world: 1,
+    distHost: '127.0.0.1',
+    distPort: 0,
+    tokensPerSecond: 0,
+    slots: 3,
+  });
+  try {
+    const endpoint = `http://127.0.0.1:${sim.port}`;
+    expect(await probeSlots({ id: 's', endpoint, host: '127.0.0.1', port: sim.port, model: MODEL, limit: 0 })).toBe(3);
+  } finally {
+    await sim.close();
+  }
 });
