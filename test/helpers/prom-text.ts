@@ -133,3 +133,8 @@ export async function scrape(url: string): Promise<Map<string, Family>> {
   if (r.status !== 200) throw new Error(`${url}: ${r.status}`);
   return parsePromText(await r.text());
 }
+
+/** The llmgw_* families of `families` that docs/metrics.md does not name (it must list every series). */
+export function undocumented(families: Map<string, Family>, docs: string): string[] {
+  return [...families.keys()].filter((name) => name.startsWith('llmgw_') && !docs.includes(`\`${name}\``));
+}

@@ -2,7 +2,7 @@
  * Every role's metrics, parsed as Prometheus text (real MariaDB, Temporal, TLS): the control plane's nodes by state
  * and registration refusals, a real agent's engines, and a ca-worker process' own series and its Temporal SDK's.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
@@ -17,7 +17,7 @@ import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../he
 import { spawnLlmgw, untilLogged, type LlmgwProc } from '../helpers/llmgw-process';
 import { simInventory } from '../helpers/node-workers';
 import { freePort } from '../helpers/ports';
-import { scrape, valueOf } from '../helpers/prom-text';
+import { scrape, undocumented, valueOf } from '../helpers/prom-text';
 import { certClient, closeCertClients } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
@@ -105,6 +105,9 @@ describe('metrics of the control plane, an agent and a worker process', () => {
     expect(a.get('llmgw_agent_engine_starts_total')?.type).toBe('counter');
     expect(a.get('llmgw_agent_engine_exits_total')?.type).toBe('counter');
     expect(a.get('llmgw_agent_weights_fetched_bytes_total')?.type).toBe('counter');
+    const docs = readFileSync(join(ROOT, 'docs/metrics.md'), 'utf8');
+    expect(undocumented(a, docs)).toEqual([]);
+    expect(undocumented(after, docs)).toEqual([]);
   }, 90_000);
 
   test("a ca-worker process serves its process series and its Temporal SDK's on ports of their own", async () => {

@@ -1,10 +1,12 @@
 /** The gateway's /metrics on its own listener, parsed as Prometheus text, moving with the requests it serves. */
+import { readFileSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
+import { join } from 'node:path';
 import { createHash } from 'node:crypto';
 import type { RouteRows } from '../../lib/store/store';
 import { chat, chunk, closeAll, completion, gateway, post, ready, sleep, upstream } from '../helpers/gateway';
 import { freePort } from '../helpers/ports';
-import { scrape, valueOf } from '../helpers/prom-text';
+import { scrape, undocumented, valueOf } from '../helpers/prom-text';
 import { waitFor } from '../helpers/wait';
 
 afterEach(closeAll);
@@ -78,6 +80,7 @@ test('requests, tokens, TTFT, time per token and added latency move; the inferen
   const last = await scrape(metricsUrl);
   expect(valueOf(last, 'llmgw_gateway_requests_total', { model: '', key: keyId, status: '404' })).toBe(1);
   expect(valueOf(last, 'process_cpu_seconds_total')).toBeGreaterThan(0);
+  expect(undocumented(last, readFileSync(join(__dirname, '../../docs/metrics.md'), 'utf8'))).toEqual([]);
 });
 
 test('in-flight and queued move while requests wait; 429s are counted', async () => {
