@@ -18,8 +18,8 @@ before it starts anything, and refuses (naming the process) when one is held.
 
   --state-dir DIR   Temporal history, generated server.yaml and logs (default .llmgw/)
   --base-port N     move every port: Temporal N, UI N+1, control plane N+2, gateway N+3, metrics N+5 to
-                    N+9, engines from N+10, the nodes' metrics from N+210 (default: 7233, 8233, 7443, 8080,
-                    9464, 20000, 9470)
+                    N+9, engines from N+10; the nodes' metrics on free ports (default: 7233, 8233, 7443, 8080,
+                    9464, 20000, nodes 9470)
   --mysql-url URL   (default mysql://root@127.0.0.1:3306/llmgw, the local MariaDB)
   --reset           start from empty state: drop --mysql-url's database and remove what llmgw cluster
                     wrote in --state-dir (Temporal history, CA, certificates, logs, engines, weights),

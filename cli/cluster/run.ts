@@ -363,10 +363,14 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
           '--weights-listen',
           '127.0.0.1:0',
           '--stop-engines-on-exit',
-          '--metrics',
-          `127.0.0.1:${agentMetrics + 2 * i}`,
-          '--temporal-metrics',
-          `127.0.0.1:${agentMetrics + 2 * i + 1}`,
+          ...(agentMetrics === null
+            ? ['--metrics', '127.0.0.1:0']
+            : [
+                '--metrics',
+                `127.0.0.1:${agentMetrics + 2 * i}`,
+                '--temporal-metrics',
+                `127.0.0.1:${agentMetrics + 2 * i + 1}`,
+              ]),
           ...(llamaServer ? ['--llamacpp-bin', llamaServer] : []),
         ],
         { FAKE_NVIDIA_GPUS: String(n.gpus), FAKE_NVIDIA_SEED: n.id },
@@ -422,7 +426,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       controlUrl,
       uiUrl: temporal.uiUrl,
       processes,
-      metricsUrls: metricsUrls(config, clusterPorts(o.basePort).agentMetrics),
+      metricsUrls: metricsUrls(config, clusterPorts(o.basePort).agentMetrics, o.stateDir),
       restart,
       temporal: temporalControl,
       close,
@@ -436,7 +440,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
 }
 
 /** The metrics pages of the cluster's roles, as its server.yaml and agent flags place them. */
-function metricsUrls(config: ServerConfig, agentMetrics: number): Record<string, string> {
+function metricsUrls(config: ServerConfig, agentMetrics: number | null, stateDir: string): Record<string, string> {
   const urls: Record<string, string> = {};
   const page = (host: string, port: number): string => `http://${host}:${port}/metrics`;
   for (const [role, m] of [
@@ -449,10 +453,32 @@ function metricsUrls(config: ServerConfig, agentMetrics: number): Record<string,
     if (m.temporalPort) urls[`${role} temporal`] = page(m.host, m.temporalPort);
   }
   SIM_NODES.forEach((n, i) => {
+    if (agentMetrics === null) {
+      // Any free port: the agent said which in its "agent running" line.
+      const url = agentMetricsUrl(join(stateDir, 'logs', `${n.id}.log`));
+      if (url) urls[n.id] = url;
+      return;
+    }
     urls[n.id] = page('127.0.0.1', agentMetrics + 2 * i);
     urls[`${n.id} temporal`] = page('127.0.0.1', agentMetrics + 2 * i + 1);
   });
   return urls;
+}
+
+/** The metrics address in an agent log's last "agent running" line, or null. */
+function agentMetricsUrl(logFile: string): string | null {
+  let url: string | null = null;
+  const text = existsSync(logFile) ? readFileSync(logFile, 'utf8') : '';
+  for (const line of text.split('\n')) {
+    if (!line.includes('"agent running"')) continue;
+    try {
+      const m = (JSON.parse(line) as { metrics?: unknown }).metrics;
+      if (typeof m === 'string') url = m;
+    } catch {
+      // not a whole JSON line
+    }
+  }
+  return url;
 }
 
 /** Runs an llmgw CLI command as a child, streaming its output lines. */
