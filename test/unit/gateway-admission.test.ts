@@ -80,6 +80,30 @@ test('a request that waits past the deadline gets 503 LLMGW_QUEUE_TIMEOUT with R
   expect((await after).status).toBe(200);
 });
 
+test('a client that leaves the queue gives up its place: the next request waits instead of a 429', async () => {
+  const e = await heldEngine();
+  const gw = await gateway(rows(e.endpoint, 1), {
+    admission: { queueMax: 1, queueTimeoutMs: 10_000, defaultMaxConcurrent: 64 },
+  });
+  const first = ask(gw.url);
+  await waitFor(() => e.held() === 1, { timeoutMs: 5000, what: 'the first request at the engine' });
+  const leaving = new AbortController();
+  const gone = post(`${gw.url}/v1/chat/completions`, chat(MODEL), { signal: leaving.signal }).catch(
+    (err: Error) => err.name,
+  );
+  await sleep(100);
+  leaving.abort();
+  expect(await gone).toBe('AbortError');
+  await sleep(100);
+  const next = ask(gw.url);
+  await sleep(100);
+  e.releaseAll();
+  expect((await first).status).toBe(200);
+  await waitFor(() => e.held() === 1, { timeoutMs: 5000, what: 'the next request, queued, at the engine' });
+  e.releaseAll();
+  expect((await next).status).toBe(200);
+});
+
 test('under contention keys take turns: one key flooding does not starve another', async () => {
   const order: string[] = [];
   let first: ServerResponse | null = null;
