@@ -51,7 +51,19 @@ ${agentBinUsage(25)}
                          upgraded agent adopts the engines the last one left running (default /var/lib/llmgw/engines)
   --stop-engines-on-exit stop this node's engines when the agent stops (default: leave them running for the next
                          agent; engines no shard wants any more are stopped when it starts)
+  --metrics HOST:PORT    serve the agent's Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md);
+                         default off. Keep it on a network only Prometheus reaches, e.g. 127.0.0.1:9464
+  --temporal-metrics HOST:PORT  serve the Temporal SDK's metrics of the node worker there; default off
 `;
+
+/** A HOST:PORT flag (metrics listeners). */
+function hostPort(flag: string, s: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(s.trim());
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535)
+    throw new UsageError(`${flag} ${JSON.stringify(s)} is not HOST:PORT; give e.g. 127.0.0.1:9464`);
+  return { host: (m[1] ?? m[2]) as string, port };
+}
 
 /** A PEM file an agent flag names; missing, the error names the flag and where the file comes from. */
 function readPem(flag: string, file: string, from: string): string {
@@ -89,6 +101,8 @@ export async function agentCommand(argv: string[]): Promise<void> {
       cert: { type: 'string' },
       key: { type: 'string' },
       ca: { type: 'string' },
+      metrics: { type: 'string' },
+      'temporal-metrics': { type: 'string' },
     },
   });
   if (!values.node) throw new UsageError(`--node ID is required\n${AGENT_USAGE}`);
@@ -128,10 +142,23 @@ export async function agentCommand(argv: string[]): Promise<void> {
     },
     stateDir: resolve(values['state-dir'] ?? '/var/lib/llmgw/engines'),
     stopEnginesOnExit: values['stop-engines-on-exit'] ?? false,
+    ...(values.metrics ? { metrics: hostPort('--metrics', values.metrics) } : {}),
   };
-  await runRole(`agent ${node}`, async (log) => {
-    const agent = await startAgent({ ...options, log });
-    log('agent running', { gpus: agent.inventory.gpus.length, fabrics: agent.inventory.fabrics, servers });
-    return agent;
-  });
+  const temporalMetrics = values['temporal-metrics']
+    ? hostPort('--temporal-metrics', values['temporal-metrics'])
+    : null;
+  await runRole(
+    `agent ${node}`,
+    async (log) => {
+      const agent = await startAgent({ ...options, log });
+      log('agent running', {
+        gpus: agent.inventory.gpus.length,
+        fabrics: agent.inventory.fabrics,
+        servers,
+        ...(agent.metricsUrl ? { metrics: agent.metricsUrl } : {}),
+      });
+      return agent;
+    },
+    { temporalMetrics },
+  );
 }

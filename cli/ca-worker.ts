@@ -5,7 +5,8 @@ import { CRL_VALIDITY_DAYS, DEFAULT_CA_DIR } from '../lib/pki';
 import { QUEUES } from '../lib/names';
 import { startCaWorker } from '../workers/ca';
 import { intOption, parse, UsageError } from './args';
-import { announceDefaultDatabase, CONFIG_HELP, runRole } from './role-process';
+import { startProcessMetrics } from '../workers/process-metrics';
+import { announceDefaultDatabase, CONFIG_HELP, installRoleRuntime, runRole, temporalMetricsOf } from './role-process';
 
 const CA_WORKER_USAGE = `llmgw ca-worker --config FILE [--ca-dir DIR] [--crl-days N]
 
@@ -27,17 +28,29 @@ export async function caWorkerCommand(argv: string[]): Promise<void> {
   });
   const crlDays = intOption(values['crl-days'], '--crl-days', CRL_VALIDITY_DAYS);
   if (crlDays < 1) throw new UsageError(`--crl-days must be at least 1\n\n${CA_WORKER_USAGE}`);
-  await runRole('ca-worker', async (log) => {
-    const config = loadServerConfig(values.config);
-    announceDefaultDatabase(config, log);
-    const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
-    const ca = await startCaWorker({ config, caDir, crlDays, log });
-    log('ca worker running', {
-      queue: QUEUES.ca,
-      caDir,
-      temporal: config.temporal.address,
-      crlNextUpdate: ca.crl().nextUpdate,
-    });
-    return ca;
-  });
+  await runRole(
+    'ca-worker',
+    async (log) => {
+      const config = loadServerConfig(values.config);
+      installRoleRuntime(log, temporalMetricsOf(config.metrics.caWorker));
+      announceDefaultDatabase(config, log);
+      const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
+      const ca = await startCaWorker({ config, caDir, crlDays, log });
+      log('ca worker running', {
+        queue: QUEUES.ca,
+        caDir,
+        temporal: config.temporal.address,
+        crlNextUpdate: ca.crl().nextUpdate,
+      });
+      const metrics = await startProcessMetrics(config.metrics.caWorker);
+      if (metrics) log('metrics listening', { url: metrics.url });
+      return {
+        close: async (): Promise<void> => {
+          await ca.close();
+          await metrics?.close();
+        },
+      };
+    },
+    { temporal: false },
+  );
 }

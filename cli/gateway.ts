@@ -17,7 +17,7 @@ export async function gatewayCommand(argv: string[]): Promise<void> {
       const config = loadServerConfig(values.config);
       announceDefaultDatabase(config, log);
       const gw = await startGatewayRole({ config, log });
-      log('gateway listening', { url: gw.url });
+      log('gateway listening', { url: gw.url, ...(gw.metricsUrl ? { metrics: gw.metricsUrl } : {}) });
       return gw;
     },
     { temporal: false },

@@ -3,7 +3,8 @@ import { loadServerConfig } from '../config/load';
 import { QUEUES } from '../lib/names';
 import { startProxmoxWorker } from '../workers/proxmox';
 import { parse } from './args';
-import { CONFIG_HELP, runRole } from './role-process';
+import { startProcessMetrics } from '../workers/process-metrics';
+import { CONFIG_HELP, installRoleRuntime, runRole, temporalMetricsOf } from './role-process';
 
 /** `llmgw proxmox-worker`: provisioning's activities, with the Proxmox API token. */
 export async function proxmoxWorkerCommand(argv: string[]): Promise<void> {
@@ -18,15 +19,27 @@ Proxmox API once, so a wrong token, CA or address fails here, naming the fix.
 ${CONFIG_HELP}`,
     options: { config: { type: 'string' } },
   });
-  await runRole('proxmox-worker', async (log) => {
-    const config = loadServerConfig(values.config);
-    const w = await startProxmoxWorker({ config, log });
-    log('proxmox worker running', {
-      queue: QUEUES.proxmox,
-      proxmox: config.proxmox?.url,
-      version: w.version,
-      temporal: config.temporal.address,
-    });
-    return w;
-  });
+  await runRole(
+    'proxmox-worker',
+    async (log) => {
+      const config = loadServerConfig(values.config);
+      installRoleRuntime(log, temporalMetricsOf(config.metrics.proxmoxWorker));
+      const w = await startProxmoxWorker({ config, log });
+      log('proxmox worker running', {
+        queue: QUEUES.proxmox,
+        proxmox: config.proxmox?.url,
+        version: w.version,
+        temporal: config.temporal.address,
+      });
+      const metrics = await startProcessMetrics(config.metrics.proxmoxWorker);
+      if (metrics) log('metrics listening', { url: metrics.url });
+      return {
+        close: async (): Promise<void> => {
+          await w.close();
+          await metrics?.close();
+        },
+      };
+    },
+    { temporal: false },
+  );
 }

@@ -1,7 +1,7 @@
 /** What every long-running role process shares: one JSON logger for all it writes, its own signal handling, a stop with a deadline. */
 import { DefaultLogger, Runtime } from '@temporalio/worker';
 import { defaultedIn } from '../config/load';
-import type { ServerConfig } from '../config/types';
+import type { MetricsListener, ServerConfig } from '../config/types';
 import { EXIT_WITH_PARENT } from '../lib/process';
 import { makeLog, type Log } from './log';
 
@@ -14,25 +14,39 @@ const LEVELS = { TRACE: 'info', DEBUG: 'info', INFO: 'info', WARN: 'warn', ERROR
  * the SDK logs — its TypeScript side and, forwarded, its Rust core (which otherwise writes ANSI-coloured text of
  * its own to stderr) — goes to the role's log as JSON lines, with `sdkComponent` (`core`, `worker`, `activity`).
  */
-function roleRuntime(log: Log): void {
+export function installRoleRuntime(log: Log, metrics: { host: string; port: number } | null = null): void {
+  const bindAddress = metrics
+    ? `${metrics.host.includes(':') ? `[${metrics.host}]` : metrics.host}:${metrics.port}`
+    : null;
   Runtime.install({
     shutdownSignals: [],
     logger: new DefaultLogger('INFO', (e) => log(e.message, { ...e.meta, level: LEVELS[e.level] })),
-    telemetryOptions: { logging: { forward: {}, filter: { core: 'INFO', other: 'WARN' } } },
+    telemetryOptions: {
+      logging: { forward: {}, filter: { core: 'INFO', other: 'WARN' } },
+      // The SDK's own series (polls, task latencies, workflow completions and failures …) on a port of their own.
+      ...(bindAddress ? { metrics: { prometheus: { bindAddress, countersTotalSuffix: true } } } : {}),
+    },
   });
+  if (bindAddress) log('temporal sdk metrics listening', { url: `http://${bindAddress}/metrics` });
+}
+
+/** The Temporal SDK's metrics listener of a role's metrics settings (temporalPort 0: none). */
+export function temporalMetricsOf(m: MetricsListener | null): { host: string; port: number } | null {
+  return m && m.temporalPort > 0 ? { host: m.host, port: m.temporalPort } : null;
 }
 
 /**
- * Runs a role until SIGINT/SIGTERM: its log (`c` = `component`), the Temporal runtime unless `temporal: false`,
- * then `start`. A start that fails is one `error` line in that log and exit code 1, not the CLI's plain text.
+ * Runs a role until SIGINT/SIGTERM: its log (`c` = `component`), the Temporal runtime unless `temporal: false` (a
+ * role that reads where its SDK metrics go from server.yaml installs it itself, installRoleRuntime, first thing in
+ * `start`), then `start`. A start that fails is one `error` line in that log and exit code 1, not the CLI's plain text.
  */
 export async function runRole(
   component: string,
   start: (log: Log) => Promise<{ close(): Promise<void> }>,
-  o: { temporal?: boolean } = {},
+  o: { temporal?: boolean; temporalMetrics?: { host: string; port: number } | null } = {},
 ): Promise<never> {
   const log = makeLog(component);
-  if (o.temporal !== false) roleRuntime(log);
+  if (o.temporal !== false) installRoleRuntime(log, o.temporalMetrics ?? null);
   let role: { close(): Promise<void> };
   try {
     role = await start(log);

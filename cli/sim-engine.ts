@@ -5,11 +5,13 @@ import { visibleDevices } from '../lib/sim/gpu-locks';
 import { startSimEngine, type SimOptions } from '../lib/sim/server';
 
 const USAGE = `usage: sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP [--tokens-per-second N]
-                  [--gpu-lock-dir DIR]
+                  [--gpu-lock-dir DIR] [--slots N]
   rank 0 binds DH:DP for the other ranks and serves the OpenAI API on H:P once all have joined;
   ranks >= 1 join DH:DP and serve nothing. Defaults: --host 127.0.0.1 --rank 0 --world 1 --dist-host <host>
   --tokens-per-second 50 (0 = as fast as possible). Its GPUs are CUDA_VISIBLE_DEVICES (indices; /health reports
   them); with --gpu-lock-dir it holds a lock file per GPU there and refuses one another live engine holds.
+  --slots N (default 64): the requests it says it serves at once (GET /props total_slots, as llama.cpp);
+  the gateway sends it no more than that at a time. It does not enforce them.
   Exit codes: 0 stopped, 1 failed to start, 2 bad flags, 3 group broken.`;
 
 const FLAGS = [
@@ -22,6 +24,7 @@ const FLAGS = [
   'dist-port',
   'tokens-per-second',
   'gpu-lock-dir',
+  'slots',
 ] as const;
 
 /** One JSON line per event on stderr. */
@@ -72,6 +75,7 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
     distHost: v['dist-host'] ?? host,
     distPort,
     tokensPerSecond: tps,
+    slots: int('slots', 1, 100_000, 64),
     ...(v['gpu-lock-dir'] ? { gpuLockDir: v['gpu-lock-dir'] } : {}),
   };
 }

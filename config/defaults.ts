@@ -26,6 +26,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     gateway: { host: '127.0.0.1', port: 8080 },
     temporalDoor: { host: '127.0.0.1', port: 7444 },
   },
+  metrics: { gateway: null, controlPlane: null, caWorker: null, proxmoxWorker: null },
   tls: {
     ca: '.llmgw/ca/ca.crt',
     serverCert: '.llmgw/certs/control-plane/server.crt',
@@ -41,6 +42,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 120_000, requestMs: 60_000 },
     accessLog: false,
     corsOrigins: [],
+    admission: { queueMax: 256, queueTimeoutMs: 30_000, defaultMaxConcurrent: 64 },
   },
   drain: { graceS: 600 },
   catalog: [

@@ -5,7 +5,7 @@ import { isNode, LineCounter, parseDocument, type Document, type YAMLError } fro
 import { LlmgwError } from '../lib/errors';
 import { ENGINES, type EngineName, type ModelSpec, type Profile } from '../lib/types';
 import { DEFAULT_CONFIG } from './defaults';
-import type { Listener, ServerConfig } from './types';
+import { METRICS_ROLES, type Listener, type MetricsListener, type MetricsRole, type ServerConfig } from './types';
 import { Checker, isObj, quote, suggest, type Obj, type RawIssue, type Rule, type Seg } from './check';
 import { classifySource, SHA256_RE } from '../lib/weights/source';
 
@@ -218,13 +218,25 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
   const root = c.obj(
     raw,
     [],
-    ['temporal', 'mysql', 'listeners', 'tls', 'engines', 'enginePorts', 'gateway', 'drain', 'catalog', 'proxmox'],
+    [
+      'temporal',
+      'mysql',
+      'listeners',
+      'metrics',
+      'tls',
+      'engines',
+      'enginePorts',
+      'gateway',
+      'drain',
+      'catalog',
+      'proxmox',
+    ],
   );
   const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
   const m = c.sub(root, ['mysql'], ['url', 'autoMigrate']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
-  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog', 'corsOrigins']);
+  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog', 'corsOrigins', 'admission']);
   const d = c.sub(root, ['drain'], ['graceS']);
   const tls = c.sub(root, ['tls'], TLS_KEYS);
   const engines = checkEngines(c, root?.engines);
@@ -243,6 +255,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       gateway: checkListener(c, l, 'gateway', 8080),
       temporalDoor: checkListener(c, l, 'temporalDoor', 7444),
     },
+    metrics: checkMetricsListeners(c, root),
     tls: {
       ca: c.str(tls, ['tls', 'ca'], '.llmgw/ca/ca.crt', pathRule),
       serverCert: c.str(tls, ['tls', 'serverCert'], '/etc/llmgw/control-plane/server.crt', pathRule),
@@ -262,6 +275,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       timeouts: checkTimeouts(c, g),
       accessLog: c.bool(g, ['gateway', 'accessLog']),
       corsOrigins: c.strList(g, ['gateway', 'corsOrigins'], 'an origin such as https://app.example.net', originRule),
+      admission: checkAdmission(c, g),
     },
     drain: { graceS: c.int(d, ['drain', 'graceS'], 0, MAX_GRACE_S, GRACE_EXAMPLE) },
     catalog: checkCatalog(c, root?.catalog, engines),
@@ -370,6 +384,37 @@ function checkTimeouts(c: Checker, g: Obj | undefined): ServerConfig['gateway'][
     ),
     firstByteMs: c.int(t, at('firstByteMs'), 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE),
     idleMs: c.int(t, at('idleMs'), 1000, MAX_FIRST_BYTE_MS, '120000 (2 min between two chunks of an answer)'),
+  };
+}
+
+function checkAdmission(c: Checker, g: Obj | undefined): ServerConfig['gateway']['admission'] {
+  const at = (k: string): Seg[] => ['gateway', 'admission', k];
+  const a = c.sub(g, ['gateway', 'admission'], ['queueMax', 'queueTimeoutMs', 'defaultMaxConcurrent']);
+  return {
+    queueMax: c.int(a, at('queueMax'), 0, 1_000_000, '256 (requests waiting per model)'),
+    queueTimeoutMs: c.int(a, at('queueTimeoutMs'), 100, 3_600_000, '30000 (how long a request may wait)'),
+    defaultMaxConcurrent: c.int(a, at('defaultMaxConcurrent'), 1, 100_000, '64 (requests per replica at once)'),
+  };
+}
+
+function checkMetricsListeners(c: Checker, root: Obj | undefined): ServerConfig['metrics'] {
+  const m = c.sub(root, ['metrics'], METRICS_ROLES);
+  const one = (role: MetricsRole): MetricsListener | null => {
+    const raw = m?.[role];
+    if (raw === undefined || raw === null) return null;
+    const at: Seg[] = ['metrics', role];
+    const o = c.obj(raw, at, ['host', 'port', 'temporalPort']);
+    return {
+      host: c.str(o, [...at, 'host'], '127.0.0.1', wordRule),
+      port: c.int(o, [...at, 'port'], 0, 65535, '9464'),
+      temporalPort: o?.temporalPort === undefined ? 0 : c.int(o, [...at, 'temporalPort'], 0, 65535, '9465'),
+    };
+  };
+  return {
+    gateway: one('gateway'),
+    controlPlane: one('controlPlane'),
+    caWorker: one('caWorker'),
+    proxmoxWorker: one('proxmoxWorker'),
   };
 }
 
@@ -492,6 +537,7 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       'drainGraceS',
       'profiles',
       'firstByteMs',
+      'maxConcurrent',
       'startTimeoutS',
     ]);
     const name = c.str(o, [...at, 'name'], 'sim-small', nameRule);
@@ -527,6 +573,12 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       ...(o?.firstByteMs === undefined
         ? {}
         : { firstByteMs: c.int(o, [...at, 'firstByteMs'], 1000, MAX_FIRST_BYTE_MS, FIRST_BYTE_EXAMPLE) }),
+      // Requests one replica takes at once before the gateway queues; unset: the engine's slots, else the default.
+      ...(o?.maxConcurrent === undefined
+        ? {}
+        : {
+            maxConcurrent: c.int(o, [...at, 'maxConcurrent'], 1, 100_000, '16 (requests one replica serves at once)'),
+          }),
       // How long its engine may take to serve once the weights are there; unset: DEFAULT_START_TIMEOUT_S.
       ...(o?.startTimeoutS !== undefined
         ? { startTimeoutS: c.int(o, [...at, 'startTimeoutS'], 10, 86_400, '3600') }

@@ -6,6 +6,19 @@ export interface Listener {
   port: number;
 }
 
+/** The roles of server.yaml that serve metrics (an agent takes --metrics and --temporal-metrics instead). */
+export const METRICS_ROLES = ['gateway', 'controlPlane', 'caWorker', 'proxmoxWorker'] as const;
+export type MetricsRole = (typeof METRICS_ROLES)[number];
+
+/** A role's metrics listener. */
+export interface MetricsListener {
+  host: string;
+  /** llmgw's series at http://host:port/metrics (0: any free port, logged at start) */
+  port: number;
+  /** the Temporal SDK's own exporter of this role's worker, on host (0: off; the gateway runs no worker) */
+  temporalPort: number;
+}
+
 export interface ServerConfig {
   temporal: {
     /** host:port of the Temporal frontend */
@@ -32,6 +45,11 @@ export interface ServerConfig {
      */
     temporalDoor: Listener;
   };
+  /**
+   * Prometheus metrics listeners, one per role, never the role's public port; null: off (docs/metrics.md). A section
+   * of its own rather than under listeners: these are optional, and each may carry the Temporal SDK's port too.
+   */
+  metrics: Record<MetricsRole, MetricsListener | null>;
   /** Mutual TLS at the control plane: file paths (relative ones from the working directory). */
   tls: {
     /** the cluster CA's certificate: client certificates are judged by it, and ctl trusts the control plane by it */
@@ -61,6 +79,8 @@ export interface ServerConfig {
     accessLog: boolean;
     /** Browser origins whose cross-origin requests the gateway answers (CORS); empty: none, preflights refused */
     corsOrigins: string[];
+    /** How many requests each replica takes at once, and how the rest wait (gateway/inference/admission.ts) */
+    admission: GatewayAdmission;
   };
   /** How a stopping replica (drain, scale-down, rebuild elsewhere) lets the requests in flight on it finish. */
   drain: {
@@ -70,6 +90,16 @@ export interface ServerConfig {
   catalog: ModelSpec[];
   /** Where llmgw creates machines (the llmgw-proxmox worker only; null: no Proxmox, provisioning refused) */
   proxmox: ProxmoxConfig | null;
+}
+
+/** The gateway's admission: a bounded queue per model in front of replicas that hold their limit of requests. */
+export interface GatewayAdmission {
+  /** requests that may wait per model; one more is answered 429 LLMGW_QUEUE_FULL (0: no queue) */
+  queueMax: number;
+  /** how long one may wait for a slot, then 503 LLMGW_QUEUE_TIMEOUT */
+  queueTimeoutMs: number;
+  /** a replica's limit when the catalog (maxConcurrent) and its engine (slots) say none */
+  defaultMaxConcurrent: number;
 }
 
 /** The gateway's waits on a replica, ms. */

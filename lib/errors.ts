@@ -63,6 +63,8 @@ export const ERRORS = {
   LLMGW_RATE_LIMITED_TOKENS: { status: 429, type: 'tokens', openai: 'rate_limit_exceeded' },
   LLMGW_KEY_EXISTS: { status: 409, type: 'invalid_request_error' },
   LLMGW_UNKNOWN_KEY: { status: 404, type: 'invalid_request_error' },
+  LLMGW_QUEUE_FULL: { status: 429, type: 'rate_limit_exceeded' },
+  LLMGW_QUEUE_TIMEOUT: { status: 503, type: 'server_error' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

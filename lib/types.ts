@@ -141,6 +141,8 @@ export interface ModelSpec {
   profiles: Profile[];
   /** How long the gateway waits for a replica's first byte of an answer, ms; overrides gateway.timeouts.firstByteMs */
   firstByteMs?: number;
+  /** How many requests the gateway sends one replica at once, then queues (default: the engine's slots, else gateway.admission.defaultMaxConcurrent) */
+  maxConcurrent?: number;
   /** how long an engine may take to serve once its weights are in place, s (default DEFAULT_START_TIMEOUT_S) */
   startTimeoutS?: number;
 }

@@ -9,6 +9,7 @@ import { KeyTable } from '../gateway/inference/keys';
 import { ModelStats } from '../gateway/inference/model-stats';
 import { QuotaKeeper } from '../gateway/inference/quota';
 import { RoutingTable } from '../gateway/inference/routing';
+import { probeSlots } from '../gateway/inference/slots';
 import { startGateway } from '../gateway/inference/server';
 import { StatsReporter } from '../gateway/inference/stats-report';
 import { openDatabase } from '../lib/store/db';
@@ -24,6 +25,8 @@ const FORGET_GATEWAYS_AFTER_MS = 24 * 3600_000;
 export interface GatewayRole {
   /** `http://host:port` of the inference API */
   url: string;
+  /** `http://host:port/metrics` when server.yaml's metrics.gateway is set */
+  metricsUrl: string | null;
   close(): Promise<void>;
 }
 
@@ -33,7 +36,12 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
   const { gateway } = config;
   const pool = await openDatabase(config.mysql.url, { migrate: config.mysql.autoMigrate !== false });
   const store = new Store(pool);
-  const routing = new RoutingTable(() => store.routeRows(), { refreshMs: gateway.refreshMs, log });
+  const routing = new RoutingTable(() => store.routeRows(), {
+    refreshMs: gateway.refreshMs,
+    log,
+    defaultLimit: gateway.admission.defaultMaxConcurrent,
+    probeSlots,
+  });
   // Keys from MySQL (and server.yaml's static ones): no key, no inference. Changes are read every quarter second.
   const keyStore = new KeyStore(pool);
   const keys = new KeyTable((since) => keyStore.changedSince(since), { staticKeys: gateway.apiKeys, log });
@@ -51,6 +59,8 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     accessLog: gateway.accessLog,
     corsOrigins: gateway.corsOrigins,
     stats,
+    admission: gateway.admission,
+    metrics: config.metrics.gateway,
   }).catch(async (err: unknown) => {
     await pool.end();
     throw err;
@@ -65,6 +75,7 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
   statsReporter.start();
   return {
     url: gw.url,
+    metricsUrl: gw.metricsUrl,
     async close(): Promise<void> {
       // The server first: its in-flight requests finish while they are still reported.
       await gw.close();

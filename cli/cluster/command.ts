@@ -17,8 +17,9 @@ Ctrl-C stops every process it started; running it again reuses the state. It che
 before it starts anything, and refuses (naming the process) when one is held.
 
   --state-dir DIR   Temporal history, generated server.yaml and logs (default .llmgw/)
-  --base-port N     move every port: Temporal N, UI N+1, control plane N+2, gateway N+3,
-                    engines from N+10 (default: 7233, 8233, 7443, 8080, 20000)
+  --base-port N     move every port: Temporal N, UI N+1, control plane N+2, gateway N+3, metrics N+5 to
+                    N+9, engines from N+10; the nodes' metrics on free ports (default: 7233, 8233, 7443, 8080,
+                    9464, 20000, nodes 9470)
   --mysql-url URL   (default mysql://root@127.0.0.1:3306/llmgw, the local MariaDB)
   --reset           start from empty state: drop --mysql-url's database and remove what llmgw cluster
                     wrote in --state-dir (Temporal history, CA, certificates, logs, engines, weights),
@@ -55,6 +56,9 @@ llmgw local cluster is up (${((Date.now() - started) / 1000).toFixed(1)}s).
   cluster page      ${cluster.pageUrl}   (a self-signed CA: accept the browser's warning)
                     sign in with ${cluster.pageKey ?? `the key of: npx llmgw ctl page-key create NAME --config ${cluster.configFile}`}
   config            ${cluster.configFile}
+  metrics           ${Object.entries(cluster.metricsUrls)
+    .map(([role, url]) => `${role} ${url}`)
+    .join('\n                    ')}
 
   try:  curl -N ${cluster.gatewayUrl}/v1/chat/completions -H 'content-type: application/json' \\
           -H 'authorization: Bearer ${cluster.apiKey}' \\

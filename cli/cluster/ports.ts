@@ -17,13 +17,39 @@ export interface ClusterPorts {
   door: number;
   /** the first engine port (a range: leased per replica, not checked here) */
   engines: number;
+  /** the first of five metrics ports: gateway, control plane and its Temporal SDK, ca-worker and its SDK */
+  metrics: number;
+  /**
+   * the first of the sim nodes' metrics ports, two per node (agent, Temporal SDK); not checked here. null with
+   * --base-port: each agent binds any free port (its log says which) and exports no SDK series, so clusters side by
+   * side (the tests') never meet on a port nobody checked
+   */
+  agentMetrics: number | null;
 }
 
 /** The ports for `--base-port` (null: the standard ones). */
 export function clusterPorts(base: number | null): ClusterPorts {
   return base === null
-    ? { temporal: 7233, ui: 8233, control: 7443, gateway: 8080, door: 7444, engines: 20000 }
-    : { temporal: base, ui: base + 1, control: base + 2, gateway: base + 3, door: base + 4, engines: base + 10 };
+    ? {
+        temporal: 7233,
+        ui: 8233,
+        control: 7443,
+        gateway: 8080,
+        door: 7444,
+        engines: 20000,
+        metrics: 9464,
+        agentMetrics: 9470,
+      }
+    : {
+        temporal: base,
+        ui: base + 1,
+        control: base + 2,
+        gateway: base + 3,
+        door: base + 4,
+        metrics: base + 5,
+        engines: base + 10,
+        agentMetrics: null,
+      };
 }
 
 /** True when 127.0.0.1:`port` can be bound now. */
@@ -95,6 +121,11 @@ export async function checkClusterPorts(
     ['control plane', ports.control],
     ['gateway', ports.gateway],
     ['Temporal door', ports.door],
+    ['gateway metrics', ports.metrics],
+    ['control plane metrics', ports.metrics + 1],
+    ['control plane Temporal SDK metrics', ports.metrics + 2],
+    ['ca-worker metrics', ports.metrics + 3],
+    ['ca-worker Temporal SDK metrics', ports.metrics + 4],
   ];
   const taken: string[] = [];
   for (const [role, port] of roles) {

@@ -105,6 +105,8 @@ export interface Cluster {
   uiUrl: string | null;
   /** Spawned role processes by name (sim-a, control-plane, …), for tests that kill one. */
   processes: Map<string, ChildProcess>;
+  /** Every role's metrics page by role (gateway, control-plane, …; `temporal …` for an SDK exporter) */
+  metricsUrls: Record<string, string>;
   /** Starts a role again with the arguments it was first started with (after a test killed it). */
   restart(name: string): ChildProcess;
   /** The Temporal dev server: kill it (SIGKILL) and start it again on the same database, for fault tests. */
@@ -213,6 +215,11 @@ function writeConfig(
       temporalDoor: { host: '127.0.0.1', port: ports.door },
     },
     tls: tlsPaths(o.stateDir).tls,
+    metrics: {
+      gateway: { host: '127.0.0.1', port: ports.metrics },
+      controlPlane: { host: '127.0.0.1', port: ports.metrics + 1, temporalPort: ports.metrics + 2 },
+      caWorker: { host: '127.0.0.1', port: ports.metrics + 3, temporalPort: ports.metrics + 4 },
+    },
     enginePorts: { base: ports.engines, count: b === null ? 2000 : 200 },
     // With llama.cpp built: the operator's own binary ("", each agent's --llamacpp-bin) and the tiny model.
     ...(llama
@@ -346,7 +353,8 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
         `      llama.cpp not built here: ${TINY_LLAMA} is left out (set-up builds it in the background, about 6 min of two idle cores the first time: bash scripts/llama-cpp.sh waits for it; start the cluster again after)`,
       );
     }
-    for (const n of SIM_NODES) {
+    const agentMetrics = clusterPorts(o.basePort).agentMetrics;
+    for (const [i, n] of SIM_NODES.entries()) {
       role(
         n.id,
         [
@@ -371,6 +379,14 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
           '--weights-listen',
           '127.0.0.1:0',
           '--stop-engines-on-exit',
+          ...(agentMetrics === null
+            ? ['--metrics', '127.0.0.1:0']
+            : [
+                '--metrics',
+                `127.0.0.1:${agentMetrics + 2 * i}`,
+                '--temporal-metrics',
+                `127.0.0.1:${agentMetrics + 2 * i + 1}`,
+              ]),
           ...(llamaServer ? ['--llamacpp-bin', llamaServer] : []),
         ],
         { FAKE_NVIDIA_GPUS: String(n.gpus), FAKE_NVIDIA_SEED: n.id },
@@ -431,6 +447,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       pageKey,
       uiUrl: temporal.uiUrl,
       processes,
+      metricsUrls: metricsUrls(config, clusterPorts(o.basePort).agentMetrics, o.stateDir),
       restart,
       temporal: temporalControl,
       close,
@@ -441,6 +458,48 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   } finally {
     await operator?.close();
   }
+}
+
+/** The metrics pages of the cluster's roles, as its server.yaml and agent flags place them. */
+function metricsUrls(config: ServerConfig, agentMetrics: number | null, stateDir: string): Record<string, string> {
+  const urls: Record<string, string> = {};
+  const page = (host: string, port: number): string => `http://${host}:${port}/metrics`;
+  for (const [role, m] of [
+    ['gateway', config.metrics.gateway],
+    ['control-plane', config.metrics.controlPlane],
+    ['ca-worker', config.metrics.caWorker],
+  ] as const) {
+    if (!m) continue;
+    urls[role] = page(m.host, m.port);
+    if (m.temporalPort) urls[`${role} temporal`] = page(m.host, m.temporalPort);
+  }
+  SIM_NODES.forEach((n, i) => {
+    if (agentMetrics === null) {
+      // Any free port: the agent said which in its "agent running" line.
+      const url = agentMetricsUrl(join(stateDir, 'logs', `${n.id}.log`));
+      if (url) urls[n.id] = url;
+      return;
+    }
+    urls[n.id] = page('127.0.0.1', agentMetrics + 2 * i);
+    urls[`${n.id} temporal`] = page('127.0.0.1', agentMetrics + 2 * i + 1);
+  });
+  return urls;
+}
+
+/** The metrics address in an agent log's last "agent running" line, or null. */
+function agentMetricsUrl(logFile: string): string | null {
+  let url: string | null = null;
+  const text = existsSync(logFile) ? readFileSync(logFile, 'utf8') : '';
+  for (const line of text.split('\n')) {
+    if (!line.includes('"agent running"')) continue;
+    try {
+      const m = (JSON.parse(line) as { metrics?: unknown }).metrics;
+      if (typeof m === 'string') url = m;
+    } catch {
+      // not a whole JSON line
+    }
+  }
+  return url;
 }
 
 /** Runs an llmgw CLI command as a child, streaming its output lines. */

@@ -6,10 +6,12 @@ import type { GatewayTimeouts } from '../../config/types';
 import { ERRORS, openAiError, quoteInput, type ErrorCode } from '../../lib/errors';
 import type { KeyRecord } from '../../lib/store/keys';
 import { answerErrors, answerUnknownRoutes } from '../errors';
+import { Admission, admissionKeyOf, type AdmissionOptions } from './admission';
 import { corsHeaders, preflight } from './cors';
 import { scopeRefusal, type KeyTable } from './keys';
 import { accessLine, silentLog, type AccessNote, type GatewayLog } from './log';
 import type { ModelStats } from './model-stats';
+import { meterGatewayAnswers, type GatewayMetrics } from './metrics-hooks';
 import { proxyRequest, type ProxyDeps } from './proxy';
 import { estimateTokens, type QuotaKeeper, type QuotaRefusal } from './quota';
 import { checkRequest, PROXIED } from './request-check';
@@ -46,6 +48,10 @@ export interface GatewayAppOptions {
   corsOrigins?: string[];
   /** Per-model request counts and TTFT for the cluster page; none = nothing counted. */
   stats?: ModelStats;
+  /** The bounded queue in front of full replicas; default server.yaml's defaults (gateway.admission). */
+  admission?: Omit<AdmissionOptions, 'onReject'>;
+  /** The gateway's metrics (served on their own listener by server.ts); none: nothing is measured. */
+  metrics?: GatewayMetrics;
 }
 
 const errorSchema = {
@@ -137,12 +143,49 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     const agent =
       opts.agent ?? new Agent({ keepAlive: true, keepAliveMsecs: 30_000, maxFreeSockets: 1024, scheduling: 'lifo' });
     if (!opts.agent) app.addHook('onClose', async () => agent.destroy());
-    const deps: ProxyDeps = { routing, agent, log, timeouts, stats: opts.stats };
+    const { metrics } = opts;
+    const deps: ProxyDeps = { routing, agent, log, timeouts, stats: opts.stats, metrics };
     const authorized = new Set(opts.apiKeys.map((k) => `Bearer ${k}`));
     const { keys, quota } = opts;
     app.decorateRequest('apiKey', null);
     const notes = opts.accessLog ? new WeakMap<IncomingMessage, AccessNote>() : null;
     const created = Math.floor(Date.now() / 1000);
+    const admission = new Admission(routing, {
+      ...(opts.admission ?? DEFAULT_CONFIG.gateway.admission),
+      onReject: metrics ? (model, why): void => metrics.rejectedBy(model, why) : undefined,
+    });
+    if (metrics) meterGatewayAnswers(app, metrics, admission);
+    const forward = (
+      req: FastifyRequest,
+      reply: FastifyReply,
+      model: string,
+      path: string,
+      body: Buffer,
+      replica: RoutableReplica,
+      firstByteMs: number | undefined,
+      note: AccessNote | undefined,
+      queuedMs = 0,
+      meter?: UsageMeter,
+    ): void => {
+      reply.hijack();
+      const times = metrics?.times(req.arrivedAt);
+      if (times) times.queuedMs = queuedMs;
+      proxyRequest(deps, {
+        model,
+        path,
+        body,
+        first: replica,
+        firstByteMs: firstByteMs ?? timeouts.firstByteMs,
+        reqId: req.id,
+        req: req.raw,
+        res: reply.raw,
+        note,
+        // The key label: a stored key's name; a static key (or none) by a short hash of its header.
+        key: metrics ? (req.apiKey?.name ?? metrics.keyIdOf(req.headers.authorization)) : undefined,
+        times,
+        meter,
+      });
+    };
 
     answerErrors(app, log);
     answerUnknownRoutes(
@@ -150,10 +193,6 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       'GET /health, GET /v1/models, POST /v1/chat/completions, POST /v1/completions, POST /v1/embeddings',
     );
     const origins = new Set(opts.corsOrigins ?? []);
-    const pickAgain = (model: string): RoutableReplica | null => {
-      const p = routing.pick(model);
-      return p.kind === 'ok' ? p.replica : null;
-    };
 
     // Keep the raw bytes to forward untouched; the route scans them for the model (request-check.ts), never
     // building the tree. JSON only: any other content type is refused (415), so a browser page cannot post a
@@ -170,6 +209,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       reply.raw.setHeader('x-request-id', req.id);
       if (req.headers.origin !== undefined) corsHeaders(origins, req.headers.origin, reply.raw);
       if (notes) notes.set(req.raw, accessLine(log, req.id, req.raw, reply.raw));
+      if (metrics) req.arrivedAt = performance.now();
       const h = req.headers.authorization;
       if (keys) {
         if (req.url === '/health' || req.method === 'OPTIONS') return done();
@@ -244,6 +284,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
         const checked = checkRequest(path, body);
         if (checked.kind === 'error') return sendError(reply, 'LLMGW_BAD_REQUEST', checked.message);
         const { model } = checked;
+        if (metrics) req.inferenceModel = model;
         const note = notes?.get(req.raw);
         if (note) note.model = model;
         const key = req.apiKey;
@@ -261,7 +302,31 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
             'LLMGW_ENDPOINT_UNSUPPORTED',
             `model ${quoteInput(model)} cannot serve /v1/embeddings: ${refusal}`,
           );
-        const picked = routing.pick(model);
+        let picked = admission.pick(model);
+        // The key's quota, once the model is served here (an unknown model costs none) and before any wait in the
+        // queue (a request over its quota never holds a place there).
+        let meter: UsageMeter | undefined;
+        if (key && quota && (picked.kind === 'ok' || picked.kind === 'busy')) {
+          const estimate =
+            key.tpm === null
+              ? 0
+              : quota.estimate(key, estimateTokens(body.length, checked.maxTokens, path === '/v1/embeddings'));
+          const minute = quota.minute();
+          const taken = quota.take(key, estimate);
+          const refused = taken === null ? null : 'then' in taken ? await taken : taken;
+          if (refused) return refuseQuota(reply, quota, key, model, refused);
+          // A client that left while its request waited on a lease: give the estimate back, send nothing.
+          if (reply.raw.destroyed) {
+            quota.settle(key, model, minute, estimate, 0, 0);
+            reply.hijack();
+            return reply;
+          }
+          const m = new UsageMeter();
+          meter = m;
+          reply.raw.once('close', () => settleUsage(quota, key, model, minute, estimate, reply.raw, m, body.length));
+          // After a wait on a lease, the replicas may have changed: pick again.
+          if (taken !== null) picked = admission.pick(model);
+        }
         switch (picked.kind) {
           case 'unknown-model': {
             const known = routing.models();
@@ -276,57 +341,14 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
           }
           case 'none-ready':
             return sendError(reply, 'LLMGW_NO_READY_REPLICA', picked.reason);
-          case 'ok': {
-            const firstByteMs = picked.firstByteMs ?? timeouts.firstByteMs;
-            if (!key || !quota) {
-              reply.hijack();
-              proxyRequest(deps, {
-                model,
-                path,
-                body,
-                first: picked.replica,
-                firstByteMs,
-                reqId: req.id,
-                req: req.raw,
-                res: reply.raw,
-                note,
-              });
-              return reply;
-            }
-            const estimate =
-              key.tpm === null
-                ? 0
-                : quota.estimate(key, estimateTokens(body.length, checked.maxTokens, path === '/v1/embeddings'));
-            const minute = quota.minute();
-            const taken = quota.take(key, estimate);
-            const refusal = taken === null ? null : 'then' in taken ? await taken : taken;
-            if (refusal) return refuseQuota(reply, quota, key, model, refusal);
-            // A client that left while its request waited on a lease: give the estimate back, send nothing.
-            if (reply.raw.destroyed) {
-              quota.settle(key, model, minute, estimate, 0, 0);
-              reply.hijack();
-              return reply;
-            }
-            // After a wait on a lease, the replica picked before may be gone: pick again.
-            const first = taken === null ? picked.replica : (pickAgain(model) ?? picked.replica);
-            const meter = new UsageMeter();
-            reply.raw.once('close', () =>
-              settleUsage(quota, key, model, minute, estimate, reply.raw, meter, body.length),
-            );
-            reply.hijack();
-            proxyRequest(deps, {
-              model,
-              path,
-              body,
-              first,
-              firstByteMs,
-              reqId: req.id,
-              req: req.raw,
-              res: reply.raw,
-              note,
-              meter,
-            });
+          case 'ok':
+            forward(req, reply, model, path, body, picked.replica, picked.firstByteMs, note, 0, meter);
             return reply;
+          case 'busy': {
+            const since = performance.now();
+            return admission.wait(model, admissionKeyOf(req), reply, (replica, firstByteMs) =>
+              forward(req, reply, model, path, body, replica, firstByteMs, note, performance.now() - since, meter),
+            );
           }
           default: {
             const never: never = picked;

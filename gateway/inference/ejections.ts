@@ -10,6 +10,8 @@ export interface EjectionOptions {
   ejectMaxMs?: number;
   /** Milliseconds now; tests pass their own clock */
   now: () => number;
+  /** Told of each ejection (metrics) */
+  onEject?: (id: string) => void;
 }
 
 /** A replica the ejection list judges: its id and the endpoint it failed at. */
@@ -69,6 +71,7 @@ export class Ejections {
       forMs,
       trial: false,
     });
+    this.opts.onEject?.(replica.id);
     this.opts.log('replica ejected: it failed to connect; new requests skip it for a while', {
       level: 'warn',
       replica: replica.id,

@@ -11,6 +11,7 @@ import type { GatewayTimeouts } from '../../config/types';
 import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
 import type { AccessNote, GatewayLog } from './log';
 import type { ModelStats } from './model-stats';
+import type { CallTimes, GatewayMetrics } from './metrics';
 import type { PickResult, RoutableReplica, RoutingTable } from './routing';
 import { SseTail } from './sse';
 import type { UsageMeter } from './usage-meter';
@@ -24,6 +25,8 @@ export interface ProxyDeps {
   timeouts: GatewayTimeouts;
   /** Per-model request counts and TTFT for the cluster page (model-stats.ts); none = nothing counted. */
   stats?: ModelStats;
+  /** The gateway's metrics, when its metrics listener is on */
+  metrics?: GatewayMetrics;
 }
 
 /** One request to proxy: the replica picked first, and the raw body bytes as the client sent them. */
@@ -41,6 +44,9 @@ export interface ProxyCall {
   note?: AccessNote;
   /** Reads the tokens the answer reports (requests with a stored key). */
   meter?: UsageMeter;
+  /** Its metrics: key label and times (with deps.metrics) */
+  key?: string;
+  times?: CallTimes;
 }
 
 // Response headers worth passing through; hop-by-hop ones (connection, transfer-encoding) are Node's business, and
@@ -101,8 +107,8 @@ type Phase = 'connect' | 'first-byte' | 'answer' | 'idle';
  * other answer: a truncated answer must never look complete. Releases in-flight counts on every path.
  */
 export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
-  const { routing, agent, log, timeouts } = deps;
-  const { res, note, model, reqId } = call;
+  const { routing, agent, log, timeouts, metrics } = deps;
+  const { res, note, model, reqId, times } = call;
   const tried = new Set<string>();
   const failures: string[] = [];
   let current: ClientRequest | null = null;
@@ -114,6 +120,7 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
 
   // A client that disconnects before the response is complete takes the upstream request with it.
   res.once('close', () => {
+    if (times) metrics?.done(model, call.key ?? '', res.writableFinished ? res.statusCode : 499, times);
     if (res.writableFinished) return;
     clientGone = true;
     current?.destroy();
@@ -202,7 +209,9 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       if (clientGone || phase === 'answer' || phase === 'idle') return;
       // A pooled connection the replica closed while idle: not the replica's fault, try it once more.
       if (staleRetryAllowed && upReq.reusedSocket && err.code === 'ECONNRESET') return attempt(replica, false);
-      if (phase === 'connect' || CONNECT_ERRORS.has(err.code ?? '')) routing.eject(replica, err.message);
+      const refused = phase === 'connect' || CONNECT_ERRORS.has(err.code ?? '');
+      if (refused) routing.eject(replica, err.message);
+      metrics?.upstreamError(model, replica.id, timedOut ? 'timeout' : refused ? 'connect' : 'reset');
       next(
         replica,
         timedOut ?? `${replica.id}: ${err.message}`,
@@ -211,6 +220,7 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
     });
 
     upReq.on('response', (upRes) => {
+      if (times) times.headAt = performance.now();
       phase = 'answer';
       routing.healthy(replica.id);
       const status = upRes.statusCode ?? 502;
@@ -232,6 +242,7 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
             });
             return fail('LLMGW_BAD_REQUEST', `the engine refused the request: ${refused}`);
           }
+          metrics?.upstreamError(model, replica.id, 'status-5xx');
           const other = routing.pick(model, new Set([...tried, replica.id]));
           if (other.kind === 'ok' || !answer)
             return next(
@@ -259,17 +270,31 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
           }
           stream.push(chunk);
           if (note) note.bytes += chunk.length;
+          if (times) {
+            if (times.firstChunkAt === 0) times.firstChunkAt = performance.now();
+            times.prev = times.tail;
+            times.tail = chunk;
+          }
         });
+        if (times) times.stream = true;
       } else {
         phase = 'idle';
         upReq.setTimeout(timeouts.idleMs);
-        if (note) upRes.on('data', (chunk: Buffer) => void (note.bytes += chunk.length));
+        if (note || times)
+          upRes.on('data', (chunk: Buffer) => {
+            if (note) note.bytes += chunk.length;
+            if (times) {
+              times.prev = times.tail;
+              times.tail = chunk;
+            }
+          });
       }
       // pipe rather than pipeline: pipeline builds an AbortSignal per call, measurable at this request rate.
       upRes.on('error', () => undefined); // 'close' below handles it
       upRes.once('close', () => {
         release();
         if (upRes.complete || clientGone) return;
+        metrics?.upstreamError(model, replica.id, 'cut');
         const why = timedOut ?? `${replica.id} closed the connection mid-answer`;
         const code: ErrorCode = timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED';
         log('answer cut: the replica failed after its first byte', {
@@ -284,9 +309,11 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       });
       if (deps.stats) upRes.once('data', () => void (ttftMs ??= performance.now() - t0)); // model stats: TTFT
       upRes.pipe(res);
+      if (times) times.headDoneAt = performance.now();
     });
 
     upReq.end(call.body);
+    if (times && times.sentAt === 0) times.sentAt = performance.now();
   };
 
   attempt(call.first, true);

@@ -1,7 +1,7 @@
 /** The gateway's in-memory routing table: ready replicas per model, refreshed from the store, with in-flight counts and ejections. */
 import type { GatewayReport } from '../../lib/store/drain';
 import type { RouteRows } from '../../lib/store/store';
-import { Ejections } from './ejections';
+import { Ejections, type Ejectable } from './ejections';
 import { silentLog, type GatewayLog } from './log';
 
 /** A replica the gateway can send a request to. */
@@ -12,13 +12,27 @@ export interface RoutableReplica {
   /** Parsed from `endpoint` once per refresh, not per request. */
   host: string;
   port: number;
+  /** The model it serves. */
+  model: string;
+  /** How many requests it takes at once before admission queues (admission.ts): catalog, engine slots or default. */
+  limit: number;
 }
 
 /** What `pick` decided; `firstByteMs` is the model's own first-byte timeout when the catalog sets one. */
 export type PickResult =
   | { kind: 'ok'; replica: RoutableReplica; firstByteMs?: number }
   | { kind: 'unknown-model' }
-  | { kind: 'none-ready'; reason: string };
+  | { kind: 'none-ready'; reason: string }
+  /** Asked with `admit`: every candidate holds its limit of requests (admission queues the request). */
+  | { kind: 'busy' };
+
+const BUSY: PickResult = Object.freeze({ kind: 'busy' });
+
+/** What admission hears from the table: a slot freed on a replica, a new table loaded. */
+export interface RoutingListener {
+  freed(replica: string): void;
+  refreshed(): void;
+}
 
 /** Options of a routing table. */
 export interface RoutingOptions {
@@ -30,7 +44,14 @@ export interface RoutingOptions {
   ejectMaxMs?: number;
   /** Milliseconds now (ejections, staleness); tests pass their own clock */
   clock?: () => number;
+  /** A replica's limit when neither the catalog (maxConcurrent) nor its engine says one (default DEFAULT_MAX_CONCURRENT) */
+  defaultLimit?: number;
+  /** Asks a new replica's engine how many requests it serves at once (slots.ts); null: it does not say */
+  probeSlots?: (replica: RoutableReplica) => Promise<number | null>;
 }
+
+/** A replica's concurrency limit when neither the catalog nor the engine gives one. */
+export const DEFAULT_MAX_CONCURRENT = 64;
 
 interface ModelRoutes {
   ready: RoutableReplica[];
@@ -44,11 +65,12 @@ interface ModelRoutes {
 }
 
 /** `http://host:port` → a routable replica, or null when the endpoint is not a plain http URL. */
-function parseEndpoint(id: string, endpoint: string): RoutableReplica | null {
+function parseEndpoint(id: string, model: string, endpoint: string, limit: number): RoutableReplica | null {
   try {
     const u = new URL(endpoint);
     if (u.protocol !== 'http:') return null;
-    return { id, endpoint: u.origin, host: u.hostname.replace(/^\[|\]$/g, ''), port: Number(u.port || 80) };
+    const host = u.hostname.replace(/^\[|\]$/g, '');
+    return { id, endpoint: u.origin, host, port: Number(u.port || 80), model, limit };
   } catch {
     return null;
   }
@@ -67,6 +89,12 @@ export class RoutingTable {
   private staleSince: number | null = null;
   private readonly log: GatewayLog;
   private readonly now: () => number;
+  /** Slots each replica's engine reported (null: asked, it says none; absent: not asked yet) */
+  private readonly slots = new Map<string, number | null>();
+  private listener: RoutingListener | null = null;
+  private ejectHook: ((replica: string) => void) | null = null;
+  /** The model of each replica in the table (slow paths only: admission's queue after a slot freed) */
+  private modelOfReplica = new Map<string, string>();
 
   constructor(
     private readonly load: () => Promise<RouteRows>,
@@ -79,6 +107,7 @@ export class RoutingTable {
       ejectMs: opts.ejectMs,
       ejectMaxMs: opts.ejectMaxMs,
       now: this.now,
+      onEject: (id) => this.ejectHook?.(id),
     });
   }
 
@@ -132,8 +161,12 @@ export class RoutingTable {
       return r;
     };
     for (const m of rows.models) entry(m);
+    const defaultLimit = this.opts.defaultLimit ?? DEFAULT_MAX_CONCURRENT;
     for (const r of rows.replicas) {
-      const target = r.state === 'ready' && r.endpoint ? parseEndpoint(r.id, r.endpoint) : null;
+      const catalogLimit = rows.maxConcurrent?.[r.model];
+      const limit = catalogLimit ?? this.slots.get(r.id) ?? defaultLimit;
+      const target = r.state === 'ready' && r.endpoint ? parseEndpoint(r.id, r.model, r.endpoint, limit) : null;
+      if (target && catalogLimit === undefined && !this.slots.has(r.id)) this.askSlots(target);
       if (target) entry(r.model).ready.push(target);
       else
         entry(r.model).waiting.push({
@@ -145,6 +178,7 @@ export class RoutingTable {
         });
     }
     this.routes = next;
+    this.modelOfReplica = new Map(rows.replicas.map((r) => [r.id, r.model]));
     if (!this.ejections.empty) {
       // A replica that left the table or moved to another endpoint is no longer judged by its old failures.
       const endpoints = new Map<string, string>();
@@ -158,6 +192,48 @@ export class RoutingTable {
       });
       this.staleSince = null;
     }
+    this.listener?.refreshed();
+  }
+
+  /** Sets who is told of each ejection (metrics). */
+  onEject(hook: (replica: string) => void): void {
+    this.ejectHook = hook;
+  }
+
+  /** True when the table knows `model`. */
+  has(model: string): boolean {
+    return this.routes.has(model);
+  }
+
+  /** Every routable replica's concurrency limit (metrics). */
+  limits(): { id: string; model: string; limit: number }[] {
+    return [...this.routes.values()].flatMap((r) => r.ready.map(({ id, model, limit }) => ({ id, model, limit })));
+  }
+
+  /** The model replica `id` serves, as the last table said. */
+  modelOf(id: string): string | undefined {
+    return this.modelOfReplica.get(id);
+  }
+
+  /** Sets who hears of freed slots and new tables (the gateway's admission). */
+  listen(listener: RoutingListener): void {
+    this.listener = listener;
+  }
+
+  /** Asks a new replica's engine for its slots once, off the request path; its limit follows the answer. */
+  private askSlots(replica: RoutableReplica): void {
+    const probe = this.opts.probeSlots;
+    if (!probe) return;
+    this.slots.set(replica.id, null);
+    void probe(replica).then(
+      (n) => {
+        if (n === null) return;
+        this.slots.set(replica.id, n);
+        for (const r of this.routes.get(replica.model)?.ready ?? []) if (r.id === replica.id) r.limit = n;
+        this.listener?.refreshed();
+      },
+      () => undefined,
+    );
   }
 
   /** Routable (ready) replicas per model, as this table holds them now. */
@@ -177,9 +253,11 @@ export class RoutingTable {
 
   /**
    * Chooses a replica of `model`, skipping the ids in `exclude` (replicas that already failed this request) and
-   * ejected ones — unless every candidate is ejected: then they are tried all the same.
+   * ejected ones — unless every candidate is ejected: then they are tried all the same. With `admit`, a replica
+   * holding its limit of requests is not chosen; `busy` when every one does (a retry ignores limits: its request
+   * was admitted already).
    */
-  pick(model: string, exclude?: Set<string>): PickResult {
+  pick(model: string, exclude?: Set<string>, admit = false): PickResult {
     const routes = this.routes.get(model);
     if (!routes) return { kind: 'unknown-model' };
     let candidates = exclude?.size ? routes.ready.filter((r) => !exclude.has(r.id)) : routes.ready;
@@ -201,6 +279,12 @@ export class RoutingTable {
         bestLoad = load;
       }
     }
+    if (admit && bestLoad >= best.limit) {
+      // Least loaded is full; another with a larger limit may still have room (replicas of different engines).
+      const roomy = candidates.find((c) => (this.inFlight.get(c.id) ?? 0) < c.limit);
+      if (!roomy) return BUSY;
+      best = roomy;
+    }
     if (judged) this.ejections.chosen(best.id, now);
     return { kind: 'ok', replica: best, firstByteMs: routes.firstByteMs };
   }
@@ -209,7 +293,7 @@ export class RoutingTable {
    * Skips `replica` for new requests after it failed to connect: for ejectMs at first, doubling up to ejectMaxMs
    * while it keeps failing. Requests already in flight to it count once, not once each.
    */
-  eject(replica: RoutableReplica, error: string): void {
+  eject(replica: Ejectable, error: string): void {
     this.ejections.eject(replica, error);
   }
 
@@ -233,6 +317,7 @@ export class RoutingTable {
     const n = (this.inFlight.get(id) ?? 0) - 1;
     if (n > 0) this.inFlight.set(id, n);
     else this.inFlight.delete(id);
+    this.listener?.freed(id);
   }
 
   /** The replicas this table routes and the requests in flight per replica: what the gateway reports for drains. */

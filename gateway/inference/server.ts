@@ -1,12 +1,14 @@
 /** Runs the inference gateway: fastify with request ids, timeouts for long streams, a close with a deadline, and `listen`. */
 import Fastify from 'fastify';
 import { DEFAULT_CONFIG } from '../../config/defaults';
-import type { GatewayTimeouts } from '../../config/types';
+import type { GatewayAdmission, GatewayTimeouts } from '../../config/types';
 import { closeDeadline } from '../close';
 import { clientErrorHandler } from '../errors';
+import { startMetricsListener } from '../metrics';
 import { buildGatewayApp } from './app';
 import type { KeyTable } from './keys';
 import type { QuotaKeeper } from './quota';
+import { GatewayMetrics } from './metrics';
 import { requestId, type GatewayLog } from './log';
 import type { ModelStats } from './model-stats';
 import type { RoutingTable } from './routing';
@@ -30,6 +32,10 @@ export interface GatewayServerOptions {
   accessLog?: boolean;
   /** Browser origins answered cross-origin (server.yaml gateway.corsOrigins); default none. */
   corsOrigins?: string[];
+  /** The bounded queue in front of full replicas (server.yaml gateway.admission); default its defaults. */
+  admission?: GatewayAdmission;
+  /** Where to serve the gateway's metrics (server.yaml listeners.metrics.gateway); none: nothing is measured. */
+  metrics?: { host: string; port: number } | null;
   /** How long close() lets requests in flight finish before it cuts them, ms (default CLOSE_GRACE_MS). */
   closeGraceMs?: number;
   /** Per-model request counts and TTFT (the gateway role's, reported to MySQL); none = nothing counted. */
@@ -40,6 +46,8 @@ export interface GatewayServerOptions {
 export interface RunningGateway {
   /** `http://host:port` */
   url: string;
+  /** `http://host:port/metrics` when the metrics listener is on */
+  metricsUrl: string | null;
   /** Stops accepting connections, lets in-flight requests finish for the grace and cuts the rest, stops refreshing the routing table. */
   close(): Promise<void>;
 }
@@ -65,6 +73,7 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
     return503OnClosing: true,
   });
   closeDeadline(app, opts.closeGraceMs);
+  const metrics = opts.metrics ? new GatewayMetrics({ routing: opts.routing }) : undefined;
   await opts.routing.start();
   await opts.keys?.start();
   opts.quota?.start();
@@ -79,6 +88,8 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
       accessLog: opts.accessLog,
       corsOrigins: opts.corsOrigins,
       stats: opts.stats,
+      admission: opts.admission,
+      metrics,
     }),
   );
   app.addHook('onClose', async () => {
@@ -87,8 +98,22 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
     await opts.quota?.stop();
   });
   await app.listen({ host: opts.host, port: opts.port });
+  const listener =
+    metrics && opts.metrics
+      ? await startMetricsListener({ ...opts.metrics, registry: metrics.registry }).catch(async (err: unknown) => {
+          await app.close();
+          throw err;
+        })
+      : null;
   const addr = app.server.address();
   const port = typeof addr === 'object' && addr ? addr.port : opts.port;
   const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
-  return { url: `http://${host}:${port}`, close: () => app.close() };
+  return {
+    url: `http://${host}:${port}`,
+    metricsUrl: listener?.url ?? null,
+    async close(): Promise<void> {
+      await app.close();
+      await listener?.close();
+    },
+  };
 }

@@ -29,6 +29,8 @@ export interface SimOptions {
   distPort: number;
   /** 0 = as fast as possible */
   tokensPerSecond: number;
+  /** Requests it says it serves at once, on GET /props as llama.cpp's total_slots (default 64; not enforced) */
+  slots?: number;
   /** The GPU indices it was given (its CUDA_VISIBLE_DEVICES; null: unset), reported on /health */
   devices?: number[] | null;
   /** Where this node keeps one lock file per GPU index: a GPU another live sim engine holds is refused */
@@ -156,6 +158,8 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
       const status = broken ? 'stopped' : draining ? 'draining' : 'waiting';
       return json(res, 503, { status, joined: group.joined(), world: o.world, reason: notReady(), devices });
     }
+    // As llama-server's /props: the gateway's admission takes a replica's limit from it (gateway/inference/slots.ts).
+    if (req.method === 'GET' && url === '/props') return json(res, 200, { total_slots: o.slots ?? 64 });
     if (req.method === 'GET' && url === '/v1/models') {
       return json(res, 200, { object: 'list', data: [{ id: o.model, object: 'model', created: 0, owned_by: 'sim' }] });
     }

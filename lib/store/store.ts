@@ -32,6 +32,8 @@ export interface RouteRows {
   replicas: { id: string; model: string; state: string; endpoint: string | null; reason: string | null }[];
   /** The catalog's first-byte timeout (ms) of each model that sets one */
   firstByteMs?: Record<string, number>;
+  /** The catalog's per-replica concurrency limit of each model that sets one (maxConcurrent) */
+  maxConcurrent?: Record<string, number>;
   /** Models none of whose profiles can serve /v1/embeddings, with why (lib/engines embeddingRefusal) */
   noEmbeddings?: Record<string, string>;
 }
@@ -346,14 +348,17 @@ export class Store {
   async routeRows(): Promise<RouteRows> {
     // The timeout lives in the model's spec JSON; JSON_EXTRACT reads just it (NULL when the catalog sets none).
     const [models] = await this.pool.query<RowDataPacket[]>(
-      `SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms, JSON_EXTRACT(spec, '$.profiles') AS profiles FROM models ORDER BY name`,
+      `SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms, JSON_EXTRACT(spec, '$.maxConcurrent') AS max_concurrent, JSON_EXTRACT(spec, '$.profiles') AS profiles FROM models ORDER BY name`,
     );
     const [reps] = await this.pool.query<RowDataPacket[]>(
       `SELECT id, model, state, endpoint, reason FROM replicas WHERE state <> 'stopped' ORDER BY id`,
     );
     const firstByteMs: Record<string, number> = {};
     const noEmbeddings: Record<string, string> = {};
+    const maxConcurrent: Record<string, number> = {};
     for (const m of models) {
+      if (m.max_concurrent !== null && Number(m.max_concurrent) > 0)
+        maxConcurrent[String(m.name)] = Number(m.max_concurrent);
       if (m.first_byte_ms !== null && Number(m.first_byte_ms) > 0)
         firstByteMs[String(m.name)] = Number(m.first_byte_ms);
       const refusal = embeddingRefusal(json<ModelSpec['profiles'] | null>(m.profiles) ?? []);
@@ -363,6 +368,7 @@ export class Store {
       models: models.map((m) => String(m.name)),
       replicas: reps.map((r) => ({ id: r.id, model: r.model, state: r.state, endpoint: r.endpoint, reason: r.reason })),
       firstByteMs,
+      maxConcurrent,
       noEmbeddings,
     };
   }

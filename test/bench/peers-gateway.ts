@@ -7,6 +7,7 @@
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import { makeLog } from '../../cli/log';
 import { RoutingTable } from '../../gateway/inference/routing';
+import { probeSlots } from '../../gateway/inference/slots';
 import { startGateway } from '../../gateway/inference/server';
 import { ready } from '../helpers/gateway';
 
@@ -20,7 +21,11 @@ async function main(): Promise<void> {
   const s = JSON.parse(process.env.PEERS_GATEWAY ?? '{}') as Settings;
   const { gateway } = DEFAULT_CONFIG;
   const rows = { models: [s.model], replicas: [ready(`${s.model}-0`, s.model, s.upstream)] };
-  const routing = new RoutingTable(async () => rows, { refreshMs: gateway.refreshMs });
+  const routing = new RoutingTable(async () => rows, {
+    refreshMs: gateway.refreshMs,
+    defaultLimit: gateway.admission.defaultMaxConcurrent,
+    probeSlots,
+  });
   const gw = await startGateway({
     host: '127.0.0.1',
     port: 0,
@@ -29,6 +34,9 @@ async function main(): Promise<void> {
     log: makeLog('gateway'),
     timeouts: gateway.timeouts,
     accessLog: gateway.accessLog,
+    admission: gateway.admission,
+    // Measured with everything on: metrics are metered on every request even though nobody scrapes them here.
+    metrics: { host: '127.0.0.1', port: 0 },
   });
   process.stdout.write(`${JSON.stringify({ ready: gw.url })}\n`);
   process.once('SIGTERM', () => void gw.close().then(() => process.exit(0)));

@@ -14,6 +14,7 @@ import { workflowIds } from '../../lib/names';
 import { pidAlive, pidCommandLine } from '../../lib/process';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
 import { clusterBasePort } from '../helpers/ports';
+import { scrape, valueOf } from '../helpers/prom-text';
 import { waitFor } from '../helpers/wait';
 
 const run = promisify(execFile);
@@ -166,6 +167,49 @@ describe('the local cluster', () => {
     await expect(
       client.chat.completions.create({ model: 'no-such-model', messages: [{ role: 'user', content: 'x' }] }),
     ).rejects.toMatchObject({ status: 404 });
+  });
+
+  test("the banner lists every role's metrics page; each parses, and the gateway's counts a request", async () => {
+    const block = /^\s+metrics\s+([\s\S]*?)\n\n/m.exec(progress.join('\n'))?.[1] ?? '';
+    const pages = new Map(
+      block
+        .split('\n')
+        .map((l) => /^\s*(.+?) (http:\/\/\S+\/metrics)$/.exec(l))
+        .filter((m) => m !== null)
+        .map((m) => [m[1], m[2]]),
+    );
+    expect([...pages.keys()].sort()).toEqual(
+      [
+        'ca-worker',
+        'ca-worker temporal',
+        'control-plane',
+        'control-plane temporal',
+        'gateway',
+        'sim-a',
+        'sim-b',
+        'sim-c',
+      ].sort(),
+    );
+    const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey: 'local' });
+    await client.chat.completions.create({ model: 'sim-small', messages: [{ role: 'user', content: 'hi' }] });
+    for (const [role, url] of pages) {
+      const families = await scrape(url);
+      expect({ role, series: families.size > 0 }).toEqual({ role, series: true });
+    }
+    const gw = await scrape(pages.get('gateway') as string);
+    expect(valueOf(gw, 'llmgw_gateway_requests_total', { model: 'sim-small', status: '200' })).toBeGreaterThanOrEqual(
+      1,
+    );
+    const cp = await waitFor(
+      async () => {
+        const m = await scrape(pages.get('control-plane') as string);
+        return valueOf(m, 'llmgw_control_nodes', { state: 'ready' }) === 3 ? m : null;
+      },
+      { timeoutMs: 15_000, intervalMs: 1000, what: 'three ready nodes on the control plane page' },
+    );
+    expect(valueOf(cp, 'llmgw_control_replicas', { state: 'ready' })).toBeGreaterThanOrEqual(3);
+    const sdk = await scrape(pages.get('control-plane temporal') as string);
+    expect([...sdk.keys()].some((k) => k.startsWith('temporal_'))).toBe(true);
   });
 
   test('with llama.cpp built here the cluster offers tiny-llama on a real llama-server, and says so either way', async () => {

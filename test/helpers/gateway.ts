@@ -1,7 +1,7 @@
 /** The inference gateway on a real port in front of tiny upstream HTTP servers whose behaviour each test chooses. */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { GatewayTimeouts } from '../../config/types';
+import type { GatewayAdmission, GatewayTimeouts } from '../../config/types';
 import type { RouteRows } from '../../lib/store/store';
 import { RoutingTable, type RoutingOptions } from '../../gateway/inference/routing';
 import { startGateway, type RunningGateway } from '../../gateway/inference/server';
@@ -21,6 +21,8 @@ export interface TestGateway {
   url: string;
   routing: RoutingTable;
   lines: LogLine[];
+  /** its metrics page, when started with `metrics: true` */
+  metricsUrl: string | null;
 }
 /** One line of the gateway's log, as the role's logger would write it. */
 export type LogLine = { msg: string } & Record<string, unknown>;
@@ -115,7 +117,14 @@ export const post = (url: string, body: string, init: RequestInit = {}): Promise
 /** Starts a gateway on a free port over `rows`; its log lines are kept in `lines`. */
 export async function gateway(
   rows: RouteRows,
-  o: { apiKeys?: string[]; timeouts?: GatewayTimeouts; accessLog?: boolean; routing?: Partial<RoutingOptions> } = {},
+  o: {
+    apiKeys?: string[];
+    timeouts?: GatewayTimeouts;
+    accessLog?: boolean;
+    routing?: Partial<RoutingOptions>;
+    admission?: GatewayAdmission;
+    metrics?: boolean;
+  } = {},
 ): Promise<TestGateway> {
   const lines: LogLine[] = [];
   const log = (msg: string, fields?: Record<string, unknown>): void => void lines.push({ msg, ...fields });
@@ -128,9 +137,11 @@ export async function gateway(
     log,
     timeouts: o.timeouts,
     accessLog: o.accessLog,
+    admission: o.admission,
+    metrics: o.metrics ? { host: '127.0.0.1', port: 0 } : null,
   });
   gateways.push(gw);
-  return { url: gw.url, routing, lines };
+  return { url: gw.url, routing, lines, metricsUrl: gw.metricsUrl };
 }
 
 /** Closes every gateway and upstream the test started (afterEach). */

@@ -175,7 +175,7 @@ describe('RoutingTable', () => {
     await expect(routing.refresh()).rejects.toThrow('mysql down');
     expect(routing.pick('m', new Set(['a']))).toEqual({
       kind: 'ok',
-      replica: { id: 'b', endpoint: 'http://127.0.0.1:2', host: '127.0.0.1', port: 2 },
+      replica: { id: 'b', endpoint: 'http://127.0.0.1:2', host: '127.0.0.1', port: 2, model: 'm', limit: 64 },
     });
     expect(routing.pick('m', new Set(['a', 'b']))).toEqual({
       kind: 'none-ready',

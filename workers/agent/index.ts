@@ -19,9 +19,14 @@ import { startRenewal } from './renewal';
 import { startNodeWeights } from './weights';
 import { nodeConnection, startNodeWorker } from './worker';
 import { ensureWritableDir } from './writable-dir';
+import { startMetricsListener } from '../../gateway/metrics';
+import { agentMetrics } from './metrics';
 
 /** Starts the agent: discovery, registration, heartbeat loop and node worker. */
-export async function startAgent(opts: AgentOptions): Promise<Agent> {
+export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
+  // With --metrics, the agent's log also counts engine starts, exits and weights fetched (metrics.ts).
+  const metrics = agentOpts.metrics ? agentMetrics() : null;
+  const opts = metrics ? { ...agentOpts, log: metrics.countingLog(agentOpts.log) } : agentOpts;
   ensureWritableDir(opts.stateDir, '--state-dir', 'pass --state-dir DIR the agent may write to');
   const gpus = { count: 0, caps: [] as string[] };
   // What the last probe offered is offered again at once (and its shards' engines adopted); the control plane
@@ -76,6 +81,8 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
       })
     : null;
   const supervised = new Set<string>();
+  if (metrics)
+    Object.assign(metrics.sources, { engines: () => engines.statuses(), supervised, weightsDir: opts.weights?.dir });
   const stopping = new AbortController();
   const activities = {
     ...createNodeActivities({
@@ -134,11 +141,15 @@ export async function startAgent(opts: AgentOptions): Promise<Agent> {
   );
   // Each answer names the door of the control plane that gave it: after a failover, the worker follows.
   const heartbeat = startHeartbeat(control, opts, inventory, reg.heartbeatMs, () => closing, worker.follow);
+  const metricsListener =
+    metrics && opts.metrics ? await startMetricsListener({ ...opts.metrics, registry: metrics.registry }) : null;
 
   return {
     inventory,
+    metricsUrl: metricsListener?.url ?? null,
     async close(): Promise<void> {
       closing = true;
+      await metricsListener?.close();
       stopping.abort();
       heartbeat.stop();
       renewal.stop();

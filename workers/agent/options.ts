@@ -35,11 +35,15 @@ export interface AgentOptions {
   stateDir: string;
   /** Stop the engines when the agent stops, instead of leaving them for the next agent (the local cluster) */
   stopEnginesOnExit: boolean;
+  /** Where to serve the agent's metrics (`--metrics HOST:PORT`); absent: off */
+  metrics?: { host: string; port: number };
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
 /** A running agent: what it reported about the node, and how to stop it. */
 export interface Agent {
   inventory: NodeInventory;
+  /** `http://host:port/metrics` with --metrics */
+  metricsUrl: string | null;
   close(): Promise<void>;
 }

@@ -29,6 +29,8 @@ import { endDrain } from './drain-end';
 import { EnginePolicy } from './engine-policy';
 import { NodeLiveness, type NodeLivenessOptions } from './node-liveness';
 import { TaskTokenPruning } from './token-pruning';
+import { startMetricsListener, type MetricsListener } from '../../gateway/metrics';
+import { controlMetrics } from './metrics';
 
 /** What the control role is started with: server.yaml, parsed, and test hooks. */
 export interface ControlPlaneOptions {
@@ -79,6 +81,8 @@ export interface ControlPlane {
   client: Client;
   /** Temporal's front door for nodes, on listeners.temporalDoor */
   door: TemporalDoor;
+  /** `http://host:port/metrics` when server.yaml's metrics.controlPlane is set */
+  metricsUrl: string | null;
   /** The catalog applied at start (applyCatalog), once it was; null when not asked to */
   catalogApplied: Promise<CatalogApplyAnswer | null>;
   close(): Promise<void>;
@@ -87,7 +91,7 @@ export interface ControlPlane {
 /** Starts the control plane listener and the control worker; resolves once both are up. */
 export async function startControlPlane(opts: ControlPlaneOptions): Promise<ControlPlane> {
   const { config } = opts;
-  const log = opts.log ?? ((): void => undefined);
+  const plainLog = opts.log ?? ((): void => undefined);
   const tls = {
     caPem: readTlsFile(config, 'ca', 'create the CA with llmgw ca init, or point tls.ca at its ca.crt'),
     certPem: readTlsFile(
@@ -103,6 +107,9 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const client = new Client({ connection, namespace: config.temporal.namespace });
   const pool = await openDatabase(config.mysql.url, { migrate: config.mysql.autoMigrate !== false });
   const store = new Store(pool);
+  const metrics = config.metrics.controlPlane ? controlMetrics({ pool, client, log: plainLog }) : null;
+  // The same log, counting the registration refusals it reports when metrics are on.
+  const log = metrics ? metrics.countingLog(plainLog) : plainLog;
   // Recorded either way (the gateway lists the catalog's models); applied below when asked to.
   if (!opts.applyCatalog) for (const spec of config.catalog) await store.upsertModel(spec, true);
 
@@ -208,6 +215,10 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   pruning.start();
   const { host, port } = config.listeners.controlPlane;
   const url = await app.listen({ host, port });
+  const metricsListener: MetricsListener | null =
+    metrics && config.metrics.controlPlane
+      ? await startMetricsListener({ ...config.metrics.controlPlane, registry: metrics.registry })
+      : null;
   // From now on agents can reach this control plane: only silence from here on is evidence.
   const liveness = new NodeLiveness({
     store,
@@ -242,9 +253,11 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     store,
     client,
     door,
+    metricsUrl: metricsListener?.url ?? null,
     catalogApplied,
     async close(): Promise<void> {
       await catalogApplied;
+      await metricsListener?.close();
       liveness.stop();
       pruning.stop();
       await door.close();
