@@ -2,13 +2,21 @@
  * llmgw's gateway alone in a process, for `npm run bench:peers` to measure: the server `llmgw gateway` runs
  * (gateway/inference/server.ts, production defaults from server.yaml's) over a routing table of one ready replica,
  * reloaded every gateway.refreshMs as the role reloads MySQL's (a fixed table here: the query costs nothing per
- * request). Settings in PEERS_GATEWAY (JSON: upstream, model, apiKeys); prints {"ready":url}; SIGTERM closes it.
+ * request). Everything the role runs on a request is on: the key is a stored key (scope, rpm and tpm) checked by the
+ * key table, its quota taken from leases (answered in memory here: leasing from MySQL is off the request path, so
+ * what is measured is the per-request check), admission, Prometheus metrics and the cluster page's model stats.
+ * Settings in PEERS_GATEWAY (JSON: upstream, model, apiKeys — the first is the stored key); prints {"ready":url};
+ * SIGTERM closes it.
  */
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import { makeLog } from '../../cli/log';
+import { KeyTable } from '../../gateway/inference/keys';
+import { ModelStats } from '../../gateway/inference/model-stats';
+import { QuotaKeeper } from '../../gateway/inference/quota';
 import { RoutingTable } from '../../gateway/inference/routing';
 import { probeSlots } from '../../gateway/inference/slots';
 import { startGateway } from '../../gateway/inference/server';
+import { keyDigest } from '../../lib/api-keys';
 import { ready } from '../helpers/gateway';
 
 interface Settings {
@@ -26,11 +34,33 @@ async function main(): Promise<void> {
     defaultLimit: gateway.admission.defaultMaxConcurrent,
     probeSlots,
   });
+  const [key] = s.apiKeys;
+  if (!key) throw new Error('PEERS_GATEWAY.apiKeys: one key, the stored key requests come with');
+  const record = {
+    id: 1,
+    name: 'bench',
+    digest: keyDigest(key),
+    models: [s.model],
+    rpm: 1e9,
+    tpm: 2e9,
+    expiresAt: null,
+    revoked: false,
+  };
+  const keys = new KeyTable(async () => ({ keys: [record], now: new Date() }), { refreshMs: 250 });
+  const quota = new QuotaKeeper({
+    lease: async (a) => ({ requests: a.wantRequests, tokens: a.wantTokens, requestsLeft: 1e9, tokensLeft: 2e9 }),
+    charge: async () => undefined,
+    addUsage: async () => undefined,
+    pruneQuota: async () => 0,
+  });
   const gw = await startGateway({
     host: '127.0.0.1',
     port: 0,
     routing,
-    apiKeys: s.apiKeys,
+    apiKeys: [],
+    keys,
+    quota,
+    stats: new ModelStats(),
     log: makeLog('gateway'),
     timeouts: gateway.timeouts,
     accessLog: gateway.accessLog,

@@ -12,6 +12,8 @@ export type Handler = (req: IncomingMessage, res: ServerResponse, body: string) 
 export interface Upstream {
   endpoint: string;
   hits: string[];
+  /** the gateway's GET /props (its ask for the engine's slots, routing.ts): apart from `hits`, which are requests */
+  probes: number;
   headers: IncomingMessage['headers'][];
   closedEarly: number;
   close(): Promise<void>;
@@ -33,14 +35,21 @@ let gateways: RunningGateway[] = [];
 /** Resolves after `ms`. */
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** A tiny OpenAI-shaped engine on port 0 whose behaviour the test chooses. */
-export async function upstream(handler: Handler): Promise<Upstream> {
-  const u: Upstream = { endpoint: '', hits: [], headers: [], closedEarly: 0, close: async () => undefined };
+/**
+ * A tiny OpenAI-shaped engine on port 0 whose behaviour the test chooses. The gateway's GET /props (its ask for
+ * the engine's slots) is counted in `probes` and answered 404 (no slots reported: the default limit), unless
+ * `o.props` hands it to the handler.
+ */
+export async function upstream(handler: Handler, o: { props?: boolean } = {}): Promise<Upstream> {
+  const u: Upstream = { endpoint: '', hits: [], probes: 0, headers: [], closedEarly: 0, close: async () => undefined };
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
-      u.hits.push(`${req.method} ${req.url}`);
+      if (req.method === 'GET' && req.url === '/props') {
+        u.probes++;
+        if (!o.props) return void res.writeHead(404).end();
+      } else u.hits.push(`${req.method} ${req.url}`);
       u.headers.push(req.headers);
       res.once('close', () => {
         if (!res.writableFinished) u.closedEarly++;

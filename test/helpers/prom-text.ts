@@ -20,10 +20,11 @@ export interface Family {
 const NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const TYPES = new Set(['counter', 'gauge', 'histogram', 'summary', 'untyped']);
 
-function parseValue(s: string, line: number): number {
-  if (s === '+Inf') return Infinity;
-  if (s === '-Inf') return -Infinity;
-  if (s === 'NaN') return NaN;
+function parseValue(s: string, line: number | string): number {
+  // As Prometheus reads them (Go's ParseFloat): Inf and NaN in any case — prom-client writes an empty mean as "Nan".
+  if (/^\+?inf$/i.test(s)) return Infinity;
+  if (/^-inf$/i.test(s)) return -Infinity;
+  if (/^nan$/i.test(s)) return NaN;
   if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(s))
     throw new Error(`line ${line}: bad value ${JSON.stringify(s)}`);
   return Number(s);
@@ -92,7 +93,11 @@ export function parsePromText(text: string): Map<string, Family> {
     if (!m) throw new Error(`line ${line}: not a sample: ${JSON.stringify(raw)}`);
     const fam = familyOf(m[1]);
     if (!fam) throw new Error(`line ${line}: sample ${m[1]} of no declared family`);
-    fam[1].samples.push({ name: m[1], labels: m[2] ? parseLabels(m[2], line) : {}, value: parseValue(m[3], line) });
+    fam[1].samples.push({
+      name: m[1],
+      labels: m[2] ? parseLabels(m[2], line) : {},
+      value: parseValue(m[3], `${line} (${raw})`),
+    });
   });
   for (const [name, f] of families) if (f.type === 'histogram') checkHistogram(name, f);
   return families;

@@ -137,17 +137,20 @@ test('under contention keys take turns: one key flooding does not starve another
 
 test("a replica's limit defaults to the slots its engine reports on /props", async () => {
   const waiting: ServerResponse[] = [];
-  const u = await upstream((req, res) => {
-    if (req.url === '/props')
-      return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"total_slots":2}');
-    waiting.push(res);
-  });
+  const u = await upstream(
+    (req, res) => {
+      if (req.url === '/props')
+        return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"total_slots":2}');
+      waiting.push(res);
+    },
+    { props: true },
+  );
   expect(await probeSlots({ id: 'r1', endpoint: u.endpoint, host: '', port: 0, model: MODEL, limit: 0 })).toBe(2);
   const gw = await gateway(rows(u.endpoint), {
     admission: { queueMax: 0, queueTimeoutMs: 1000, defaultMaxConcurrent: 64 },
     routing: { probeSlots },
   });
-  await waitFor(() => u.hits.includes('GET /props'), { timeoutMs: 5000, what: 'the gateway to ask for slots' });
+  await waitFor(() => u.probes > 0, { timeoutMs: 5000, what: 'the gateway to ask for slots' });
   await sleep(50);
   const two = [ask(gw.url), ask(gw.url)];
   await waitFor(() => waiting.length === 2, { timeoutMs: 5000, what: 'two requests at the engine' });
