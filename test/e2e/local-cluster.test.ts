@@ -190,7 +190,7 @@ describe('the local cluster', () => {
         'sim-c',
       ].sort(),
     );
-    const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey: 'local' });
+    const client = new OpenAI({ baseURL: `${gatewayUrl}/v1`, apiKey });
     await client.chat.completions.create({ model: 'sim-small', messages: [{ role: 'user', content: 'hi' }] });
     for (const [role, url] of pages) {
       const families = await scrape(url);
