@@ -7,6 +7,7 @@
  * throughput goal. Prints markdown tables. A benchmark, not a test: it prints figures and asserts nothing.
  * Options: npm run bench:peers -- --help
  */
+import { newApiKey } from '../../lib/api-keys';
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
@@ -40,7 +41,7 @@ npm run bench:peers -- [options]
   --throughput-concurrency N (default 64)
   --tokens-per-second N      the sim engine's pace (default 200: one token per 5 ms)
   --api-key KEY              the key llmgw checks, sent as the bearer on every path (default $LLMGW_BENCH_API_KEY,
-                             else a fixed bench key)
+                             else a new one; llmgw holds it as a stored key with rpm and tpm quotas)
 `;
 
 const MODEL = 'sim-peers';
@@ -145,7 +146,7 @@ async function main(): Promise<void> {
     tputS: num(values['throughput-seconds'], 60),
     tputC: num(values['throughput-concurrency'], 64),
     tps: num(values['tokens-per-second'], 200),
-    key: values['api-key'] ?? (process.env.LLMGW_BENCH_API_KEY || 'sk-llmgw-peers-bench'),
+    key: values['api-key'] ?? (process.env.LLMGW_BENCH_API_KEY || newApiKey()),
   };
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-peers-'));
   const loads: string[] = [`start ${load()}`];
