@@ -354,7 +354,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       );
     }
     const agentMetrics = clusterPorts(o.basePort).agentMetrics;
-    for (const [i, n] of SIM_NODES.entries()) {
+    const startAgent = (n: (typeof SIM_NODES)[number], i: number): void => {
       role(
         n.id,
         [
@@ -391,7 +391,28 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
         ],
         { FAKE_NVIDIA_GPUS: String(n.gpus), FAKE_NVIDIA_SEED: n.id },
       );
-    }
+    };
+    // The island first, registered before the fabric nodes start. On a restart the deployments are already running
+    // and place their replicas the moment a node registers: a fabric node coming up first took both sim-small
+    // replicas (the island not back yet) and left sim-large no pair, for good (seen once in a fresh-clone run).
+    // With the island registered first, single-node replicas go there (placement puts them on islands first).
+    const islandIds: string[] = SIM_NODES.filter((n) => !n.fabric.includes('--fabric')).map((n) => n.id);
+    const since = Date.now() - 1000;
+    for (const [i, n] of SIM_NODES.entries()) if (islandIds.includes(n.id)) startAgent(n, i);
+    await waitFor(
+      async () => {
+        const { nodes } = (await (await cpFetch(`${controlUrl}/v1/nodes`)).json()) as {
+          nodes: { id: string; state: string; registeredAt?: string }[];
+        };
+        return islandIds.every((id) =>
+          nodes.some((n) => n.id === id && n.state !== 'down' && Date.parse(n.registeredAt ?? '') >= since),
+        );
+      },
+      60_000,
+      'the island node to register',
+      alive,
+    );
+    for (const [i, n] of SIM_NODES.entries()) if (!islandIds.includes(n.id)) startAgent(n, i);
     await waitFor(
       async () => {
         const { nodes } = (await (await cpFetch(`${controlUrl}/v1/nodes`)).json()) as {
