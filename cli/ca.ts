@@ -5,7 +5,7 @@ import { createCaOperations, type CaOperations } from '../activities/ca';
 import { loadServerConfig } from '../config/load';
 import { quoteInput } from '../lib/errors';
 import { CA_VALIDITY_DAYS, checkNodeId, DEFAULT_CA_DIR, DEFAULT_VALIDITY_DAYS, initCa } from '../lib/pki';
-import { openDatabase } from '../lib/store/db';
+import { openConfiguredDatabase } from '../lib/store/db';
 import { Store } from '../lib/store/store';
 import { intOption, parse, UsageError } from './args';
 
@@ -126,7 +126,8 @@ async function withOperations<T>(
   values: { dir?: string; config?: string; 'mysql-url'?: string },
   fn: (ops: CaOperations) => Promise<T>,
 ): Promise<T> {
-  const pool = await openDatabase(values['mysql-url'] ?? loadServerConfig(values.config).mysql.url);
+  const mysqlConfig = values['mysql-url'] ? { url: values['mysql-url'] } : loadServerConfig(values.config).mysql;
+  const pool = await openConfiguredDatabase(mysqlConfig);
   try {
     return await fn(createCaOperations({ caDir: values.dir ?? DEFAULT_CA_DIR, store: new Store(pool) }));
   } finally {

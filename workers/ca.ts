@@ -9,7 +9,7 @@ import { createOnboardActivities } from '../activities/ca/onboard';
 import type { ServerConfig } from '../config/types';
 import { QUEUES } from '../lib/names';
 import { connectTemporal } from '../lib/temporal-connect';
-import { openDatabase } from '../lib/store/db';
+import { openConfiguredDatabase } from '../lib/store/db';
 import { HostKeyStore } from '../lib/store/host-keys';
 import { Store } from '../lib/store/store';
 
@@ -33,7 +33,7 @@ export interface CaWorker {
 /** Starts the CA worker; resolves once the CA loaded, a first CRL is written and the worker polls. */
 export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
   const log = opts.log ?? ((): void => undefined);
-  const pool = await openDatabase(opts.config.mysql.url, { migrate: opts.config.mysql.autoMigrate !== false });
+  const pool = await openConfiguredDatabase(opts.config.mysql);
   const deps = {
     caDir: opts.caDir,
     store: new Store(pool),

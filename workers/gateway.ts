@@ -12,7 +12,7 @@ import { RoutingTable } from '../gateway/inference/routing';
 import { probeSlots } from '../gateway/inference/slots';
 import { startGateway } from '../gateway/inference/server';
 import { StatsReporter } from '../gateway/inference/stats-report';
-import { openDatabase } from '../lib/store/db';
+import { openConfiguredDatabase } from '../lib/store/db';
 import { DrainStore } from '../lib/store/drain';
 import { KeyStore } from '../lib/store/keys';
 import { ModelStatsStore } from '../lib/store/model-stats';
@@ -34,7 +34,7 @@ export interface GatewayRole {
 export async function startGatewayRole(opts: { config: ServerConfig; log?: GatewayLog }): Promise<GatewayRole> {
   const { config, log } = opts;
   const { gateway } = config;
-  const pool = await openDatabase(config.mysql.url, { migrate: config.mysql.autoMigrate !== false });
+  const pool = await openConfiguredDatabase(config.mysql);
   const store = new Store(pool);
   const routing = new RoutingTable(() => store.routeRows(), {
     refreshMs: gateway.refreshMs,

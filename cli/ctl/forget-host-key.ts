@@ -15,10 +15,10 @@ export async function forgetHostKey(
   const nodeId = checkNodeId(node);
   // Loaded here, not at the top: every other ctl verb starts without MySQL's driver.
   /* eslint-disable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */
-  const { openDatabase } = require('../../lib/store/db') as typeof import('../../lib/store/db');
+  const { openConfiguredDatabase } = require('../../lib/store/db') as typeof import('../../lib/store/db');
   const { HostKeyStore } = require('../../lib/store/host-keys') as typeof import('../../lib/store/host-keys');
   /* eslint-enable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */
-  const pool = await openDatabase(config.mysql.url);
+  const pool = await openConfiguredDatabase(config.mysql);
   try {
     const keys = new HostKeyStore(pool);
     const known = await keys.list(nodeId);

@@ -58,6 +58,11 @@ export async function openDatabase(url: string, o: OpenDatabaseOptions = {}): Pr
   return pool;
 }
 
+/** Opens server.yaml's database as every role and command does: migrating unless `mysql.autoMigrate` is false. */
+export function openConfiguredDatabase(section: { url: string; autoMigrate?: boolean }): Promise<mysql.Pool> {
+  return openDatabase(section.url, { migrate: section.autoMigrate !== false });
+}
+
 /** The migrations applied to the database (none when it was never migrated). */
 export async function appliedVersions(pool: mysql.Pool | mysql.PoolConnection): Promise<Set<number>> {
   try {

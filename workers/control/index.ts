@@ -21,7 +21,7 @@ import { LlmgwError } from '../../lib/errors';
 import { QUEUES } from '../../lib/names';
 import { release } from '../../lib/release';
 import { connectTemporal } from '../../lib/temporal-connect';
-import { openDatabase } from '../../lib/store/db';
+import { openConfiguredDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { NodeId } from '../../lib/types';
 import { applyCatalog } from './catalog-apply';
@@ -105,7 +105,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const connection = await connectTemporal(config.temporal.address, (address) => Connection.connect({ address }));
   const native = await connectTemporal(config.temporal.address, (address) => NativeConnection.connect({ address }));
   const client = new Client({ connection, namespace: config.temporal.namespace });
-  const pool = await openDatabase(config.mysql.url, { migrate: config.mysql.autoMigrate !== false });
+  const pool = await openConfiguredDatabase(config.mysql);
   const store = new Store(pool);
   const metrics = config.metrics.controlPlane ? controlMetrics({ pool, client, log: plainLog }) : null;
   // The same log, counting the registration refusals it reports when metrics are on.
