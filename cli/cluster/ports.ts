@@ -53,7 +53,7 @@ export function clusterPorts(base: number | null): ClusterPorts {
 }
 
 /** True when 127.0.0.1:`port` can be bound now. */
-function free(port: number): Promise<boolean> {
+export function portFree(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const s = createServer();
     s.once('error', () => resolve(false));
@@ -129,7 +129,7 @@ export async function checkClusterPorts(
   ];
   const taken: string[] = [];
   for (const [role, port] of roles) {
-    if (await free(port)) continue;
+    if (await portFree(port)) continue;
     const holder = portHolder(port);
     if (holder && holder.pid === ours) continue;
     taken.push(

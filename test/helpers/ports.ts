@@ -1,5 +1,6 @@
 /** A free TCP port on 127.0.0.1 (bind 0, read, close). */
 import { createServer } from 'node:net';
+import { portFree } from '../../cli/cluster/ports';
 
 /** Asks the kernel for a free port. */
 export function freePort(): Promise<number> {
@@ -14,15 +15,6 @@ export function freePort(): Promise<number> {
   });
 }
 
-/** True when 127.0.0.1:`port` can be bound now. */
-function canBind(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(false));
-    s.listen({ port, host: '127.0.0.1', exclusive: true }, () => s.close(() => resolve(true)));
-  });
-}
-
 /**
  * A `--base-port` for a test cluster: below the kernel's ephemeral range (32768+), where no outbound connection of a
  * busy machine can take a role's port between the cluster's port check and the role's listen (a faults run in CI lost
@@ -32,7 +24,7 @@ export async function clusterBasePort(): Promise<number> {
   for (let tries = 0; tries < 50; tries++) {
     const base = 10_000 + Math.floor(Math.random() * 2_000) * 10;
     const ports = [0, 1, 2, 3, 4].map((i) => base + i);
-    if ((await Promise.all(ports.map(canBind))).every(Boolean)) return base;
+    if ((await Promise.all(ports.map(portFree))).every(Boolean)) return base;
   }
   throw new Error('no free base port in 10000-32000 after 50 tries');
 }
