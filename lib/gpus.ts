@@ -17,6 +17,14 @@ export function freeIndices(inventory: Pick<NodeInventory, 'gpus'>, held: readon
     .sort((a, b) => a - b);
 }
 
+/** How many of `inventory`'s GPUs are not in `held`: freeIndices' length without building the list (placement counts every node). */
+export function freeCount(inventory: Pick<NodeInventory, 'gpus'>, held: readonly number[]): number {
+  if (held.length === 0) return inventory.gpus.length;
+  let free = 0;
+  for (const g of inventory.gpus) if (!held.includes(g.index)) free++;
+  return free;
+}
+
 function combinations(n: number, k: number): number {
   let c = 1;
   for (let i = 1; i <= k; i++) c = (c * (n - k + i)) / i;

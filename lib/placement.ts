@@ -1,5 +1,5 @@
 /** Placement: a pure function from cluster state and a profile to ranks on nodes, or a reason naming what is missing. */
-import { freeIndices, pickGpus } from './gpus';
+import { freeCount, freeIndices, pickGpus } from './gpus';
 import type { NodeId, NodeRecord, Profile } from './types';
 
 /**
@@ -59,14 +59,7 @@ export interface PlaceInput {
 }
 
 type Held = Record<string, number[]>;
-/** How many of a node's GPUs no shard holds (freeIndices' length, without building the list: 10,000 nodes a call). */
-function freeGpus(n: NodeRecord, held: Held): number {
-  const h = held[n.id];
-  if (!h || h.length === 0) return n.inventory.gpus.length;
-  let free = 0;
-  for (const g of n.inventory.gpus) if (!h.includes(g.index)) free++;
-  return free;
-}
+const freeGpus = (n: NodeRecord, held: Held): number => freeCount(n.inventory, held[n.id] ?? []);
 
 /** Past this many nodes, a refusal groups the nodes by reason instead of naming each (10,000 names is no message). */
 const NAMED_NODES = 20;
