@@ -59,6 +59,11 @@ export interface QuotaOptions {
   log?: GatewayLog;
   /** epoch ms now; tests pass their own */
   clock?: () => number;
+  /**
+   * How long a request waits on a lease, ms (default 2000): past it the store counts as down and the request is
+   * served from a local slice (bounded, as in any outage). While it is down no request waits on it at all.
+   */
+  leaseWaitMs?: number;
 }
 
 const MINUTE = 60_000;
@@ -253,11 +258,19 @@ export class QuotaKeeper {
     };
     // The debt moves to MySQL with this lease.
     s.tokens += debt;
-    s.leasing = this.store
-      .lease(ask)
-      .then((g) => {
+    // A MySQL that hangs or is gone must not hold requests: the request path waits leaseWaitMs at most, and not at
+    // all while the store is known down (the lease still goes out, and its answer says when the store is back; a
+    // grant that comes too late goes unused, which errs below the limit).
+    const answer = this.store.lease(ask);
+    answer.then(
+      () => {
         if (this.storeDown) this.log('quota store reachable again', { level: 'info' });
         this.storeDown = false;
+      },
+      () => undefined,
+    );
+    s.leasing = (this.storeDown ? Promise.reject(new Error('the quota store is down')) : this.bounded(answer))
+      .then((g) => {
         if (s.minute !== minute) return;
         s.requests += g.requests;
         s.tokens += g.tokens;
@@ -284,6 +297,15 @@ export class QuotaKeeper {
         s.leasing = null;
       });
     return s.leasing;
+  }
+
+  /** `p`, or a rejection once leaseWaitMs passed without its answer. */
+  private bounded<T>(p: Promise<T>): Promise<T> {
+    const ms = this.opts.leaseWaitMs ?? 2000;
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`no answer from the quota store within ${ms} ms`)), ms);
+      p.then(resolve, reject).finally(() => clearTimeout(timer));
+    });
   }
 
   /** Leases one slice of the next minute for a key in use now (never more than a slice: it may go unused). */
