@@ -4,7 +4,14 @@ import { join, resolve } from 'node:path';
 import { createCaOperations, type CaOperations } from '../activities/ca';
 import { loadServerConfig } from '../config/load';
 import { quoteInput } from '../lib/errors';
-import { CA_VALIDITY_DAYS, checkNodeId, DEFAULT_CA_DIR, DEFAULT_VALIDITY_DAYS, initCa } from '../lib/pki';
+import {
+  CA_VALIDITY_DAYS,
+  checkNodeId,
+  DEFAULT_CA_DIR,
+  DEFAULT_VALIDITY_DAYS,
+  initCa,
+  type ClientRole,
+} from '../lib/pki';
 import { openConfiguredDatabase } from '../lib/store/db';
 import { Store } from '../lib/store/store';
 import { intOption, parse, UsageError } from './args';
@@ -25,15 +32,18 @@ ${DIR}
   --days N          how long the CA is valid (default ${CA_VALIDITY_DAYS})
 `,
   issue: `
-llmgw ca issue --node ID | --operator NAME [--out DIR] [--days N] [--dir DIR] [--config FILE]
+llmgw ca issue --node ID | --operator NAME | --gateway NAME [--out DIR] [--days N] [--dir DIR] [--config FILE]
 
 Issues a node's client certificate (CN and DNS SAN = the node id, clientAuth) with a new RSA-2048 key,
 records it in MySQL and writes OUT/node.crt, OUT/node.key (mode 0600) and OUT/ca.crt. With --operator, an
 operator certificate instead (role operator: what llmgw ctl presents; server.yaml tls.clientCert/clientKey),
-written as OUT/operator.crt and OUT/operator.key.
+written as OUT/operator.crt and OUT/operator.key. With --gateway, a gateway's (role gateway: what a gateway
+presents to the control plane and to the nodes' doors; server.yaml gateway.tls.cert/key), written as
+OUT/gateway.crt and OUT/gateway.key; it can do nothing an operator or a node can.
 
   --node ID         the node id: 2-32 of a-z, 0-9 and '-', starting with a letter (also its hostname)
   --operator NAME   an operator's name, same alphabet (e.g. ops-alice)
+  --gateway NAME    a gateway's name, same alphabet (e.g. gw-1)
   --out DIR         where to write the files (default .llmgw/certs/ID)
   --days N          validity (default ${DEFAULT_VALIDITY_DAYS}); the agent renews at two thirds of it
 ${DIR}
@@ -88,6 +98,7 @@ const OPTIONS = {
   host: { type: 'string' },
   pem: { type: 'boolean' },
   operator: { type: 'string' },
+  gateway: { type: 'string' },
   config: { type: 'string' },
   'mysql-url': { type: 'string' },
 } as const;
@@ -100,6 +111,21 @@ function isNodeId(name: string): boolean {
   } catch {
     return false;
   }
+}
+
+/** Which client role `ca issue` was asked for (--operator or --gateway), refusing two identities at once. */
+function clientRoleOf(
+  values: { node?: string; operator?: string; gateway?: string },
+  usage: (msg: string) => UsageError,
+): { role: ClientRole; name: string } | null {
+  const asked = (['node', 'operator', 'gateway'] as const).filter((k) => values[k] !== undefined);
+  if (asked.length > 1)
+    throw usage(
+      `ca issue takes one of --node ID, --operator NAME, --gateway NAME, not ${asked.map((k) => `--${k}`).join(' and ')}`,
+    );
+  if (values.operator !== undefined) return { role: 'operator', name: values.operator };
+  if (values.gateway !== undefined) return { role: 'gateway', name: values.gateway };
+  return null;
 }
 
 /** Refuses (before anything is issued) when a bundle's files are already there. */
@@ -160,30 +186,31 @@ export async function caCommand(
       return;
     }
     case 'issue': {
-      if (values.operator !== undefined) {
-        if (values.node !== undefined) throw usage('ca issue takes --node ID or --operator NAME, not both');
-        const name = values.operator;
+      const client = clientRoleOf(values, usage);
+      if (client) {
+        const { role, name } = client;
         // Checked before it names a directory too (--operator ../x would write outside .llmgw/certs).
         if (!isNodeId(name))
           throw usage(
-            `invalid operator name ${quoteInput(name)}: use 2-32 characters of a-z, 0-9 and '-', starting with a letter (it is the certificate's CN), e.g. ops-alice`,
+            `invalid ${role} name ${quoteInput(name)}: use 2-32 characters of a-z, 0-9 and '-', starting with a letter (it is the certificate's CN), e.g. ${role === 'operator' ? 'ops-alice' : 'gw-1'}`,
           );
         const outDir = values.out ?? join('.llmgw/certs', name);
-        assertFree(outDir, ['operator.crt', 'operator.key', 'ca.crt']);
+        assertFree(outDir, [`${role}.crt`, `${role}.key`, 'ca.crt']);
         const c = await withOperations(values, (ops) =>
-          ops.issueOperatorCertificate({ name, days: days(DEFAULT_VALIDITY_DAYS) }),
+          ops.issueClientCertificate({ role, name, days: days(DEFAULT_VALIDITY_DAYS) }),
         );
         const paths = writeBundle(outDir, [
-          { name: 'operator.crt', content: c.certPem, mode: 0o644 },
-          { name: 'operator.key', content: c.keyPem, mode: 0o600 },
+          { name: `${role}.crt`, content: c.certPem, mode: 0o644 },
+          { name: `${role}.key`, content: c.keyPem, mode: 0o600 },
           { name: 'ca.crt', content: c.caPem, mode: 0o644 },
         ]);
         out(
-          `issued operator ${c.cn} serial ${c.serial}, valid until ${c.notAfter}\n${paths.map((p) => `  ${p}\n`).join('')}`,
+          `issued ${role} ${c.cn} serial ${c.serial}, valid until ${c.notAfter}\n${paths.map((p) => `  ${p}\n`).join('')}`,
         );
         return;
       }
-      if (!values.node) throw usage('ca issue needs --node ID (or --operator NAME), e.g. llmgw ca issue --node gpu-01');
+      if (!values.node)
+        throw usage('ca issue needs --node ID (or --operator NAME, --gateway NAME), e.g. llmgw ca issue --node gpu-01');
       const node = checkNodeId(values.node);
       const outDir = values.out ?? join('.llmgw/certs', node);
       assertFree(outDir, ['node.crt', 'node.key', 'ca.crt']);

@@ -33,6 +33,8 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     serverKey: '.llmgw/certs/control-plane/server.key',
     clientCert: '.llmgw/certs/operator/operator.crt',
     clientKey: '.llmgw/certs/operator/operator.key',
+    gatewayCert: '.llmgw/certs/gateway/gateway.crt',
+    gatewayKey: '.llmgw/certs/gateway/gateway.key',
   },
   engines: { sim: '1.0.0' },
   enginePorts: { base: 20000, count: 2000 },

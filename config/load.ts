@@ -204,7 +204,7 @@ const wordRule: Rule = (s) =>
 const MAX_GRACE_S = 86_400;
 const GRACE_EXAMPLE = '600 (10 minutes: longer than the longest stream clients run)';
 
-const TLS_KEYS = ['ca', 'serverCert', 'serverKey', 'clientCert', 'clientKey'] as const;
+const TLS_KEYS = ['ca', 'serverCert', 'serverKey', 'clientCert', 'clientKey', 'gatewayCert', 'gatewayKey'] as const;
 
 const pathRule: Rule = (s) =>
   /^\s|\s$|:\/\//.test(s)
@@ -262,6 +262,8 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       serverKey: c.str(tls, ['tls', 'serverKey'], '/etc/llmgw/control-plane/server.key', pathRule),
       clientCert: c.str(tls, ['tls', 'clientCert'], '.llmgw/certs/operator/operator.crt', pathRule),
       clientKey: c.str(tls, ['tls', 'clientKey'], '.llmgw/certs/operator/operator.key', pathRule),
+      gatewayCert: c.str(tls, ['tls', 'gatewayCert'], '.llmgw/certs/gateway/gateway.crt', pathRule),
+      gatewayKey: c.str(tls, ['tls', 'gatewayKey'], '.llmgw/certs/gateway/gateway.key', pathRule),
     },
     engines: engines ?? {},
     enginePorts: checkEnginePorts(c, p),

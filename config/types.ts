@@ -60,6 +60,12 @@ export interface ServerConfig {
     /** the operator certificate and key llmgw ctl presents (llmgw ca issue --operator NAME) */
     clientCert: string;
     clientKey: string;
+    /**
+     * the gateway certificate a gateway presents (llmgw ca issue --gateway NAME, role gateway): to the control
+     * plane's gateway routes and to the nodes' doors; it can do nothing an operator or a node can
+     */
+    gatewayCert: string;
+    gatewayKey: string;
   };
   /** Engine name -> version the nodes should run */
   engines: Partial<Record<EngineName, string>>;

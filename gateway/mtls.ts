@@ -12,7 +12,7 @@ import { openAiError, quoteInput } from '../lib/errors';
 import { certificateInfo } from '../lib/pki';
 import { TLS_HANDSHAKE_MS } from '../lib/connections';
 
-export type CertRole = 'node' | 'server' | 'operator';
+export type CertRole = 'node' | 'server' | 'operator' | 'gateway';
 
 export type PeerVerdict =
   | { kind: 'ok'; cn: string; serial: string; role: CertRole; notAfter: Date }

@@ -9,7 +9,8 @@ import {
   crlRefreshAt,
   DEFAULT_VALIDITY_DAYS,
   issueNodeCertificate,
-  issueOperatorCertificate,
+  issueClientCertificate,
+  type ClientRole,
   issueServerCertificate,
   loadCa,
   renewAt,
@@ -71,6 +72,12 @@ export interface CaOperations {
   }): Promise<IssuedCertificate>;
   /** An operator's client certificate (role operator: what llmgw ctl presents) and a new key. */
   issueOperatorCertificate(input: { name: string; days?: number }): Promise<IssuedCertificate & { keyPem: string }>;
+  /** A client certificate of role operator or gateway (what a gateway presents to the control plane) and a new key. */
+  issueClientCertificate(input: {
+    role: ClientRole;
+    name: string;
+    days?: number;
+  }): Promise<IssuedCertificate & { keyPem: string }>;
   /** A server certificate (serverAuth) with DNS/IP SANs for `hosts`, and a new key. */
   issueServerCertificate(input: {
     name: string;
@@ -149,6 +156,14 @@ export function createCaOperations(deps: CaDeps): CaOperations {
     };
   };
 
+  const issueClient = async (input: {
+    role: ClientRole;
+    name: string;
+    days?: number;
+  }): Promise<IssuedCertificate & { keyPem: string }> => {
+    const issued = issueClientCertificate(theCa(), input.role, input.name, opts(input.days));
+    return { ...(await record(issued)), keyPem: issued.keyPem };
+  };
   return {
     async issueNodeCertificate(input: {
       nodeId: string;
@@ -185,9 +200,10 @@ export function createCaOperations(deps: CaDeps): CaOperations {
       name: string;
       days?: number;
     }): Promise<IssuedCertificate & { keyPem: string }> {
-      const issued = issueOperatorCertificate(theCa(), input.name, opts(input.days));
-      return { ...(await record(issued)), keyPem: issued.keyPem };
+      return issueClient({ role: 'operator', ...input });
     },
+
+    issueClientCertificate: issueClient,
 
     async issueServerCertificate(input: {
       name: string;
@@ -229,6 +245,7 @@ export function createCaActivities(deps: CaDeps): CaOperations {
     issueNodeCertificate: (input) => permanent(() => ops.issueNodeCertificate(input)),
     signNodeCsr: (input) => permanent(() => ops.signNodeCsr(input)),
     issueOperatorCertificate: (input) => permanent(() => ops.issueOperatorCertificate(input)),
+    issueClientCertificate: (input) => permanent(() => ops.issueClientCertificate(input)),
     issueServerCertificate: (input) => permanent(() => ops.issueServerCertificate(input)),
     revokeNode: (input) => permanent(() => ops.revokeNode(input)),
     currentCrl: () => permanent(() => ops.currentCrl()),

@@ -133,6 +133,8 @@ function tlsPaths(stateDir: string): {
       serverKey: join(certs, 'control-plane/server.key'),
       clientCert: join(certs, 'operator/operator.crt'),
       clientKey: join(certs, 'operator/operator.key'),
+      gatewayCert: join(certs, 'gateway/gateway.crt'),
+      gatewayKey: join(certs, 'gateway/gateway.key'),
     },
     node: (id) => ({ cert: join(certs, id, 'node.crt'), key: join(certs, id, 'node.key') }),
   };
@@ -192,10 +194,13 @@ async function issueCertificates(o: ClusterOptions): Promise<string> {
     await ensure('operator', p.tls.clientCert, p.tls.clientKey, () =>
       ops.issueOperatorCertificate({ name: 'operator' }),
     );
+    await ensure('gateway', p.tls.gatewayCert, p.tls.gatewayKey, () =>
+      ops.issueClientCertificate({ role: 'gateway', name: 'gateway' }),
+    );
   } finally {
     await pool.end();
   }
-  const all = ['control-plane', ...SIM_NODES.map((n) => n.id), 'operator'];
+  const all = ['control-plane', ...SIM_NODES.map((n) => n.id), 'operator', 'gateway'];
   return `${created ? 'created the CA' : 'reusing the CA'} in ${p.caDir}; certificates for ${all.join(', ')} in ${join(o.stateDir, 'certs')} (${issued.length ? `issued: ${issued.join(', ')}` : 'all still valid, reused'})`;
 }
 

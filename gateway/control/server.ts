@@ -33,7 +33,8 @@ export interface ControlServerOptions extends Omit<ControlAppOptions, 'log' | 'r
 
 /** Which certificate role a route needs, by its routed path (the pattern the router matched, decoded). */
 export function roleForUrl(route: string): CertRole {
-  return route.startsWith('/v1/agent/') ? 'node' : 'operator';
+  if (route.startsWith('/v1/agent/')) return 'node';
+  return route.startsWith('/v1/gateway/') ? 'gateway' : 'operator';
 }
 
 /** Builds (does not listen) the HTTPS control plane app and starts its certificate gate. */

@@ -4,6 +4,8 @@ export {
   DEFAULT_VALIDITY_DAYS,
   issueNodeCertificate,
   issueOperatorCertificate,
+  issueClientCertificate,
+  type ClientRole,
   signNodeCsr,
   issueServerCertificate,
   renewAt,

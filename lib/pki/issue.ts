@@ -88,14 +88,28 @@ export function issueNodeCertificate(ca: Ca, nodeId: string, o: IssueOptions = {
   return { ...signLeaf(ca, { ...o, publicKey, cn: id, role: 'node', altNames: [{ type: 2, value: id }] }), keyPem };
 }
 
+/** The roles a client certificate that is not a node's may carry. */
+export type ClientRole = 'operator' | 'gateway';
+
 /**
- * An operator's client certificate (role operator, clientAuth; CN and DNS SAN = `name`, same alphabet as node
- * ids) and a new key: what `llmgw ctl` presents to the control plane's operator routes.
+ * A client certificate of role `role` (clientAuth; CN and DNS SAN = `name`, same alphabet as node ids) and a new
+ * key. An operator's is what `llmgw ctl` presents to the control plane's operator routes; a gateway's is what a
+ * gateway presents to the control plane's gateway routes (and nothing else: it is not an operator).
  */
-export function issueOperatorCertificate(ca: Ca, name: string, o: IssueOptions = {}): Issued & { keyPem: string } {
+export function issueClientCertificate(
+  ca: Ca,
+  role: ClientRole,
+  name: string,
+  o: IssueOptions = {},
+): Issued & { keyPem: string } {
   const id = checkNodeId(name);
   const { keyPem, publicKey } = generateRsaKey(NODE_KEY_BITS);
-  return { ...signLeaf(ca, { ...o, publicKey, cn: id, role: 'operator', altNames: [{ type: 2, value: id }] }), keyPem };
+  return { ...signLeaf(ca, { ...o, publicKey, cn: id, role, altNames: [{ type: 2, value: id }] }), keyPem };
+}
+
+/** An operator's client certificate (role operator): what `llmgw ctl` presents. */
+export function issueOperatorCertificate(ca: Ca, name: string, o: IssueOptions = {}): Issued & { keyPem: string } {
+  return issueClientCertificate(ca, 'operator', name, o);
 }
 
 /**

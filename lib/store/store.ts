@@ -499,7 +499,7 @@ export function cutRevocationReason(reason: string): { reason: string; cut: bool
 }
 
 /** What the CA issued a certificate for. */
-export type CertificateRole = 'node' | 'server' | 'operator';
+export type CertificateRole = 'node' | 'server' | 'operator' | 'gateway';
 
 /** A certificate as recorded when it is issued. */
 export interface NewCertificate {

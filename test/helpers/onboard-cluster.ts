@@ -90,6 +90,8 @@ export async function startOnboardCluster(o: {
       serverKey: file('server.key', server.keyPem),
       clientCert: file('operator.crt', operator.certPem),
       clientKey: file('operator.key', operator.keyPem),
+      gatewayCert: join(dir, 'gateway.crt'),
+      gatewayKey: join(dir, 'gateway.key'),
     },
     enginePorts: { base: 22000 + Math.floor(Math.random() * 107) * 100, count: 100 },
     catalog: o.catalog,

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { createCaOperations, type IssuedCertificate } from '../../activities/ca';
 import type { ServerConfig } from '../../config/types';
-import { initCa, issueServerCertificate } from '../../lib/pki';
+import { initCa, issueServerCertificate, type ClientRole } from '../../lib/pki';
 import type { Store } from '../../lib/store/store';
 import { TlsClient } from '../../lib/tls-client';
 
@@ -26,6 +26,8 @@ export function testTls(o: { caKeyBits?: number } = {}): ServerConfig['tls'] {
     serverKey: file('server.key', server.keyPem),
     clientCert: join(dir, 'operator.crt'),
     clientKey: join(dir, 'operator.key'),
+    gatewayCert: join(dir, 'gateway.crt'),
+    gatewayKey: join(dir, 'gateway.key'),
   };
 }
 
@@ -46,7 +48,7 @@ export function certClient(
   config: Pick<ServerConfig, 'tls'>,
   store: Store,
   cn: string,
-  o: { role?: 'node' | 'operator'; days?: number; fresh?: boolean } = {},
+  o: { role?: 'node' | ClientRole; days?: number; fresh?: boolean } = {},
 ): Promise<TestClient> {
   const key = `${config.tls.ca}|${cn}|${o.role ?? 'node'}`;
   const cached = o.fresh ? undefined : clients.get(key);
@@ -54,9 +56,9 @@ export function certClient(
   const made = (async (): Promise<TestClient> => {
     const ops = createCaOperations({ caDir: dirname(config.tls.ca), store });
     const cert =
-      o.role === 'operator'
-        ? await ops.issueOperatorCertificate({ name: cn, days: o.days })
-        : await ops.issueNodeCertificate({ nodeId: cn, days: o.days });
+      o.role === undefined || o.role === 'node'
+        ? await ops.issueNodeCertificate({ nodeId: cn, days: o.days })
+        : await ops.issueClientCertificate({ role: o.role, name: cn, days: o.days });
     const client = new TlsClient(cert);
     return { cert, client, fetch: client.fetch };
   })();
@@ -73,6 +75,17 @@ export async function writeOperatorCert(
   const { cert } = await certClient(config, store, name, { role: 'operator' });
   writeFileSync(config.tls.clientCert, cert.certPem, { mode: 0o644 });
   writeFileSync(config.tls.clientKey, cert.keyPem, { mode: 0o600 });
+}
+
+/** Writes the gateway certificate a gateway presents to config.tls.gatewayCert/gatewayKey. */
+export async function writeGatewayCert(
+  config: Pick<ServerConfig, 'tls'>,
+  store: Store,
+  name = 'gateway',
+): Promise<void> {
+  const { cert } = await certClient(config, store, name, { role: 'gateway' });
+  writeFileSync(config.tls.gatewayCert, cert.certPem, { mode: 0o644 });
+  writeFileSync(config.tls.gatewayKey, cert.keyPem, { mode: 0o600 });
 }
 
 /** Closes every test client's connections (call in afterAll). */

@@ -4,7 +4,8 @@
  * refused with one log line; no certificate, another CA's and an expired one are each refused with their own
  * line; `llmgw ctl revoke` cuts a revoked node's open keep-alive connection at once and the node cannot
  * register again; a real agent registers and heartbeats with its certificate and is refused once revoked; an
- * agent renews at two thirds of its certificate's lifetime over its mTLS connection, with no gap in heartbeats.
+ * agent renews at two thirds of its certificate's lifetime over its mTLS connection, with no gap in heartbeats; a
+ * gateway's certificate may call no operator or agent route.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { Agent as HttpsAgent, request } from 'node:https';
@@ -89,6 +90,21 @@ describe('mTLS at the control plane (real TLS, MariaDB, Temporal)', () => {
     });
     expect(await ctl('nodes')).toMatch(/^n1 +ready/m);
     expect((await n1.fetch(`${cp.url}/v1/nodes`)).status).toBe(403);
+  });
+
+  test('a gateway certificate (llmgw ca issue --gateway) is neither an operator nor a node: 403 on their routes, naming the role', async () => {
+    const gw = await certClient(config, cp.store, 'gw-1', { role: 'gateway' });
+    const list = await gw.fetch(`${cp.url}/v1/nodes`);
+    expect(list.status).toBe(403);
+    expect(JSON.stringify(await list.json())).toMatch(
+      /a gateway certificate \(CN gw-1\) may not call .*it needs an operator certificate/,
+    );
+    const reg = await post(gw.fetch as typeof fetch, '/v1/agent/register', {
+      nodeId: 'gw-1',
+      inventory: simInventory(),
+    });
+    expect(reg.status).toBe(403);
+    expect(JSON.stringify(await reg.json())).toMatch(/it needs a node certificate/);
   });
 
   test('a body claiming another node id is refused (403) with one line naming the CN, the claim and the reason', async () => {
