@@ -2,46 +2,35 @@
 import { loadServerConfig } from '../../config/load';
 import { parse, UsageError } from '../args';
 import { controlApi } from '../control-api';
-import { applyVerb } from './apply';
-import { cordon, uncordon } from './cordon';
-import { deploy } from './deploy';
-import { drainVerb } from './drain';
-import { engineCheckVerb } from './engine-check';
-import { fabrics } from './fabrics';
-import { follow } from './follow';
-import { forgetHostKeyVerb } from './forget-host-key';
-import { keysVerb } from './keys';
-import { models } from './models';
-import { nodes } from './nodes';
-import { pageKey } from './page-key';
-import { removeNodeVerb } from './remove-node';
-import { replicas } from './replicas';
-import { revoke } from './revoke';
-import { scale } from './scale';
 import { CTL_OPTIONS, type CtlVerb } from './verb';
-import { weights } from './weights';
 
-/** Every verb, in the order `llmgw ctl --help` lists them. */
-const VERBS: Record<string, CtlVerb> = {
-  nodes,
-  fabrics,
-  replicas,
-  models,
-  apply: applyVerb,
-  deploy,
-  scale,
-  drain: drainVerb,
-  weights,
-  cordon,
-  uncordon,
-  revoke,
-  keys: keysVerb,
-  follow,
-  'remove-node': removeNodeVerb,
-  'forget-host-key': forgetHostKeyVerb,
-  'engine-check': engineCheckVerb,
-  'page-key': pageKey,
+/**
+ * Every verb, in the order `llmgw ctl --help` lists them, loaded when it is the one asked for: `ctl nodes` should
+ * not pay for loading what `ctl deploy` or `ctl drain` need (Temporal's client, the doctor) — the CLI's start time
+ * is most of what an operator waits for (docs/operations.md, "The compiled build").
+ */
+/* eslint-disable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports -- verbs load lazily, as cli/main.ts's commands do */
+const VERBS: Record<string, () => CtlVerb> = {
+  nodes: () => (require('./nodes') as typeof import('./nodes')).nodes,
+  fabrics: () => (require('./fabrics') as typeof import('./fabrics')).fabrics,
+  replicas: () => (require('./replicas') as typeof import('./replicas')).replicas,
+  models: () => (require('./models') as typeof import('./models')).models,
+  apply: () => (require('./apply') as typeof import('./apply')).applyVerb,
+  deploy: () => (require('./deploy') as typeof import('./deploy')).deploy,
+  scale: () => (require('./scale') as typeof import('./scale')).scale,
+  drain: () => (require('./drain') as typeof import('./drain')).drainVerb,
+  weights: () => (require('./weights') as typeof import('./weights')).weights,
+  cordon: () => (require('./cordon') as typeof import('./cordon')).cordon,
+  uncordon: () => (require('./cordon') as typeof import('./cordon')).uncordon,
+  revoke: () => (require('./revoke') as typeof import('./revoke')).revoke,
+  keys: () => (require('./keys') as typeof import('./keys')).keysVerb,
+  follow: () => (require('./follow') as typeof import('./follow')).follow,
+  'remove-node': () => (require('./remove-node') as typeof import('./remove-node')).removeNodeVerb,
+  'forget-host-key': () => (require('./forget-host-key') as typeof import('./forget-host-key')).forgetHostKeyVerb,
+  'engine-check': () => (require('./engine-check') as typeof import('./engine-check')).engineCheckVerb,
+  'page-key': () => (require('./page-key') as typeof import('./page-key')).pageKey,
 };
+/* eslint-enable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */
 
 const COMMON = `Common options go before or after COMMAND:
   --config FILE   server.yaml (default: built-in local-cluster defaults)
@@ -49,15 +38,21 @@ const COMMON = `Common options go before or after COMMAND:
                   the operator certificate of the config's tls.clientCert / tls.clientKey
   --json          machine-readable output`;
 
-const USAGE = `
+let usageText: string | undefined;
+
+/** `llmgw ctl --help`: every verb's lines (which loads every verb: only for help and errors that teach). */
+function usage(): string {
+  usageText ??= `
 llmgw ctl COMMAND [options]
 
 ${Object.values(VERBS)
-  .map((v) => v.help)
+  .map((load) => load().help)
   .join('\n')}
 
 ${COMMON}
 `;
+  return usageText;
+}
 
 /**
  * Where the verb is in `argv`: the first word that is neither an option nor an option's value, so the common
@@ -81,14 +76,20 @@ export async function ctlCommand(
   const at = verbIndex(argv);
   const verb = at < 0 ? undefined : argv[at];
   const rest = at < 0 ? argv : [...argv.slice(0, at), ...argv.slice(at + 1)];
-  const chosen = verb !== undefined && Object.hasOwn(VERBS, verb) ? VERBS[verb] : undefined;
+  const chosen = verb !== undefined && Object.hasOwn(VERBS, verb) ? VERBS[verb]!() : undefined;
   if (chosen?.raw) return chosen.raw(rest, out); // its own options and --help
   // `llmgw ctl --help` (no verb) teaches like `llmgw ctl nodes --help` does.
-  const { values, positionals } = parse(rest, { usage: USAGE, allowPositionals: true, options: CTL_OPTIONS });
+  const { values, positionals } = parse(rest, {
+    get usage() {
+      return usage();
+    },
+    allowPositionals: true,
+    options: CTL_OPTIONS,
+  });
   const config = loadServerConfig(values.config);
   if (!chosen)
     throw new UsageError(
-      verb ? `unknown command "ctl ${verb}"\n${USAGE}` : `ctl needs a COMMAND, e.g. llmgw ctl nodes\n${USAGE}`,
+      verb ? `unknown command "ctl ${verb}"\n${usage()}` : `ctl needs a COMMAND, e.g. llmgw ctl nodes\n${usage()}`,
     );
   await chosen.run({
     verb: verb as string,
@@ -97,6 +98,8 @@ export async function ctlCommand(
     values,
     positionals,
     out,
-    usage: USAGE,
+    get usage() {
+      return usage();
+    },
   });
 }
