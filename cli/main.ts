@@ -8,6 +8,7 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
   llmgw ctl COMMAND      nodes | replicas | deploy | scale | drain | uncordon …  (llmgw ctl --help)
   llmgw ca COMMAND       the cluster CA: init | issue | issue-server | crl   (llmgw ca --help)
   llmgw db COMMAND       the MySQL schema: migrate | status   (llmgw db --help)
+  llmgw init ROLE        write a role's commented server.yaml and check what it reaches (llmgw init --help)
   llmgw control-plane    run the control plane API and the control worker
   llmgw ca-worker        run the llmgw-ca worker beside the CA key (llmgw ca-worker --help)
   llmgw onboard-node     give a machine its identity and agent over ssh (llmgw onboard-node --help)
@@ -30,6 +31,7 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   ctl: async () => (argv) => (require('./ctl/index') as typeof import('./ctl/index')).ctlCommand(argv),
   ca: async () => (argv) => (require('./ca') as typeof import('./ca')).caCommand(argv),
   db: async () => (argv) => (require('./db') as typeof import('./db')).dbCommand(argv),
+  init: async () => (argv) => (require('./init') as typeof import('./init')).initCommand(argv),
   'control-plane': async () => (require('./control-plane') as typeof import('./control-plane')).controlPlaneCommand,
   'ca-worker': async () => (require('./ca-worker') as typeof import('./ca-worker')).caWorkerCommand,
   gateway: async () => (require('./gateway') as typeof import('./gateway')).gatewayCommand,

@@ -1,7 +1,8 @@
 /**
  * `npm run release`: builds self-contained release artefacts, one tarball per platform (linux-x64, linux-arm64):
  * the whole CLI bundled into one JS file, the Temporal core bridge's prebuilt native addon for that platform,
- * the Node runtime for that platform (npm's node-linux-<arch> package) and a launcher. Nothing is built on the
+ * the Node runtime for that platform (npm's node-linux-<arch> package), a launcher, and every role's systemd unit
+ * with the users they run as (share/systemd, share/sysusers.d; lib/deploy/units.ts). Nothing is built on the
  * node, and nothing of the working tree is needed to run it: onboarding installs one of these with --binary.
  *
  *   node --import tsx scripts/release.ts [--platform linux-x64[,linux-arm64]] [--out dist]
@@ -26,6 +27,7 @@ import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { Plugin } from 'esbuild';
 import { ASSET_FILES } from '../gateway/control/page/assets';
+import { roleUnits, SERVICE_ROLES, sysusersConf, unitName } from '../lib/deploy/units';
 
 const ROOT = resolve(__dirname, '..');
 /** The Node runtime shipped in the artefacts (the one llmgw is developed and tested on). */
@@ -222,6 +224,14 @@ export async function buildRelease(o: {
       copyFileSync(addon, join(stage, 'lib/releases', BRIDGE_TARGET[platform], 'index.node'));
       copyFileSync(nodeBinary(platform, cacheDir, log), join(stage, 'node/bin/node'));
       chmodSync(join(stage, 'node/bin/node'), 0o755);
+      // server.yaml's commented example: llmgw init writes each role's file from it (lib/deploy/server-yaml.ts).
+      copyFileSync(join(ROOT, 'config/server.example.yaml'), join(stage, 'lib/server.example.yaml'));
+      // Every role's hardened unit and the users they run as (docs/deploying.md).
+      mkdirSync(join(stage, 'share/systemd'), { recursive: true });
+      mkdirSync(join(stage, 'share/sysusers.d'), { recursive: true });
+      const units = roleUnits();
+      for (const role of SERVICE_ROLES) writeFileSync(join(stage, 'share/systemd', unitName(role)), units[role]);
+      writeFileSync(join(stage, 'share/sysusers.d/llmgw.conf'), sysusersConf());
       writeFileSync(join(stage, 'bin/llmgw'), LAUNCHER, { mode: 0o755 });
       for (const c of DASH_COMMANDS) writeFileSync(join(stage, `bin/llmgw-${c}`), dashLauncher(c), { mode: 0o755 });
       writeFileSync(join(stage, 'release.json'), `${JSON.stringify(info, null, 2)}\n`);

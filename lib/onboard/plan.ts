@@ -5,6 +5,7 @@
  */
 import { ENGINE_SPECS, INSTALLED_ENGINES, type OperatorBins } from '../engines/registry';
 import { ENGINES, type EngineName } from '../types';
+import { agentUnit } from '../deploy/units';
 
 /** Quotes one word for a POSIX shell. */
 export function shQuote(s: string): string {
@@ -91,31 +92,13 @@ export function agentScript(c: AgentConfig, env: Record<string, string>): string
   ].join('\n');
 }
 
-/** The systemd unit; `unitLines` go into [Service] (the trust plan's NODE_EXTRA_CA_CERTS). */
+/** The systemd unit (the hardened agent unit of lib/deploy/units.ts); `unitLines` go into [Service] (the trust plan's NODE_EXTRA_CA_CERTS). */
 export function systemdUnit(nodeId: string, unitLines: string[]): string {
-  return [
-    '[Unit]',
-    `Description=llmgw node agent of ${nodeId} (written by llmgw onboard-node)`,
-    // Never give up restarting (systemd's default limit, 5 starts in 10 s, would at RestartSec=1).
-    'StartLimitIntervalSec=0',
-    'After=network-online.target',
-    'Wants=network-online.target',
-    '',
-    '[Service]',
-    `ExecStart=${NODE_PATHS.agentScript}`,
-    ...unitLines,
-    'Restart=always',
-    // Back within a second or two: the engines serve on meanwhile (the control plane sees them answer and waits),
-    // but nothing supervises them until the agent is back.
-    'RestartSec=1',
-    // Engines run under the agent's shims and outlive it (a restarted agent adopts them): stopping the
-    // agent must not kill the rest of its cgroup.
-    'KillMode=process',
-    '',
-    '[Install]',
-    'WantedBy=multi-user.target',
-    '',
-  ].join('\n');
+  return agentUnit({
+    description: `llmgw node agent of ${nodeId} (written by llmgw onboard-node)`,
+    unitLines,
+    script: NODE_PATHS.agentScript,
+  });
 }
 
 /**
