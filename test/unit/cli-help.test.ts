@@ -19,6 +19,10 @@ describe('llmgw --help', () => {
     [['ctl', 'engine-check', '--help'], /--help-output FILE[\s\S]*word boundary[\s\S]*--bin PATH/],
     [['ca', '--help'], /issue --node ID/],
     [['db', '--help'], /migrate[\s\S]*status[\s\S]*mysql.autoMigrate: false/],
+    [
+      ['init', '--help'],
+      /control-plane, gateway, ca-worker, proxmox-worker[\s\S]*REQUIRED[\s\S]*--force[\s\S]*--check FILE/,
+    ],
     [['control-plane', '--help'], /--config FILE/],
     [['ca-worker', '--help'], /llmgw-ca[\s\S]*--ca-dir DIR[\s\S]*--crl-days N/],
     [['gateway', '--help'], /--config FILE/],
