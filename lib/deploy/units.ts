@@ -161,7 +161,9 @@ export function agentUnit(o: { description: string; unitLines: string[]; script:
     'Type=exec',
     `ExecStart=${o.script}`,
     ...o.unitLines,
-    'Restart=on-failure',
+    // always, not on-failure: an agent that exits cleanly (stopped by hand, or by a bug) leaves its engines
+    // unsupervised; there is no state in which a node wants its agent gone and its unit still enabled.
+    'Restart=always',
     // Back within a second or two: the engines serve on meanwhile (the control plane sees them answer and waits),
     // but nothing supervises them until the agent is back.
     'RestartSec=1',

@@ -87,7 +87,7 @@ describe('the units of every role', () => {
     for (const line of [
       'NoNewPrivileges=yes',
       'ProtectSystem=strict',
-      'Restart=on-failure',
+      role === 'agent' ? 'Restart=always' : 'Restart=on-failure',
       'WantedBy=multi-user.target',
       'After=network-online.target',
     ])
