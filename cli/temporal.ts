@@ -15,11 +15,11 @@ export function temporalSdk(): typeof import('@temporalio/client') {
 }
 /* eslint-enable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */
 
-/** A Temporal client for server.yaml's temporal section; an unreachable Temporal is LLMGW_TEMPORAL_UNREACHABLE naming the key. */
+/** A Temporal client for server.yaml's temporal section; a failure names the key to fix (lib/temporal-connect.ts). */
 export async function temporalClient(config: ServerConfig): Promise<{ client: Client; close: () => Promise<void> }> {
   const { Client, Connection } = temporalSdk();
-  const connection = await connectTemporal(config.temporal.address, (address) =>
-    Connection.connect({ address, connectTimeout: 5000 }),
+  const connection = await connectTemporal(config.temporal, (options) =>
+    Connection.connect({ ...options, connectTimeout: 5000 }),
   );
   return { client: new Client({ connection, namespace: config.temporal.namespace }), close: () => connection.close() };
 }

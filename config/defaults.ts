@@ -16,6 +16,8 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
     address: '127.0.0.1:7233',
     namespace: 'default',
     uiUrl: 'http://127.0.0.1:8233',
+    tls: null,
+    apiKeyFile: null,
   },
   mysql: {
     url: 'mysql://root@127.0.0.1:3306/llmgw',

@@ -232,7 +232,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       'proxmox',
     ],
   );
-  const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl']);
+  const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl', 'tls', 'apiKeyFile']);
   const m = c.sub(root, ['mysql'], ['url', 'autoMigrate']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
@@ -245,6 +245,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
       address: c.str(t, ['temporal', 'address'], '127.0.0.1:7233', hostPortRule),
       namespace: c.str(t, ['temporal', 'namespace'], 'default', wordRule),
       uiUrl: c.str(t, ['temporal', 'uiUrl'], 'http://127.0.0.1:8233', httpUrlRule).replace(/\/+$/, ''),
+      ...checkTemporalCredentials(c, t),
     },
     mysql: {
       url: c.str(m, ['mysql', 'url'], 'mysql://root@127.0.0.1:3306/llmgw', mysqlUrlRule),
@@ -286,6 +287,49 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
   // Cross-key checks only on otherwise valid values, so they never report on placeholders.
   if (c.issues.length === 0) checkPortClashes(c, config);
   return config;
+}
+
+const TEMPORAL_TLS_KEYS = ['ca', 'clientCert', 'clientKey', 'serverName'] as const;
+
+/**
+ * temporal.tls and temporal.apiKeyFile: paths only (the files are read, and the certificate checked, when a role
+ * connects: lib/temporal-connect.ts). An API key never travels in clear, so it needs tls.
+ */
+function checkTemporalCredentials(
+  c: Checker,
+  t: Obj | undefined,
+): Pick<ServerConfig['temporal'], 'tls' | 'apiKeyFile'> {
+  const at = (k: string): Seg[] => ['temporal', 'tls', k];
+  const rawTls = t?.tls;
+  let tls: ServerConfig['temporal']['tls'] = null;
+  if (rawTls !== undefined && rawTls !== null) {
+    const o = c.obj(rawTls, ['temporal', 'tls'], TEMPORAL_TLS_KEYS);
+    const opt = (k: string, example: string, rule: Rule): string | null =>
+      o?.[k] === undefined || o[k] === null ? null : c.str(o, at(k), example, rule);
+    tls = {
+      ca: opt('ca', '/etc/llmgw/temporal/ca.crt', pathRule),
+      clientCert: opt('clientCert', '/etc/llmgw/temporal/client.crt', pathRule),
+      clientKey: opt('clientKey', '/etc/llmgw/temporal/client.key', pathRule),
+      serverName: opt('serverName', 'temporal.example.net', wordRule),
+    };
+    if ((tls.clientCert === null) !== (tls.clientKey === null))
+      c.add(
+        at(tls.clientCert === null ? 'clientCert' : 'clientKey'),
+        'is missing while temporal.tls.' + (tls.clientCert === null ? 'clientKey' : 'clientCert') + ' is set',
+        'give both the client certificate and its key (mutual TLS), or neither',
+      );
+  }
+  const apiKeyFile =
+    t?.apiKeyFile === undefined || t.apiKeyFile === null
+      ? null
+      : c.str(t, ['temporal', 'apiKeyFile'], '/etc/llmgw/temporal/api-key (a file holding the key)', pathRule);
+  if (apiKeyFile !== null && tls === null && t)
+    c.add(
+      ['temporal', 'apiKeyFile'],
+      'an API key is set but temporal.tls is not: the key would travel in clear',
+      'add temporal.tls (tls: {} trusts the system CAs, as Temporal Cloud needs; or give tls.ca)',
+    );
+  return { tls, apiKeyFile };
 }
 
 const PROXMOX_KEYS = [

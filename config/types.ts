@@ -19,6 +19,17 @@ export interface MetricsListener {
   temporalPort: number;
 }
 
+/** TLS towards Temporal, as Temporal's clients name it (file paths; relative ones from the working directory). */
+export interface TemporalTls {
+  /** the CA that issued Temporal's server certificate (serverRootCACertificate); null: the system's trusted CAs */
+  ca: string | null;
+  /** this process's client certificate and key (mutual TLS; clientCertPair); both or neither */
+  clientCert: string | null;
+  clientKey: string | null;
+  /** the name Temporal's certificate is checked against, when not the host of temporal.address (serverNameOverride) */
+  serverName: string | null;
+}
+
 export interface ServerConfig {
   temporal: {
     /** host:port of the Temporal frontend */
@@ -26,6 +37,10 @@ export interface ServerConfig {
     namespace: string;
     /** Base URL of the Temporal UI, for links the CLI prints */
     uiUrl: string;
+    /** TLS towards Temporal (every role, the CLI and the door's upstream); null: plaintext */
+    tls: TemporalTls | null;
+    /** A file holding an API key (Temporal Cloud), sent as `Authorization: Bearer <key>`; null: none. Needs tls */
+    apiKeyFile: string | null;
   };
   mysql: {
     /** mysql://user:pass@host:port/database */

@@ -56,9 +56,7 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
     refreshAt: last.refreshAt,
   });
 
-  const connection = await connectTemporal(opts.config.temporal.address, (address) =>
-    NativeConnection.connect({ address }),
-  );
+  const connection = await connectTemporal(opts.config.temporal, (options) => NativeConnection.connect(options));
   const worker = await Worker.create({
     connection,
     namespace: opts.config.temporal.namespace,

@@ -44,9 +44,7 @@ export async function startProxmoxWorker(opts: ProxmoxWorkerOptions): Promise<Pr
     throw err;
   }
   log('proxmox reachable', { url: cfg.url, version, node: cfg.node });
-  const connection = await connectTemporal(opts.config.temporal.address, (address) =>
-    NativeConnection.connect({ address }),
-  );
+  const connection = await connectTemporal(opts.config.temporal, (options) => NativeConnection.connect(options));
   const worker = await Worker.create({
     connection,
     namespace: opts.config.temporal.namespace,

@@ -15,8 +15,9 @@ import http2, {
   type ServerHttp2Stream,
 } from 'node:http2';
 import { connect, type AddressInfo } from 'node:net';
-import type { TLSSocket } from 'node:tls';
+import { connect as tlsConnect, type TLSSocket } from 'node:tls';
 import { trackConnections } from '../../lib/connections';
+import { temporalTlsConnectOptions, type TemporalCredentials } from '../../lib/temporal-connect';
 import { mtlsServerOptions, type CertificateGate, type PeerVerdict } from '../mtls';
 import {
   answerToken,
@@ -32,8 +33,11 @@ import { TaskTokenMemory } from './task-tokens';
 export interface TemporalDoorOptions {
   host: string;
   port: number;
-  /** host:port of Temporal's frontend, reached over plain HTTP/2 (loopback or a private network) */
-  upstream: string;
+  /**
+   * Temporal's frontend as every role reaches it (server.yaml's temporal section, read by temporalCredentials):
+   * its address, TLS with this control plane's client certificate, and the API key the door sends on every call
+   */
+  upstream: TemporalCredentials;
   /** the namespace nodes may work in */
   namespace: string;
   /** the control plane's CA, server certificate and key (the door's certificate needs a SAN for every host nodes dial) */
@@ -137,23 +141,32 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
   const sessions = new Set<ServerHttp2Session>();
   let upstreamSession: ClientHttp2Session | null = null;
   let lastUpstreamLog = 0;
-  const hostPort = /^(\[[^\]]+\]|[^:]+):(\d+)$/.exec(o.upstream);
-  if (!hostPort) throw new Error(`the Temporal door's upstream ${JSON.stringify(o.upstream)} is not host:port`);
+  const upstreamAddress = o.upstream.address;
+  const hostPort = /^(\[[^\]]+\]|[^:]+):(\d+)$/.exec(upstreamAddress);
+  if (!hostPort) throw new Error(`the Temporal door's upstream ${JSON.stringify(upstreamAddress)} is not host:port`);
   const upHost = (hostPort[1] as string).replace(/^\[|\]$/g, '');
   const upPort = Number(hostPort[2]);
+  const upTls = temporalTlsConnectOptions(o.upstream);
+  // The door calls Temporal as the control plane: with its API key, and never with one a node sent.
+  const upAuthorization = o.upstream.apiKey === null ? null : `Bearer ${o.upstream.apiKey}`;
 
   /** One shared HTTP/2 connection to Temporal, made again after Temporal closes it (a restart, a GOAWAY). */
   const upstream = (): ClientHttp2Session => {
     if (upstreamSession && !upstreamSession.closed && !upstreamSession.destroyed) return upstreamSession;
-    const s = http2.connect(`http://${o.upstream}`, {
-      createConnection: () => connect({ host: upHost, port: upPort, noDelay: true }),
+    const s = http2.connect(`${upTls ? 'https' : 'http'}://${upstreamAddress}`, {
+      createConnection: () => {
+        if (!upTls) return connect({ host: upHost, port: upPort, noDelay: true });
+        const socket = tlsConnect(upTls);
+        socket.setNoDelay(true);
+        return socket;
+      },
     });
     const drop = (): void => void (upstreamSession === s && (upstreamSession = null));
     s.on('error', (err: Error) => {
       drop();
       // Once per 5 s: a Temporal restart fails every open poll at once.
       if (Date.now() - lastUpstreamLog > 5000)
-        o.log('temporal upstream failed', { upstream: o.upstream, error: err.message });
+        o.log('temporal upstream failed', { upstream: upstreamAddress, error: err.message });
       lastUpstreamLog = Date.now();
     });
     s.on('goaway', drop);
@@ -187,12 +200,14 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
   ): void => {
     counts.passed++;
     let up: ClientHttp2Stream;
+    const { authorization: _fromCaller, ...callHeaders } = passHeaders(headers);
     const reqHeaders = {
-      ...passHeaders(headers),
+      ...callHeaders,
+      ...(upAuthorization ? { authorization: upAuthorization } : {}),
       ':method': 'POST',
       ':path': headers[':path'],
-      ':scheme': 'http',
-      ':authority': o.upstream,
+      ':scheme': upTls ? 'https' : 'http',
+      ':authority': upstreamAddress,
     };
     try {
       up = upstream().request(reqHeaders);
@@ -205,7 +220,7 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
         return answer(
           stream,
           GRPC.UNAVAILABLE,
-          `Temporal at ${o.upstream} is not reachable from the door: ${(err as Error).message}`,
+          `Temporal at ${upstreamAddress} is not reachable from the door: ${(err as Error).message}`,
         );
       }
     }
@@ -218,10 +233,10 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     const fail = (why: string): void => {
       if (done) return;
       done = true;
-      if (!stream.headersSent) return answer(stream, GRPC.UNAVAILABLE, `Temporal at ${o.upstream}: ${why}`);
+      if (!stream.headersSent) return answer(stream, GRPC.UNAVAILABLE, `Temporal at ${upstreamAddress}: ${why}`);
       trailers = {
         'grpc-status': String(GRPC.UNAVAILABLE),
-        'grpc-message': encodeGrpcMessage(`Temporal at ${o.upstream}: ${why}`),
+        'grpc-message': encodeGrpcMessage(`Temporal at ${upstreamAddress}: ${why}`),
       };
       if (!stream.writableEnded) stream.end();
     };

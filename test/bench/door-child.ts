@@ -33,7 +33,7 @@ async function main(): Promise<void> {
   const door = await startTemporalDoor({
     host: '127.0.0.1',
     port: 0,
-    upstream: s.upstream,
+    upstream: { address: s.upstream, tls: null, apiKey: null },
     namespace: 'default',
     tls: s.tls,
     gate,

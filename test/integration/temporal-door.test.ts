@@ -26,6 +26,7 @@ import { registerNode, simInventory, startNodeWorker, stopSimCluster, type NodeW
 import { freePort } from '../helpers/ports';
 import { certClient } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
+import { temporalCredentials } from '../../lib/temporal-connect';
 import type { echoOnNode } from '../helpers/door-workflow';
 
 const MODEL = 'door-sim';
@@ -356,7 +357,7 @@ describe("Temporal's front door for nodes (real Temporal, control plane, node wo
     const restarted = await startTemporalDoor({
       host: '127.0.0.1',
       port: 0,
-      upstream: temporal.address,
+      upstream: temporalCredentials(config.temporal),
       namespace: 'default',
       gate,
       log: (msg, fields) => void logs.push({ msg, fields }),

@@ -20,7 +20,7 @@ import { remoteCa } from '../../gateway/control/ca-client';
 import { LlmgwError } from '../../lib/errors';
 import { QUEUES } from '../../lib/names';
 import { release } from '../../lib/release';
-import { connectTemporal } from '../../lib/temporal-connect';
+import { connectTemporal, temporalCredentials } from '../../lib/temporal-connect';
 import { openConfiguredDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { NodeId } from '../../lib/types';
@@ -101,9 +101,15 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     ),
     keyPem: readTlsFile(config, 'serverKey', 'it is written beside the certificate by llmgw ca issue-server'),
   };
-  // Temporal first: a wrong temporal.address is said before anything is written to MySQL.
-  const connection = await connectTemporal(config.temporal.address, (address) => Connection.connect({ address }));
-  const native = await connectTemporal(config.temporal.address, (address) => NativeConnection.connect({ address }));
+  // Temporal first: a wrong temporal.address or credential is said before anything is written to MySQL. The
+  // native connection first: it fails in milliseconds, with the reason (the JS client waits out its deadline).
+  const native = await connectTemporal(config.temporal, (options) => NativeConnection.connect(options));
+  const connection = await connectTemporal(config.temporal, (options) => Connection.connect(options)).catch(
+    async (err: unknown) => {
+      await native.close();
+      throw err;
+    },
+  );
   const client = new Client({ connection, namespace: config.temporal.namespace });
   const pool = await openConfiguredDatabase(config.mysql);
   const store = new Store(pool);
@@ -203,7 +209,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   const tokens = new TaskTokenMemory({ backing: store, log });
   const door = await startTemporalDoor({
     ...config.listeners.temporalDoor,
-    upstream: config.temporal.address,
+    upstream: temporalCredentials(config.temporal),
     namespace: config.temporal.namespace,
     tls,
     gate,
