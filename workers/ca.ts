@@ -56,7 +56,12 @@ export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
     refreshAt: last.refreshAt,
   });
 
-  const connection = await connectTemporal(opts.config.temporal, (options) => NativeConnection.connect(options));
+  const connection = await connectTemporal(opts.config.temporal, (options) => NativeConnection.connect(options)).catch(
+    async (err: unknown) => {
+      await pool.end();
+      throw err;
+    },
+  );
   const worker = await Worker.create({
     connection,
     namespace: opts.config.temporal.namespace,

@@ -44,7 +44,12 @@ export async function startProxmoxWorker(opts: ProxmoxWorkerOptions): Promise<Pr
     throw err;
   }
   log('proxmox reachable', { url: cfg.url, version, node: cfg.node });
-  const connection = await connectTemporal(opts.config.temporal, (options) => NativeConnection.connect(options));
+  const connection = await connectTemporal(opts.config.temporal, (options) => NativeConnection.connect(options)).catch(
+    async (err: unknown) => {
+      await proxmox.close();
+      throw err;
+    },
+  );
   const worker = await Worker.create({
     connection,
     namespace: opts.config.temporal.namespace,
