@@ -42,7 +42,8 @@ ${nodeBinUsage(26, 'run at onboarding (--version) and offered')}
   --ssh-timeout S         how long to wait for ssh to answer (default 600)
   --register-timeout S    how long the started agent may take to register (default 120)
   --no-follow             start (or join) it and return
-  --config FILE           server.yaml: where Temporal is (temporal.address, namespace, uiUrl)
+  --config FILE           server.yaml: where Temporal is and how to reach it (temporal.address, namespace, uiUrl,
+                          tls, apiKeyFile: docs/operations.md "Connecting to Temporal")
 `;
 
 /**
