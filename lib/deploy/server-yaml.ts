@@ -138,23 +138,10 @@ function deploymentSettings(role: InitRole): Setting[] {
 }
 
 /**
- * Optional connection settings the example does not carry yet (Temporal over TLS or with an API key, MySQL over
- * TLS), by their server.yaml names, written commented out. Each is left out once the example's section has it.
+ * Optional connection settings the example does not carry yet (MySQL over TLS), by their server.yaml names,
+ * written commented out. Each is left out once the example's section has it.
  */
 const OPTIONAL_LINES: Record<string, { has: RegExp; lines: string[] }> = {
-  temporal: {
-    has: /^ {2}#? ?(tls|apiKeyFile):/m,
-    lines: [
-      '  # Optional: TLS to the Temporal frontend (a self-hosted cluster behind TLS, Temporal Cloud). Paths of PEM files.',
-      '  # tls:',
-      "  #   ca: /etc/llmgw/temporal/ca.crt            # the CA that signed the frontend's certificate",
-      "  #   clientCert: /etc/llmgw/temporal/client.crt # this role's client certificate, when the frontend asks for one",
-      '  #   clientKey: /etc/llmgw/temporal/client.key  # its key',
-      "  #   serverName: temporal.example.net           # the name in the frontend's certificate, if not address's host",
-      '  # A file holding a Temporal API key (Temporal Cloud), so this file holds no credential.',
-      '  # apiKeyFile: /etc/llmgw/temporal/api-key',
-    ],
-  },
   mysql: {
     has: /^ {2}#? ?tls:/m,
     lines: [

@@ -61,7 +61,7 @@ describe('llmgw init ROLE', () => {
       // The optional connection settings other roles' config will read, commented out, by their names.
       if (ROLE_READS[role].temporal)
         expect(text).toMatch(
-          /^ {2}# tls:\n {2}# {3}ca: .*\n {2}# {3}clientCert: .*\n {2}# {3}clientKey: .*\n {2}# {3}serverName: [\s\S]*^ {2}# apiKeyFile: /m,
+          /^temporal:[\s\S]*?^ {2}tls: null\n {2}# tls:\n[\s\S]*?^ {2}# {3}clientCert: [\s\S]*?^ {2}apiKeyFile: null\n {2}# apiKeyFile: /m,
         );
       if (ROLE_READS[role].mysql)
         expect(text).toMatch(
