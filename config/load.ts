@@ -3,7 +3,14 @@ import { readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { isNode, LineCounter, parseDocument, type Document, type YAMLError } from 'yaml';
 import { LlmgwError } from '../lib/errors';
-import { ENGINES, type EngineName, type ModelSpec, type Profile } from '../lib/types';
+import {
+  ENGINES,
+  ROUTING_POLICIES,
+  type EngineName,
+  type ModelRouting,
+  type ModelSpec,
+  type Profile,
+} from '../lib/types';
 import { DEFAULT_CONFIG } from './defaults';
 import { METRICS_ROLES, type Listener, type MetricsListener, type MetricsRole, type ServerConfig } from './types';
 import { Checker, isObj, quote, suggest, type Obj, type RawIssue, type Rule, type Seg } from './check';
@@ -585,6 +592,7 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       'firstByteMs',
       'maxConcurrent',
       'startTimeoutS',
+      'routing',
     ]);
     const name = c.str(o, [...at, 'name'], 'sim-small', nameRule);
     const prev = seen.get(name);
@@ -629,8 +637,50 @@ function checkCatalog(c: Checker, raw: unknown, engines: Partial<Record<EngineNa
       ...(o?.startTimeoutS !== undefined
         ? { startTimeoutS: c.int(o, [...at, 'startTimeoutS'], 10, 86_400, '3600') }
         : {}),
+      // How the gateway picks among its replicas; unset: least outstanding. Read live, rolls nothing.
+      ...(o?.routing !== undefined ? { routing: checkRouting(c, o.routing, [...at, 'routing']) } : {}),
     };
   });
+}
+
+const POLICY_LIST = ROUTING_POLICIES.join(', ');
+const HEADER_RE = /^[a-z0-9!#$%&'*+.^_`|~-]+$/;
+
+/** A catalog model's `routing`: a policy and the fields it uses, each in its range. */
+function checkRouting(c: Checker, raw: unknown, at: Seg[]): ModelRouting {
+  const o = c.obj(raw, at, ['policy', 'sessionHeader', 'prefixBytes', 'loadFactor']);
+  const given = c.str(o, [...at, 'policy'], 'prefix');
+  const policy = ROUTING_POLICIES.find((p) => p === given);
+  if (given && policy === undefined) {
+    const near = suggest(given, ROUTING_POLICIES);
+    c.add(
+      [...at, 'policy'],
+      `${quote(given)} is not a routing policy`,
+      `${near ? `did you mean "${near}"? ` : ''}use one of ${POLICY_LIST}`,
+    );
+  }
+  const out: ModelRouting = { policy: policy ?? 'least' };
+  if (o?.sessionHeader !== undefined)
+    out.sessionHeader = c
+      .str(o, [...at, 'sessionHeader'], 'x-session-id', (s) =>
+        HEADER_RE.test(s.toLowerCase())
+          ? undefined
+          : [`${quote(s)} is not an HTTP header name`, 'use letters, digits and dashes, e.g. x-session-id'],
+      )
+      .toLowerCase();
+  if (o?.prefixBytes !== undefined)
+    out.prefixBytes = c.int(o, [...at, 'prefixBytes'], 64, 262_144, '8192 (bytes of the prompt hashed)');
+  if (o?.loadFactor !== undefined) {
+    const v = o.loadFactor;
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 1 || v > 10)
+      c.add(
+        [...at, 'loadFactor'],
+        `expected a number from 1 to 10, got ${c.describe(v)}`,
+        'set it to e.g. 1.25: a replica takes new requests of its keys until it holds 1.25 × its share',
+      );
+    else out.loadFactor = v;
+  }
+  return out;
 }
 
 /** A catalog model's optional sha256: 64 hex digits, for a URL source only (lowercased). */

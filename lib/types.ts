@@ -145,7 +145,37 @@ export interface ModelSpec {
   maxConcurrent?: number;
   /** how long an engine may take to serve once its weights are in place, s (default DEFAULT_START_TIMEOUT_S) */
   startTimeoutS?: number;
+  /** How the gateway chooses among the model's replicas (default: least outstanding) */
+  routing?: ModelRouting;
 }
+
+/**
+ * The gateway's ways of choosing a replica, one per model (catalog `routing.policy`): `least` (fewest requests in
+ * flight, the base every other falls back to), `round-robin` (for comparison), `session` (the same replica for one
+ * session header or `user`) and `prefix` (the same replica for one prompt prefix), both by bounded-load consistent
+ * hashing.
+ */
+export const ROUTING_POLICIES = ['least', 'round-robin', 'session', 'prefix'] as const;
+export type RoutingPolicy = (typeof ROUTING_POLICIES)[number];
+
+/** A model's routing as the catalog sets it; unset fields take ROUTING_DEFAULTS. */
+export interface ModelRouting {
+  policy: RoutingPolicy;
+  /** session: the request header naming a session (else the body's `user`) */
+  sessionHeader?: string;
+  /** prefix: the most bytes of the prompt hashed (of a chat: no further than the end of its first message) */
+  prefixBytes?: number;
+  /** session and prefix: a replica is passed over once its requests in flight reach its share × this */
+  loadFactor?: number;
+}
+
+/** The defaults of a model's routing fields. */
+export const ROUTING_DEFAULTS = Object.freeze({
+  policy: 'least' as RoutingPolicy,
+  sessionHeader: 'x-session-id',
+  prefixBytes: 8192,
+  loadFactor: 1.25,
+});
 
 export interface ShardAssignment {
   rank: number;

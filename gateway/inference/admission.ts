@@ -103,12 +103,15 @@ export class Admission {
     });
   }
 
-  /** A replica with room for a new request of `model`, or why not; `busy` also while others already wait (first come). */
-  pick(model: string): PickResult {
+  /**
+   * A replica with room for a new request of `model` (by its affinity `key` when it has one), or why not; `busy`
+   * also while others already wait (first come).
+   */
+  pick(model: string, key: number | null = null): PickResult {
     // Behind the waiters, without a pick: a pick moves the round-robin cursor and may hand an ejected replica its
     // trial, which only a request actually sent may do.
     if (this.waiting > 0 && (this.queues.get(model)?.size ?? 0) > 0) return BUSY;
-    return this.routing.pick(model, undefined, true);
+    return this.routing.pick(model, undefined, true, key);
   }
 
   /** Requests waiting for `model` now. */

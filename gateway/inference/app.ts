@@ -7,6 +7,7 @@ import { ERRORS, openAiError, quoteInput, type ErrorCode } from '../../lib/error
 import type { KeyRecord } from '../../lib/store/keys';
 import { answerErrors, answerUnknownRoutes } from '../errors';
 import { Admission, admissionKeyOf, type AdmissionOptions } from './admission';
+import { affinityKey, byKey } from './affinity';
 import { corsHeaders, preflight } from './cors';
 import { scopeRefusal, type KeyTable } from './keys';
 import { accessLine, silentLog, type AccessNote, type GatewayLog } from './log';
@@ -302,7 +303,13 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
             'LLMGW_ENDPOINT_UNSUPPORTED',
             `model ${quoteInput(model)} cannot serve /v1/embeddings: ${refusal}`,
           );
-        let picked = admission.pick(model);
+        // A keyed policy's key: a hash of the session id or of the prompt's first bytes (bounded), nothing more read.
+        const how = routing.routingOf(model);
+        const affinity =
+          how && byKey(how.policy)
+            ? affinityKey(how, { body, prompt: checked.prompt, user: checked.user, headers: req.headers })
+            : null;
+        let picked = admission.pick(model, affinity);
         // The key's quota, once the model is served here (an unknown model costs none) and before any wait in the
         // queue (a request over its quota never holds a place there).
         let meter: UsageMeter | undefined;
@@ -325,7 +332,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
           meter = m;
           reply.raw.once('close', () => settleUsage(quota, key, model, minute, estimate, reply.raw, m, body.length));
           // After a wait on a lease, the replicas may have changed: pick again.
-          if (taken !== null) picked = admission.pick(model);
+          if (taken !== null) picked = admission.pick(model, affinity);
         }
         switch (picked.kind) {
           case 'unknown-model': {

@@ -24,6 +24,10 @@ export type CheckResult =
       kind: 'ok';
       model: string;
       /** max_tokens or max_completion_tokens when given (quota estimates) */ maxTokens: number | null;
+      /** Where `messages` (chat) or `prompt` (completions) is in the body: affinity routing hashes its start */
+      prompt?: JsonSlice;
+      /** Where `user` is in the body (session affinity) */
+      user?: JsonSlice;
     }
   | { kind: 'error'; message: string };
 
@@ -176,5 +180,6 @@ export function checkRequest(path: ProxiedPath, body: Buffer): CheckResult {
   if (model === '') return { kind: 'error', message: 'model: required, a non-empty string' };
   const max = scan.fields.get('max_tokens') ?? scan.fields.get('max_completion_tokens');
   const maxTokens = max?.kind === 'number' ? (sliceValue(body, max) as number) : null;
-  return { kind: 'ok', model, maxTokens };
+  const prompt = scan.fields.get(path === '/v1/chat/completions' ? 'messages' : 'prompt');
+  return { kind: 'ok', model, maxTokens, prompt, user: scan.fields.get('user') };
 }

@@ -1,6 +1,7 @@
 /** The gateway's in-memory routing table: ready replicas per model, refreshed from the store, with in-flight counts and ejections. */
 import type { GatewayReport } from '../../lib/store/drain';
 import type { RouteRows } from '../../lib/store/store';
+import { byKey, HashRing, resolveRouting, type ResolvedRouting } from './affinity';
 import { Ejections, type Ejectable } from './ejections';
 import { silentLog, type GatewayLog } from './log';
 
@@ -62,6 +63,8 @@ interface ModelRoutes {
   firstByteMs?: number;
   /** Why no profile of the model serves /v1/embeddings, when none does */
   noEmbeddings?: string;
+  /** How to choose among `ready` (the catalog's routing, defaults filled in) */
+  routing: ResolvedRouting;
 }
 
 /** `http://host:port` → a routable replica, or null when the endpoint is not a plain http URL. */
@@ -95,6 +98,8 @@ export class RoutingTable {
   private ejectHook: ((replica: string) => void) | null = null;
   /** The model of each replica in the table (slow paths only: admission's queue after a slot freed) */
   private modelOfReplica = new Map<string, string>();
+  /** Each keyed model's hash ring, rebuilt when its ready replicas change (affinity.ts) */
+  private readonly rings = new Map<string, HashRing>();
 
   constructor(
     private readonly load: () => Promise<RouteRows>,
@@ -155,6 +160,7 @@ export class RoutingTable {
           next: this.routes.get(model)?.next ?? 0,
           firstByteMs: rows.firstByteMs?.[model],
           noEmbeddings: rows.noEmbeddings?.[model],
+          routing: resolveRouting(rows.routing?.[model]),
         };
         next.set(model, r);
       }
@@ -246,6 +252,11 @@ export class RoutingTable {
     return this.routes.get(model)?.noEmbeddings ?? null;
   }
 
+  /** How `model` is routed (the catalog's routing, defaults filled in), or undefined for a model not in the table. */
+  routingOf(model: string): ResolvedRouting | undefined {
+    return this.routes.get(model)?.routing;
+  }
+
   /** Model names the gateway knows, sorted. */
   models(): string[] {
     return [...this.routes.keys()].sort();
@@ -255,9 +266,10 @@ export class RoutingTable {
    * Chooses a replica of `model`, skipping the ids in `exclude` (replicas that already failed this request) and
    * ejected ones — unless every candidate is ejected: then they are tried all the same. With `admit`, a replica
    * holding its limit of requests is not chosen; `busy` when every one does (a retry ignores limits: its request
-   * was admitted already).
+   * was admitted already). With `key` (affinity.ts: a session or prompt-prefix hash) and a keyed policy, the key's
+   * replica on the hash ring, or the next one with room; least outstanding when none has room or there is no key.
    */
-  pick(model: string, exclude?: Set<string>, admit = false): PickResult {
+  pick(model: string, exclude?: Set<string>, admit = false, key: number | null = null): PickResult {
     const routes = this.routes.get(model);
     if (!routes) return { kind: 'unknown-model' };
     let candidates = exclude?.size ? routes.ready.filter((r) => !exclude.has(r.id)) : routes.ready;
@@ -266,12 +278,21 @@ export class RoutingTable {
     const now = judged ? this.now() : 0;
     if (judged) candidates = this.ejections.filter(candidates, now);
     const n = candidates.length;
+    const policy = routes.routing.policy;
+    if (key !== null && byKey(policy)) {
+      const hit = this.byRing(model, routes, candidates, admit, key);
+      if (hit) {
+        if (judged) this.ejections.chosen(hit.id, now);
+        return { kind: 'ok', replica: hit, firstByteMs: routes.firstByteMs };
+      }
+    }
     // A retry (exclude set) does not move the cursor: with two replicas it would otherwise always hand the next
     // request to the one that just failed it.
     const start = (exclude?.size ? routes.next : routes.next++) % n;
     let best = candidates[start];
     let bestLoad = this.inFlight.get(best.id) ?? 0;
-    for (let i = 1; i < n && bestLoad > 0; i++) {
+    // Round robin (for comparison) takes the cursor's replica whatever it holds.
+    for (let i = 1; i < n && bestLoad > 0 && policy !== 'round-robin'; i++) {
       const c = candidates[(start + i) % n];
       const load = this.inFlight.get(c.id) ?? 0;
       if (load < bestLoad) {
@@ -287,6 +308,36 @@ export class RoutingTable {
     }
     if (judged) this.ejections.chosen(best.id, now);
     return { kind: 'ok', replica: best, firstByteMs: routes.firstByteMs };
+  }
+
+  /**
+   * Bounded-load consistent hashing (Mirrokni et al.): walking the ring from `key`, the first candidate holding
+   * fewer than ceil(loadFactor × (the model's requests in flight + 1) / candidates) — and, with `admit`, fewer than
+   * its own limit. A replica that left the table is not on the ring; one that failed this request, or is ejected,
+   * is passed over, so a dead target costs a step of the walk, not an error. Null when none qualifies.
+   */
+  private byRing(
+    model: string,
+    routes: ModelRoutes,
+    candidates: RoutableReplica[],
+    admit: boolean,
+    key: number,
+  ): RoutableReplica | null {
+    let ring = this.rings.get(model);
+    if (!ring || !ring.matches(routes.ready)) {
+      // Over every ready replica, not just this request's candidates: keys stay put while one is ejected.
+      ring = new HashRing(routes.ready);
+      this.rings.set(model, ring);
+    }
+    let total = 0;
+    for (const c of candidates) total += this.inFlight.get(c.id) ?? 0;
+    const cap = Math.ceil((routes.routing.loadFactor * (total + 1)) / candidates.length);
+    const all = candidates.length === routes.ready.length;
+    return ring.walk(key, routes.ready, (r) => {
+      if (!all && !candidates.includes(r)) return false;
+      const load = this.inFlight.get(r.id) ?? 0;
+      return load < cap && (!admit || load < r.limit);
+    });
   }
 
   /**

@@ -3,6 +3,7 @@ import type { Pool, RowDataPacket, ResultSetHeader } from 'mysql2/promise';
 import { embeddingRefusal } from '../engines/registry';
 import type {
   EngineStatus,
+  ModelRouting,
   ModelSpec,
   NodeId,
   NodeInventory,
@@ -36,6 +37,8 @@ export interface RouteRows {
   maxConcurrent?: Record<string, number>;
   /** Models none of whose profiles can serve /v1/embeddings, with why (lib/engines embeddingRefusal) */
   noEmbeddings?: Record<string, string>;
+  /** The catalog's routing of each model that sets one (unset: least outstanding) */
+  routing?: Record<string, ModelRouting>;
 }
 
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
@@ -348,7 +351,7 @@ export class Store {
   async routeRows(): Promise<RouteRows> {
     // The timeout lives in the model's spec JSON; JSON_EXTRACT reads just it (NULL when the catalog sets none).
     const [models] = await this.pool.query<RowDataPacket[]>(
-      `SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms, JSON_EXTRACT(spec, '$.maxConcurrent') AS max_concurrent, JSON_EXTRACT(spec, '$.profiles') AS profiles FROM models ORDER BY name`,
+      `SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms, JSON_EXTRACT(spec, '$.maxConcurrent') AS max_concurrent, JSON_EXTRACT(spec, '$.profiles') AS profiles, JSON_EXTRACT(spec, '$.routing') AS routing FROM models ORDER BY name`,
     );
     const [reps] = await this.pool.query<RowDataPacket[]>(
       `SELECT id, model, state, endpoint, reason FROM replicas WHERE state <> 'stopped' ORDER BY id`,
@@ -356,7 +359,10 @@ export class Store {
     const firstByteMs: Record<string, number> = {};
     const noEmbeddings: Record<string, string> = {};
     const maxConcurrent: Record<string, number> = {};
+    const routing: Record<string, ModelRouting> = {};
     for (const m of models) {
+      const r = json<ModelRouting | null>(m.routing);
+      if (r) routing[String(m.name)] = r;
       if (m.max_concurrent !== null && Number(m.max_concurrent) > 0)
         maxConcurrent[String(m.name)] = Number(m.max_concurrent);
       if (m.first_byte_ms !== null && Number(m.first_byte_ms) > 0)
@@ -370,6 +376,7 @@ export class Store {
       firstByteMs,
       maxConcurrent,
       noEmbeddings,
+      routing,
     };
   }
 
