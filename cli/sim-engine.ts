@@ -2,16 +2,21 @@
 import { parseArgs } from 'node:util';
 import { SIM_ENGINE_VERSION } from '../lib/engines/sim';
 import { visibleDevices } from '../lib/sim/gpu-locks';
-import { startSimEngine, type SimOptions } from '../lib/sim/server';
+import { DEFAULT_PREFIX_CACHE_TOKENS, startSimEngine, type SimOptions } from '../lib/sim/server';
 
 const USAGE = `usage: sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP [--tokens-per-second N]
-                  [--gpu-lock-dir DIR] [--slots N]
+                  [--gpu-lock-dir DIR] [--slots N] [--prefix-cache-tokens N] [--prefill-tokens-per-second N]
   rank 0 binds DH:DP for the other ranks and serves the OpenAI API on H:P once all have joined;
   ranks >= 1 join DH:DP and serve nothing. Defaults: --host 127.0.0.1 --rank 0 --world 1 --dist-host <host>
   --tokens-per-second 50 (0 = as fast as possible). Its GPUs are CUDA_VISIBLE_DEVICES (indices; /health reports
   them); with --gpu-lock-dir it holds a lock file per GPU there and refuses one another live engine holds.
   --slots N (default 64): the requests it says it serves at once (GET /props total_slots, as llama.cpp);
   the gateway sends it no more than that at a time. It does not enforce them.
+  --prefix-cache-tokens N (default ${DEFAULT_PREFIX_CACHE_TOKENS}; 0 = no cache): a prefix cache as vLLM's, blocks
+  of 16 tokens (words) in an LRU of N tokens; answers report usage.prompt_tokens_details.cached_tokens.
+  --prefill-tokens-per-second N (default 0 = prefill takes no time): one prompt at a time, first come first
+  served, each taking (its tokens - cached tokens) / N seconds before its first token. GET /metrics reports
+  the queue and the cache as vLLM does (vllm:num_requests_waiting, vllm:gpu_cache_usage_perc, ...).
   Exit codes: 0 stopped, 1 failed to start, 2 bad flags, 3 group broken.`;
 
 const FLAGS = [
@@ -25,6 +30,8 @@ const FLAGS = [
   'tokens-per-second',
   'gpu-lock-dir',
   'slots',
+  'prefix-cache-tokens',
+  'prefill-tokens-per-second',
 ] as const;
 
 /** One JSON line per event on stderr. */
@@ -65,6 +72,11 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
   const tps = v['tokens-per-second'] === undefined ? 50 : Number(v['tokens-per-second']);
   if (!Number.isFinite(tps) || tps < 0)
     throw new UsageError(`--tokens-per-second: expected a number >= 0, got "${v['tokens-per-second']}"`);
+  const prefill = v['prefill-tokens-per-second'] === undefined ? 0 : Number(v['prefill-tokens-per-second']);
+  if (!Number.isFinite(prefill) || prefill < 0)
+    throw new UsageError(
+      `--prefill-tokens-per-second: expected a number >= 0 (0: no prefill time), got "${v['prefill-tokens-per-second']}"`,
+    );
   const host = v.host ?? '127.0.0.1';
   return {
     model: v.model,
@@ -76,6 +88,8 @@ export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
     distPort,
     tokensPerSecond: tps,
     slots: int('slots', 1, 100_000, 64),
+    prefixCacheTokens: int('prefix-cache-tokens', 0, 100_000_000, DEFAULT_PREFIX_CACHE_TOKENS),
+    prefillTokensPerSecond: prefill,
     ...(v['gpu-lock-dir'] ? { gpuLockDir: v['gpu-lock-dir'] } : {}),
   };
 }

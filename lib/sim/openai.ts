@@ -19,11 +19,12 @@ export interface SimRequest {
 /** The outcome of parsing a request body. */
 export type SimParseResult = { kind: 'ok'; request: SimRequest } | { kind: 'error'; code: ErrorCode; message: string };
 
-/** OpenAI's `usage` object. */
+/** OpenAI's `usage` object, with the prompt tokens its prefix cache served. */
 export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
 }
 
 type Json = Record<string, unknown>;
@@ -159,12 +160,13 @@ function chatPromptText(messages: unknown): string | { problem: string } {
   return parts.join('\n');
 }
 
-/** The usage object for a request that produced `completionTokens` tokens. */
-export function usageOf(req: SimRequest, completionTokens: number): Usage {
+/** The usage object for a request that produced `completionTokens` tokens, `cachedTokens` of its prompt cached. */
+export function usageOf(req: SimRequest, completionTokens: number, cachedTokens = 0): Usage {
   return {
     prompt_tokens: req.promptTokens,
     completion_tokens: completionTokens,
     total_tokens: req.promptTokens + completionTokens,
+    prompt_tokens_details: { cached_tokens: cachedTokens },
   };
 }
 

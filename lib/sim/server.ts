@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { openAiError, quoteInput, type ErrorCode, ERRORS } from '../errors';
 import { lockGpus, type GpuLocks } from './gpu-locks';
 import { formGroup } from './group';
+import { PrefillQueue, PrefixCache } from './prefix-cache';
 import {
   chunkBody,
   completionBody,
@@ -31,6 +32,10 @@ export interface SimOptions {
   tokensPerSecond: number;
   /** Requests it says it serves at once, on GET /props as llama.cpp's total_slots (default 64; not enforced) */
   slots?: number;
+  /** Its prefix cache's budget in tokens (default DEFAULT_PREFIX_CACHE_TOKENS; 0: none) */
+  prefixCacheTokens?: number;
+  /** Uncached prompt tokens it computes per second, one prompt at a time (default 0: prefill takes no time) */
+  prefillTokensPerSecond?: number;
   /** The GPU indices it was given (its CUDA_VISIBLE_DEVICES; null: unset), reported on /health */
   devices?: number[] | null;
   /** Where this node keeps one lock file per GPU index: a GPU another live sim engine holds is refused */
@@ -53,6 +58,8 @@ export interface SimEngine {
 }
 
 const DRAIN_MS = 10_000;
+/** The prefix cache's default budget: a few long system prompts, as a small GPU's KV cache holds. */
+export const DEFAULT_PREFIX_CACHE_TOKENS = 16_384;
 const MAX_BODY = 16 * 1024 * 1024;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const json = (res: ServerResponse, status: number, body: unknown): void =>
@@ -96,6 +103,8 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
 
   let inFlight = 0;
   let draining = false;
+  const cache = new PrefixCache(o.prefixCacheTokens ?? DEFAULT_PREFIX_CACHE_TOKENS);
+  const prefill = new PrefillQueue(o.prefillTokensPerSecond ?? 0);
   const ready = (): boolean => group.ready() && !broken && !draining;
   const delay = o.tokensPerSecond > 0 ? 1000 / o.tokensPerSecond : 0;
   const fail = (res: ServerResponse, code: ErrorCode, message: string, status?: number): void =>
@@ -111,6 +120,11 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
     const id = `${req.endpoint === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID()}`;
     const created = Math.floor(Date.now() / 1000);
     const seed = promptSeed(req.promptText);
+    // The prompt's cached blocks are reused; the rest waits its turn at the prefill, then is computed.
+    const looked = cache.lookup(req.promptText);
+    const prefilled = prefill.schedule(looked.promptTokens - looked.cachedTokens, Date.now());
+    const cached = looked.cachedTokens;
+    if (prefilled > Date.now()) await sleep(prefilled - Date.now());
     const t0 = Date.now();
     // Pace against the start time, not token to token, so timer slack does not add up.
     const pace = async (i: number): Promise<void> => {
@@ -123,7 +137,7 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
         text += fakeToken(seed, i);
       }
       if (broken) return fail(res, 'LLMGW_ENGINE_EXITED', `engine stopped: ${broken}`, 503);
-      return json(res, 200, completionBody(req, id, created, text, usageOf(req, req.maxTokens)));
+      return json(res, 200, completionBody(req, id, created, text, usageOf(req, req.maxTokens, cached)));
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' });
     res.flushHeaders();
@@ -147,7 +161,7 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
     // A broken group must look like a dead engine to the client: cut the stream, no [DONE].
     if (broken) return void res.destroy();
     await send(chunkBody(req, id, created, { text: '', finish: true }));
-    if (req.includeUsage) await send(usageChunk(req, id, created, usageOf(req, n)));
+    if (req.includeUsage) await send(usageChunk(req, id, created, usageOf(req, n, cached)));
     res.end('data: [DONE]\n\n');
   };
 
@@ -160,6 +174,14 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
     }
     // As llama-server's /props: the gateway's admission takes a replica's limit from it (gateway/inference/slots.ts).
     if (req.method === 'GET' && url === '/props') return json(res, 200, { total_slots: o.slots ?? 64 });
+    // vLLM's names, so whatever reads an engine's queue and cache reads the sim's the same way.
+    if (req.method === 'GET' && url === '/metrics') {
+      const now = Date.now();
+      const waiting = prefill.waiting(now);
+      return void res
+        .writeHead(200, { 'content-type': 'text/plain; version=0.0.4' })
+        .end(vllmMetrics(o.model, { running: inFlight - waiting, waiting, usage: cache.usage(), cache }));
+    }
     if (req.method === 'GET' && url === '/v1/models') {
       return json(res, 200, { object: 'list', data: [{ id: o.model, object: 'model', created: 0, owned_by: 'sim' }] });
     }
@@ -231,6 +253,33 @@ export async function startSimEngine(o: SimOptions): Promise<SimEngine> {
       closed({ code: 0, reason: 'closed' });
     },
   };
+}
+
+/** The sim's queue and cache as vLLM's /metrics says them (Prometheus text). */
+function vllmMetrics(
+  model: string,
+  m: { running: number; waiting: number; usage: number; cache: { queries: number; hits: number } },
+): string {
+  const l = `{model_name=${JSON.stringify(model)}}`;
+  const family = (name: string, type: string, help: string, value: number): string =>
+    `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n${name}${l} ${value}\n`;
+  return (
+    family(
+      'vllm:num_requests_running',
+      'gauge',
+      'Requests past their prefill wait (prefilling or decoding).',
+      m.running,
+    ) +
+    family('vllm:num_requests_waiting', 'gauge', 'Requests waiting for the prefill.', m.waiting) +
+    family('vllm:gpu_cache_usage_perc', 'gauge', 'Share of the prefix cache budget in use, 0..1.', m.usage) +
+    family(
+      'vllm:prefix_cache_queries_total',
+      'counter',
+      'Prompt tokens looked up in the prefix cache.',
+      m.cache.queries,
+    ) +
+    family('vllm:prefix_cache_hits_total', 'counter', 'Prompt tokens served from the prefix cache.', m.cache.hits)
+  );
 }
 
 /** Logs each change in the number of joined workers until the group is complete (or broken). */

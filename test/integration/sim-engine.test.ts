@@ -4,6 +4,7 @@ import OpenAI from 'openai';
 import { simEngineArgv } from '../../lib/sim/argv';
 import { fakeToken, promptSeed } from '../../lib/sim/openai';
 import { freePort } from '../helpers/ports';
+import { parsePromText, valueOf } from '../helpers/prom-text';
 import { waitFor } from '../helpers/wait';
 
 const MODEL = 'sim-7b';
@@ -115,7 +116,12 @@ describe('sim engine, single node', () => {
     }
     expect(text).toBe(reply('tell me four things', 6));
     expect(finish).toBe('length');
-    expect(usage).toEqual({ prompt_tokens: 4, completion_tokens: 6, total_tokens: 10 });
+    expect(usage).toEqual({
+      prompt_tokens: 4,
+      completion_tokens: 6,
+      total_tokens: 10,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
   });
 
   it('answers a non-stream chat with the same deterministic text, and completions with usage', async () => {
@@ -128,13 +134,23 @@ describe('sim engine, single node', () => {
     const c = (await chat.json()) as { object: string; choices: { message: { content: string } }[]; usage: unknown };
     expect(c.object).toBe('chat.completion');
     expect(c.choices[0].message.content).toBe(reply('tell me four things', 6));
-    expect(c.usage).toEqual({ prompt_tokens: 4, completion_tokens: 6, total_tokens: 10 });
+    expect(c.usage).toEqual({
+      prompt_tokens: 4,
+      completion_tokens: 6,
+      total_tokens: 10,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
 
     const text = (await (
       await post(port, '/v1/completions', { model: MODEL, prompt: 'once upon', max_tokens: 3 })
     ).json()) as { choices: { text: string }[]; usage: unknown };
     expect(text.choices[0].text).toBe(reply('once upon', 3));
-    expect(text.usage).toEqual({ prompt_tokens: 2, completion_tokens: 3, total_tokens: 5 });
+    expect(text.usage).toEqual({
+      prompt_tokens: 2,
+      completion_tokens: 3,
+      total_tokens: 5,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
 
     const sse = await (
       await post(port, '/v1/completions', { model: MODEL, prompt: 'once upon', max_tokens: 3, stream: true })
@@ -204,6 +220,60 @@ describe('sim engine, single node', () => {
       status: 400,
       body: { error: { code: 'LLMGW_ENDPOINT_UNSUPPORTED' } },
     });
+  });
+});
+
+describe('sim engine, prefix cache and prefill', () => {
+  const SYSTEM = Array.from({ length: 400 }, (_, i) => `w${i % 50}`).join(' ');
+  const ask = (port: number, question: string): Promise<Response> =>
+    post(port, '/v1/chat/completions', {
+      model: MODEL,
+      messages: [
+        { role: 'system', content: SYSTEM },
+        { role: 'user', content: question },
+      ],
+      max_tokens: 1,
+    });
+  const cachedOf = async (r: Response): Promise<number> =>
+    ((await r.json()) as { usage: { prompt_tokens_details: { cached_tokens: number } } }).usage.prompt_tokens_details
+      .cached_tokens;
+
+  it('reuses a shared prefix (cached_tokens), prefills the rest one prompt at a time, and says so as vLLM', async () => {
+    const port = await freePort();
+    // 2,000 tokens/s: a 400-word prompt takes 200 ms uncached; the cache holds 1,024 tokens.
+    engine(
+      ['--model', MODEL, '--port', String(port), '--tokens-per-second', '0'].concat([
+        '--prefill-tokens-per-second',
+        '2000',
+        '--prefix-cache-tokens',
+        '1024',
+      ]),
+    );
+    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 15_000, what: `health 200 on :${port}` });
+
+    const t0 = Date.now();
+    const first = await ask(port, 'what is one');
+    expect(first.status).toBe(200);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(195);
+    expect(await cachedOf(first)).toBe(0);
+    // The 400 system words are 25 whole blocks of 16: all reused by another question.
+    expect(await cachedOf(await ask(port, 'and what is two'))).toBe(400);
+
+    // Three new prompts at once: one prefills, two wait for it.
+    const others = ['x', 'y', 'z'].map((p) =>
+      post(port, '/v1/completions', { model: MODEL, prompt: `${p} ${SYSTEM}`, max_tokens: 1 }),
+    );
+    await new Promise((r) => setTimeout(r, 60));
+    const m = parsePromText(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text());
+    expect(valueOf(m, 'vllm:num_requests_waiting', { model_name: MODEL })).toBe(2);
+    expect(valueOf(m, 'vllm:num_requests_running', { model_name: MODEL })).toBe(1);
+    expect(valueOf(m, 'vllm:gpu_cache_usage_perc')).toBeGreaterThan(0);
+    expect(valueOf(m, 'vllm:gpu_cache_usage_perc')).toBeLessThanOrEqual(1);
+    expect((await Promise.all(others)).map((r) => r.status)).toEqual([200, 200, 200]);
+    const after = parsePromText(await (await fetch(`http://127.0.0.1:${port}/metrics`)).text());
+    expect(valueOf(after, 'vllm:num_requests_waiting')).toBe(0);
+    expect(valueOf(after, 'vllm:prefix_cache_hits_total')).toBe(400);
+    expect(valueOf(after, 'vllm:prefix_cache_queries_total')).toBeGreaterThan(1600);
   });
 });
 

@@ -191,7 +191,13 @@ describe('response shapes', () => {
   const text = ok('text', { model: MODEL, prompt: 'a b', max_tokens: 2 });
 
   it('counts usage from prompt words and produced tokens', () => {
-    expect(usageOf(chat, 4)).toEqual({ prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
+    expect(usageOf(chat, 4)).toEqual({
+      prompt_tokens: 3,
+      completion_tokens: 4,
+      total_tokens: 7,
+      prompt_tokens_details: { cached_tokens: 0 },
+    });
+    expect(usageOf(chat, 4, 2).prompt_tokens_details).toEqual({ cached_tokens: 2 });
   });
 
   it('builds chat.completion and text_completion bodies', () => {
