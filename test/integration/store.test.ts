@@ -98,7 +98,7 @@ describe('node state', () => {
 });
 
 describe('routing rows', () => {
-  test("carry the catalog's first-byte timeout of each model that sets one, read from its spec", async () => {
+  test("carry the catalog's first-byte timeout and routing of each model that sets them, read from its spec", async () => {
     const profiles = [{ name: 'default', engine: 'sim' as const, nodes: 1, gpusPerNode: 1, args: [] }];
     await store.upsertModel({
       name: 'slow-prefill',
@@ -106,10 +106,12 @@ describe('routing rows', () => {
       replicas: 1,
       profiles,
       firstByteMs: 1_800_000,
+      routing: { policy: 'prefix', loadFactor: 1.5 },
     });
     await store.upsertModel({ name: 'plain', source: 'sim://plain', replicas: 1, profiles });
     const rows = await store.routeRows();
     expect(rows.models).toEqual(expect.arrayContaining(['plain', 'slow-prefill']));
     expect(rows.firstByteMs).toEqual({ 'slow-prefill': 1_800_000 });
+    expect(rows.routing).toEqual({ 'slow-prefill': { policy: 'prefix', loadFactor: 1.5 } });
   });
 });

@@ -49,3 +49,27 @@ test('wrong values name the key and the fix', () => {
     ).message,
   ).toContain('catalog[0].maxConcurrent');
 });
+
+test("a catalog model's routing: a policy and its fields, each checked", () => {
+  const model = (routing: string): string =>
+    `catalog:\n  - { name: m, source: "sim://m", replicas: 1, routing: ${routing}, profiles: [{ name: p, engine: sim, nodes: 1, gpusPerNode: 1 }] }\n`;
+  expect(parseServerConfig('', 'server.yaml').catalog.every((m) => m.routing === undefined)).toBe(true);
+  expect(
+    parseServerConfig(model('{ policy: prefix, prefixBytes: 4096, loadFactor: 1.5 }'), 'server.yaml').catalog[0]
+      ?.routing,
+  ).toEqual({ policy: 'prefix', prefixBytes: 4096, loadFactor: 1.5 });
+  expect(
+    parseServerConfig(model('{ policy: session, sessionHeader: X-Conversation }'), 'server.yaml').catalog[0]?.routing,
+  ).toEqual({ policy: 'session', sessionHeader: 'x-conversation' });
+  expect(configError(model('{ policy: prefx }')).message).toMatch(
+    /catalog\[0\]\.routing\.policy.*"prefx" is not a routing policy.*did you mean "prefix"/s,
+  );
+  expect(configError(model('{ policy: prefix, loadFactor: 0.5 }')).message).toMatch(
+    /catalog\[0\]\.routing\.loadFactor.*from 1 to 10/s,
+  );
+  expect(configError(model('{ policy: prefix, prefixBytes: 10 }')).message).toContain('catalog[0].routing.prefixBytes');
+  expect(configError(model('{ policy: session, sessionHeader: "a b" }')).message).toContain(
+    'is not an HTTP header name',
+  );
+  expect(configError(model('prefix')).message).toMatch(/catalog\[0\]\.routing.*expected a mapping/s);
+});
