@@ -1,11 +1,13 @@
 /**
- * llmgw's gateway alone in a process, for `npm run bench:peers` to measure: the server `llmgw gateway` runs
- * (gateway/inference/server.ts, production defaults from server.yaml's) over a routing table of one ready replica,
+ * llmgw's gateway alone in a process, for `npm run bench:peers` and `bench:routing` to measure: the server `llmgw
+ * gateway` runs (gateway/inference/server.ts, production defaults from server.yaml's) over a routing table of ready
+ * replicas (one per upstream, routed as `routing` says),
  * reloaded every gateway.refreshMs as the role reloads MySQL's (a fixed table here: the query costs nothing per
  * request). Everything the role runs on a request is on: the key is a stored key (scope, rpm and tpm) checked by the
  * key table, its quota taken from leases (answered in memory here: leasing from MySQL is off the request path, so
  * what is measured is the per-request check), admission, Prometheus metrics and the cluster page's model stats.
- * Settings in PEERS_GATEWAY (JSON: upstream, model, apiKeys — the first is the stored key); prints {"ready":url};
+ * Settings in PEERS_GATEWAY (JSON: upstreams, model, apiKeys — the first is the stored key —, routing); prints
+ * {"ready":url,"metrics":url};
  * SIGTERM closes it.
  */
 import { DEFAULT_CONFIG } from '../../config/defaults';
@@ -17,18 +19,24 @@ import { RoutingTable } from '../../gateway/inference/routing';
 import { probeSlots } from '../../gateway/inference/slots';
 import { startGateway } from '../../gateway/inference/server';
 import { keyDigest } from '../../lib/api-keys';
+import type { ModelRouting } from '../../lib/types';
 import { ready } from '../helpers/gateway';
 
 interface Settings {
-  upstream: string;
+  upstreams: string[];
   model: string;
   apiKeys: string[];
+  routing?: ModelRouting;
 }
 
 async function main(): Promise<void> {
   const s = JSON.parse(process.env.PEERS_GATEWAY ?? '{}') as Settings;
   const { gateway } = DEFAULT_CONFIG;
-  const rows = { models: [s.model], replicas: [ready(`${s.model}-0`, s.model, s.upstream)] };
+  const rows = {
+    models: [s.model],
+    replicas: s.upstreams.map((u, i) => ready(`${s.model}-${i}`, s.model, u)),
+    ...(s.routing ? { routing: { [s.model]: s.routing } } : {}),
+  };
   const routing = new RoutingTable(async () => rows, {
     refreshMs: gateway.refreshMs,
     defaultLimit: gateway.admission.defaultMaxConcurrent,
@@ -68,7 +76,7 @@ async function main(): Promise<void> {
     // Measured with everything on: metrics are metered on every request even though nobody scrapes them here.
     metrics: { host: '127.0.0.1', port: 0 },
   });
-  process.stdout.write(`${JSON.stringify({ ready: gw.url })}\n`);
+  process.stdout.write(`${JSON.stringify({ ready: gw.url, metrics: gw.metricsUrl })}\n`);
   process.once('SIGTERM', () => void gw.close().then(() => process.exit(0)));
 }
 

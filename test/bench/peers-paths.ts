@@ -9,6 +9,7 @@ import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
 import { procStatFields, stopProcess } from '../../lib/process';
 import { simEngineArgv } from '../../lib/sim/argv';
+import type { ModelRouting } from '../../lib/types';
 import { freePort } from '../helpers/ports';
 
 /** A path requests can take to the engine; `pid` is the proxy's process (null for the engine itself). */
@@ -19,6 +20,8 @@ export interface BenchPath {
   pid: number | null;
   /** What runs there, for the report */
   about: string;
+  /** Its Prometheus page, when it serves one (llmgw's gateway) */
+  metricsUrl?: string;
   stop(): Promise<void>;
 }
 
@@ -86,19 +89,27 @@ async function nodeChild(
 ): Promise<BenchPath> {
   const p = launch(process.execPath, [...TSX, join(ROOT, file), ...args], env);
   let url = '';
+  let metricsUrl: string | undefined;
   const deadline = Date.now() + 30_000;
   while (!url) {
-    url = (/\{"ready":"([^"]+)"\}/.exec(p.output()) ?? [])[1] ?? '';
+    const m = /\{"ready":"([^"]+)"(?:,"metrics":"([^"]+)")?\}/.exec(p.output());
+    url = m?.[1] ?? '';
+    metricsUrl = m?.[2];
     if (p.child.exitCode !== null || Date.now() > deadline)
       throw new Error(`${name} did not start: ${tail(p.output())}`);
     if (!url) await sleep(50);
   }
   await untilServes(url, model, key, p);
-  return { name, url, pid: p.child.pid ?? null, about, stop: p.stop };
+  return { name, url, pid: p.child.pid ?? null, about, stop: p.stop, ...(metricsUrl ? { metricsUrl } : {}) };
 }
 
-/** The sim engine as its own process (as an agent runs it), pacing tokens at `tokensPerSecond`. */
-export async function startEngine(model: string, tokensPerSecond: number, key: string): Promise<BenchPath> {
+/** The sim engine as its own process (as an agent runs it), pacing tokens at `tokensPerSecond`; `extra` flags after. */
+export async function startEngine(
+  model: string,
+  tokensPerSecond: number,
+  key: string,
+  extra: string[] = [],
+): Promise<BenchPath> {
   const port = await freePort();
   const [cmd, ...pre] = simEngineArgv();
   const p = launch(cmd as string, [
@@ -109,6 +120,7 @@ export async function startEngine(model: string, tokensPerSecond: number, key: s
     String(port),
     '--tokens-per-second',
     String(tokensPerSecond),
+    ...extra,
   ]);
   const url = `http://127.0.0.1:${port}`;
   await untilServes(url, model, key, p);
@@ -119,6 +131,19 @@ export async function startEngine(model: string, tokensPerSecond: number, key: s
     about: `the sim engine, ${tokensPerSecond} tokens/s`,
     stop: p.stop,
   };
+}
+
+/** An engine that does no work (test/bench/null-engine.ts): it reads a body and answers a fixed completion. */
+export function startNullEngine(model: string, key: string): Promise<BenchPath> {
+  return nodeChild(
+    'null engine',
+    'reads the body, answers a fixed completion',
+    'test/bench/null-engine.ts',
+    [],
+    {},
+    model,
+    key,
+  );
 }
 
 /** The bare Node floor (test/bench/bare-proxy.ts). */
@@ -134,15 +159,25 @@ export function startBareNode(upstream: string, model: string, key: string): Pro
   );
 }
 
-/** llmgw's gateway (test/bench/peers-gateway.ts); with `apiKeys` its key check is on. */
-export function startLlmgw(upstream: string, model: string, apiKeys: string[], key: string): Promise<BenchPath> {
-  const about = `the gateway's server over a one-replica routing table, ${apiKeys.length ? 'API key check on' : 'no API keys'}`;
+/**
+ * llmgw's gateway (test/bench/peers-gateway.ts); with `apiKeys` its key check is on. Several upstreams are several
+ * replicas of `model`, routed by `routing`.
+ */
+export function startLlmgw(
+  upstream: string | string[],
+  model: string,
+  apiKeys: string[],
+  key: string,
+  routing?: ModelRouting,
+): Promise<BenchPath> {
+  const upstreams = typeof upstream === 'string' ? [upstream] : upstream;
+  const about = `the gateway's server over a ${upstreams.length}-replica routing table, ${apiKeys.length ? 'API key check on' : 'no API keys'}`;
   return nodeChild(
     'llmgw',
     about,
     'test/bench/peers-gateway.ts',
     [],
-    { PEERS_GATEWAY: JSON.stringify({ upstream, model, apiKeys }) },
+    { PEERS_GATEWAY: JSON.stringify({ upstreams, model, apiKeys, routing }) },
     model,
     key,
   );
