@@ -312,7 +312,7 @@ export class RoutingTable {
 
   /**
    * Bounded-load consistent hashing (Mirrokni et al.): walking the ring from `key`, the first candidate holding
-   * fewer than ceil(loadFactor × (the model's requests in flight + 1) / candidates) — and, with `admit`, fewer than
+   * at most ceil(loadFactor × (the model's requests in flight + 1) / candidates) — and, with `admit`, fewer than
    * its own limit. A replica that left the table is not on the ring; one that failed this request, or is ejected,
    * is passed over, so a dead target costs a step of the walk, not an error. Null when none qualifies.
    */
@@ -331,7 +331,9 @@ export class RoutingTable {
     }
     let total = 0;
     for (const c of candidates) total += this.inFlight.get(c.id) ?? 0;
-    const cap = Math.ceil((routes.routing.loadFactor * (total + 1)) / candidates.length);
+    // One more than the share: with a few requests in flight the share rounds to 1, and a key's replica would
+    // spill its keys (and their cached prefixes) at its second request while the others idle.
+    const cap = Math.ceil((routes.routing.loadFactor * (total + 1)) / candidates.length) + 1;
     const all = candidates.length === routes.ready.length;
     return ring.walk(key, routes.ready, (r) => {
       if (!all && !candidates.includes(r)) return false;

@@ -126,11 +126,11 @@ describe('picks by policy', () => {
     expect([0, 1, 2, 3, 4].map(() => pickId(rr, key))).toEqual(['m-0', 'm-1', 'm-2', 'm-3', 'm-0']);
   });
 
-  it('prefix: one key, one replica, until it holds more than its share × loadFactor; then the next on the ring', async () => {
+  it('prefix: one key, one replica, until it holds more than its share × loadFactor + 1; then the next on the ring', async () => {
     const t = await table({ policy: 'prefix', loadFactor: 1.25 });
     const home = pickId(t, key);
     for (let i = 0; i < 10; i++) expect(pickId(t, key)).toBe(home);
-    // Four requests in flight on home only: the cap is ceil(1.25 × 5 / 4) = 2, so home is passed over.
+    // Four requests in flight on home only: the cap is ceil(1.25 × 5 / 4) + 1 = 3, so home is passed over.
     for (let i = 0; i < 4; i++) t.acquire(home);
     const next = pickId(t, key);
     expect(next).not.toBe(home);
