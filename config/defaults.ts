@@ -43,6 +43,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
   gateway: {
     apiKeys: [],
     refreshMs: 500,
+    controlPlanes: [],
     timeouts: { connectMs: 2000, firstByteMs: 600_000, idleMs: 120_000, requestMs: 60_000 },
     accessLog: false,
     corsOrigins: [],

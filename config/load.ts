@@ -211,6 +211,11 @@ const wordRule: Rule = (s) =>
 const MAX_GRACE_S = 86_400;
 const GRACE_EXAMPLE = '600 (10 minutes: longer than the longest stream clients run)';
 
+const controlPlaneUrlRule: Rule = (s) =>
+  /^https:\/\/[^/\s?#]+\/?$/.test(s)
+    ? undefined
+    : [`${quote(s)} is not a control plane's URL`, 'give https://HOST:PORT, e.g. https://cp.example.net:7443'];
+
 const TLS_KEYS = ['ca', 'serverCert', 'serverKey', 'clientCert', 'clientKey', 'gatewayCert', 'gatewayKey'] as const;
 
 const pathRule: Rule = (s) =>
@@ -243,7 +248,11 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
   const m = c.sub(root, ['mysql'], ['url', 'autoMigrate']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
-  const g = c.sub(root, ['gateway'], ['apiKeys', 'refreshMs', 'timeouts', 'accessLog', 'corsOrigins', 'admission']);
+  const g = c.sub(
+    root,
+    ['gateway'],
+    ['apiKeys', 'refreshMs', 'controlPlanes', 'timeouts', 'accessLog', 'corsOrigins', 'admission'],
+  );
   const d = c.sub(root, ['drain'], ['graceS']);
   const tls = c.sub(root, ['tls'], TLS_KEYS);
   const engines = checkEngines(c, root?.engines);
@@ -282,6 +291,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
           : undefined,
       ),
       refreshMs: c.int(g, ['gateway', 'refreshMs'], 50, 60000, '500 (how stale the routing table may get)'),
+      controlPlanes: c.strList(g, ['gateway', 'controlPlanes'], 'https://cp.example.net:7443', controlPlaneUrlRule),
       timeouts: checkTimeouts(c, g),
       accessLog: c.bool(g, ['gateway', 'accessLog']),
       corsOrigins: c.strList(g, ['gateway', 'corsOrigins'], 'an origin such as https://app.example.net', originRule),

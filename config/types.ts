@@ -77,7 +77,7 @@ export interface ServerConfig {
     clientKey: string;
     /**
      * the gateway certificate a gateway presents (llmgw ca issue --gateway NAME, role gateway): to the control
-     * plane's gateway routes and to the nodes' doors; it can do nothing an operator or a node can
+     * plane's gateway routes (route push) and to the nodes' doors; it can do nothing an operator or a node can
      */
     gatewayCert: string;
     gatewayKey: string;
@@ -92,8 +92,13 @@ export interface ServerConfig {
      * quota, no usage — for bootstrapping and migration; prefer stored keys (docs/keys.md)
      */
     apiKeys: string[];
-    /** How often the routing table is re-read from MySQL, ms */
+    /**
+     * How often the routing table is re-read from MySQL while no control plane pushes route changes to it (no
+     * gateway certificate, or the push connection lost), ms
+     */
     refreshMs: number;
+    /** Control planes to subscribe to for route changes, tried in turn; empty: listeners.controlPlane */
+    controlPlanes: string[];
     /** How long the gateway waits on a replica before it ends the request with LLMGW_UPSTREAM_TIMEOUT */
     timeouts: GatewayTimeouts;
     /** One JSON line per request on stderr (method, path, model, replica, status, duration, bytes) */

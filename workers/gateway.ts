@@ -2,13 +2,16 @@
  * The gateway role: MySQL's routing table, refreshed, behind the inference API on listeners.gateway; its in-flight
  * report, and its per-model request counts and TTFT for the cluster page.
  */
+import { readFileSync } from 'node:fs';
 import type { ServerConfig } from '../config/types';
+import { LlmgwError } from '../lib/errors';
 import type { GatewayLog } from '../gateway/inference/log';
 import { InflightReporter, newGatewayId } from '../gateway/inference/inflight-report';
 import { KeyTable } from '../gateway/inference/keys';
 import { ModelStats } from '../gateway/inference/model-stats';
 import { QuotaKeeper } from '../gateway/inference/quota';
 import { RoutingTable } from '../gateway/inference/routing';
+import { RoutePush } from '../gateway/inference/route-push';
 import { probeSlots } from '../gateway/inference/slots';
 import { startGateway } from '../gateway/inference/server';
 import { StatsReporter } from '../gateway/inference/stats-report';
@@ -30,6 +33,55 @@ export interface GatewayRole {
   close(): Promise<void>;
 }
 
+/** The control planes a gateway subscribes to: gateway.controlPlanes, else listeners.controlPlane. */
+export function controlPlaneUrls(config: ServerConfig): string[] {
+  if (config.gateway.controlPlanes.length) return config.gateway.controlPlanes;
+  const { host, port } = config.listeners.controlPlane;
+  // A wildcard listener is reached on loopback from the same host.
+  const h = host === '0.0.0.0' || host === '::' ? '127.0.0.1' : host.includes(':') ? `[${host}]` : host;
+  return [`https://${h}:${port}`];
+}
+
+/**
+ * Route push when the gateway has its certificate (tls.gatewayCert/gatewayKey), else null: it polls MySQL every
+ * refreshMs as before, and says so once, with the fix.
+ */
+function routePush(config: ServerConfig, routing: RoutingTable, log: GatewayLog | undefined): RoutePush | null {
+  const { tls } = config;
+  const read = (file: string): string | null => {
+    try {
+      return readFileSync(file, 'utf8');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+      throw new LlmgwError(
+        'LLMGW_CONFIG_INVALID',
+        `cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? String(err)}): fix its permissions, or remove it to poll MySQL instead of route push`,
+        { file },
+      );
+    }
+  };
+  const certPem = read(tls.gatewayCert);
+  const keyPem = read(tls.gatewayKey);
+  const caPem = read(tls.ca);
+  if (!certPem || !keyPem || !caPem) {
+    const missing = [!certPem && tls.gatewayCert, !keyPem && tls.gatewayKey, !caPem && tls.ca].filter(Boolean);
+    log?.('route push off: the routing table is re-read from MySQL every gateway.refreshMs', {
+      level: 'warn',
+      missing,
+      refreshMs: config.gateway.refreshMs,
+      fix: 'issue a gateway certificate with llmgw ca issue --gateway NAME and point tls.gatewayCert/gatewayKey at it',
+    });
+    return null;
+  }
+  return new RoutePush({
+    table: routing,
+    urls: controlPlaneUrls(config),
+    tls: { caPem, certPem, keyPem },
+    refreshMs: config.gateway.refreshMs,
+    ...(log ? { log } : {}),
+  });
+}
+
 /** Opens MySQL, loads the routing table, serves the inference API and reports its in-flight requests; close() stops all. One log for all of it. */
 export async function startGatewayRole(opts: { config: ServerConfig; log?: GatewayLog }): Promise<GatewayRole> {
   const { config, log } = opts;
@@ -42,11 +94,13 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     defaultLimit: gateway.admission.defaultMaxConcurrent,
     probeSlots,
   });
+  const push = routePush(config, routing, log);
   // Keys from MySQL (and server.yaml's static ones): no key, no inference. Changes are read every quarter second.
   const keyStore = new KeyStore(pool);
   const keys = new KeyTable((since) => keyStore.changedSince(since), { staticKeys: gateway.apiKeys, log });
   const quota = new QuotaKeeper(keyStore, { log });
   const stats = new ModelStats();
+  // startGateway loads the table and keeps it current: by push when the gateway has its certificate.
   const gw = await startGateway({
     host: config.listeners.gateway.host,
     port: config.listeners.gateway.port,
@@ -61,6 +115,7 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     stats,
     admission: gateway.admission,
     metrics: config.metrics.gateway,
+    ...(push ? { routeSource: push } : {}),
   }).catch(async (err: unknown) => {
     await pool.end();
     throw err;

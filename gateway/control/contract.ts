@@ -4,6 +4,7 @@
  */
 import type { AssignedShard } from '../../activities/node/gc';
 import type { CatalogAction } from '../../lib/catalog';
+import type { RouteChange } from '../../lib/store/route-changes';
 import type { EngineName, ModelSpec, NodeId, NodeInventory, NodeRecord } from '../../lib/types';
 
 /** POST /v1/agent/register: the node (its certificate's CN) and what it found on itself. */
@@ -180,3 +181,14 @@ export interface KeyCreateRequest {
   /** ISO date-time */
   expiresAt?: string | null;
 }
+
+/**
+ * One line of `GET /v1/gateway/routes?after=N` (gateway certificates; newline-delimited JSON): `hello` first, then
+ * each route change after N (with its row as read now), `ping`s while nothing changes, and `resync` when the
+ * gateway must read the routing table whole (its cursor is older than the changes kept, or a read failed).
+ */
+export type RouteStreamLine =
+  | { kind: 'hello'; cursor: number; pingMs: number }
+  | { kind: 'change'; change: RouteChange }
+  | { kind: 'ping'; cursor: number }
+  | { kind: 'resync'; reason: string };

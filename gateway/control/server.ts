@@ -12,6 +12,9 @@ import { controlRoutes, type ControlAppOptions } from './routes';
 import { CertificateGate, installGate, mtlsServerOptions, type CertRole } from '../mtls';
 import { CONTROL_AJV } from './schemas';
 import { weightsRoutes } from './weights-routes';
+import { RouteChanges } from '../../lib/store/route-changes';
+import { RouteFeed, type RouteFeedOptions } from './route-feed';
+import { routeStreamRoutes } from './route-stream-routes';
 import { isPageRoute, pageRoutes } from './page/routes';
 import type { TemporalUi } from './page/snapshot';
 
@@ -29,6 +32,8 @@ export interface ControlServerOptions extends Omit<ControlAppOptions, 'log' | 'r
   logger?: boolean;
   /** Serve the cluster page (/page/, docs/cluster-page.md), starting workflows with this client. */
   page?: { client: Client; ui: TemporalUi; liveEveryMs?: number };
+  /** The route feed's timers (route-feed.ts), for tests and the push benchmark */
+  routeFeed?: Pick<RouteFeedOptions, 'tailMs' | 'idleTailMs' | 'pingMs' | 'gapMs'>;
 }
 
 /** Which certificate role a route needs, by its routed path (the pattern the router matched, decoded). */
@@ -55,6 +60,10 @@ export async function buildControlServer(
     refreshMs: o.refreshMs,
   });
   await gate.start();
+  // Route changes to the gateways subscribed here: this process's own at once, other control planes' by tailing.
+  const feed = new RouteFeed({ changes: new RouteChanges(store.pool), log, ...o.routeFeed });
+  await feed.start();
+  const unpoke = store.onRouteChange(() => feed.poke());
   const app = Fastify({
     logger: o.logger ?? false,
     https: { ...mtlsServerOptions(o.tls), connectionsCheckingInterval: 1000 },
@@ -70,12 +79,16 @@ export async function buildControlServer(
   closeDeadline(app, 0);
   // JSON only (fastify's own parser, which refuses __proto__ keys): any other body is 415.
   app.removeContentTypeParser('text/plain');
-  app.addHook('onClose', async () => gate.stop());
+  app.addHook('onClose', async () => {
+    gate.stop();
+    unpoke();
+    feed.stop();
+  });
   answerErrors(app, log);
   installGate(app, gate, roleForUrl, log, o.page ? isPageRoute : undefined);
   answerUnknownRoutes(
     app,
-    'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights, /v1/keys (operator certificates), /page/ (the cluster page), /health',
+    'the control API: /v1/agent/… (node certificates), /v1/nodes, /v1/replicas, /v1/models, /v1/events, /v1/weights, /v1/keys (operator certificates), /v1/gateway/routes (gateway certificates), /page/ (the cluster page), /health',
   );
   const revokeInTable = (nodeId: string, reason: string): Promise<number> => store.revokeCertificates(nodeId, reason);
   const revokeAndCut = async (nodeId: string, reason: string): Promise<number> => {
@@ -86,6 +99,7 @@ export async function buildControlServer(
   };
   await app.register(controlRoutes, { ...o, log, revoke: revokeAndCut });
   await app.register(weightsRoutes, { store, log });
+  await app.register(routeStreamRoutes, { feed });
   if (o.page) await app.register(pageRoutes, { ...o, ...o.page, gate, log, revoke: revokeAndCut });
   return { app, gate };
 }

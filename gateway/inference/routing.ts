@@ -1,5 +1,6 @@
 /** The gateway's in-memory routing table: ready replicas per model, refreshed from the store, with in-flight counts and ejections. */
 import type { GatewayReport } from '../../lib/store/drain';
+import type { ModelRouteFields, RouteChange } from '../../lib/store/route-changes';
 import type { RouteRows } from '../../lib/store/store';
 import { byKey, HashRing, resolveRouting, type ResolvedRouting } from './affinity';
 import { Ejections, type Ejectable } from './ejections';
@@ -79,6 +80,15 @@ function parseEndpoint(id: string, model: string, endpoint: string, limit: numbe
   }
 }
 
+/** `list` with `item` at its place by id (a replica already in it is replaced). */
+function insertById<T extends { id: string }>(list: T[], item: T): T[] {
+  const out = list.filter((x) => x.id !== item.id);
+  let i = out.findIndex((x) => x.id > item.id);
+  if (i < 0) i = out.length;
+  out.splice(i, 0, item);
+  return out;
+}
+
 /**
  * Routes requests by model among ready replicas: least in-flight first, round-robin among ties, skipping replicas
  * that just failed to connect. Serves its last table while the store cannot be read.
@@ -100,6 +110,10 @@ export class RoutingTable {
   private modelOfReplica = new Map<string, string>();
   /** Each keyed model's hash ring, rebuilt when its ready replicas change (affinity.ts) */
   private readonly rings = new Map<string, HashRing>();
+  /** Each catalog model's routing fields, as the last full read or pushed change gave them */
+  private catalog = new Map<string, ModelRouteFields>();
+  /** The newest route change the table holds (RouteRows.cursor, or a pushed change's seq) */
+  private cursor = 0;
 
   constructor(
     private readonly load: () => Promise<RouteRows>,
@@ -149,48 +163,27 @@ export class RoutingTable {
       this.markStale(err as Error);
       throw err;
     }
+    const info = new Map<string, ModelRouteFields>();
+    for (const m of rows.models)
+      info.set(m, {
+        routing: rows.routing?.[m],
+        firstByteMs: rows.firstByteMs?.[m],
+        maxConcurrent: rows.maxConcurrent?.[m],
+        noEmbeddings: rows.noEmbeddings?.[m],
+      });
+    this.catalog = info;
     const next = new Map<string, ModelRoutes>();
     const entry = (model: string): ModelRoutes => {
       let r = next.get(model);
-      if (!r) {
-        // Keep the cursor so a refresh does not send every next request to the first replica.
-        r = {
-          ready: [],
-          waiting: [],
-          next: this.routes.get(model)?.next ?? 0,
-          firstByteMs: rows.firstByteMs?.[model],
-          noEmbeddings: rows.noEmbeddings?.[model],
-          routing: resolveRouting(rows.routing?.[model]),
-        };
-        next.set(model, r);
-      }
+      if (!r) next.set(model, (r = this.newModelRoutes(model)));
       return r;
     };
     for (const m of rows.models) entry(m);
-    const defaultLimit = this.opts.defaultLimit ?? DEFAULT_MAX_CONCURRENT;
-    for (const r of rows.replicas) {
-      const catalogLimit = rows.maxConcurrent?.[r.model];
-      const limit = catalogLimit ?? this.slots.get(r.id) ?? defaultLimit;
-      const target = r.state === 'ready' && r.endpoint ? parseEndpoint(r.id, r.model, r.endpoint, limit) : null;
-      if (target && catalogLimit === undefined && !this.slots.has(r.id)) this.askSlots(target);
-      if (target) entry(r.model).ready.push(target);
-      else
-        entry(r.model).waiting.push({
-          id: r.id,
-          state: r.state,
-          reason:
-            r.reason ??
-            (r.state !== 'ready' ? null : r.endpoint ? `unusable endpoint ${r.endpoint}` : 'no endpoint yet'),
-        });
-    }
+    for (const r of rows.replicas) this.place(entry(r.model), r);
     this.routes = next;
     this.modelOfReplica = new Map(rows.replicas.map((r) => [r.id, r.model]));
-    if (!this.ejections.empty) {
-      // A replica that left the table or moved to another endpoint is no longer judged by its old failures.
-      const endpoints = new Map<string, string>();
-      for (const r of next.values()) for (const rep of r.ready) endpoints.set(rep.id, rep.endpoint);
-      this.ejections.keepOnly(endpoints);
-    }
+    this.cursor = Math.max(this.cursor, rows.cursor ?? 0);
+    this.keepEjectionsRoutable();
     if (this.staleSince !== null) {
       this.log('routing table fresh again: read from the store', {
         level: 'info',
@@ -199,6 +192,117 @@ export class RoutingTable {
       this.staleSince = null;
     }
     this.listener?.refreshed();
+  }
+
+  /** The newest route change (route_changes id) this table holds: a push subscription resumes after it. */
+  get changeCursor(): number {
+    return this.cursor;
+  }
+
+  /**
+   * Applies one pushed route change: one replica added, moved, or removed, or one model's catalog fields — without
+   * reading the store. A change older than the table (seq at or below its cursor) is applied all the same: it carries
+   * the row as it is now, not as it was.
+   */
+  apply(change: RouteChange): void {
+    if (change.kind === 'replica') this.applyReplica(change);
+    else this.applyModel(change.model, change.routing);
+    this.cursor = Math.max(this.cursor, change.seq);
+    this.listener?.refreshed();
+  }
+
+  private applyReplica(c: Extract<RouteChange, { kind: 'replica' }>): void {
+    const before = this.modelOfReplica.get(c.id);
+    if (before !== undefined) {
+      const r = this.routes.get(before);
+      if (r) {
+        // New arrays, not spliced ones: nothing that holds the old array sees it change under it.
+        r.ready = r.ready.filter((x) => x.id !== c.id);
+        r.waiting = r.waiting.filter((x) => x.id !== c.id);
+        if (!this.catalog.has(before) && r.ready.length === 0 && r.waiting.length === 0) this.routes.delete(before);
+      }
+    }
+    // A full read lists no stopped replica; a pushed change leaves the same table as one would.
+    if (!c.replica || c.replica.state === 'stopped') {
+      this.modelOfReplica.delete(c.id);
+      this.slots.delete(c.id);
+    } else {
+      let r = this.routes.get(c.model);
+      if (!r) this.routes.set(c.model, (r = this.newModelRoutes(c.model)));
+      this.place(r, { id: c.id, model: c.model, ...c.replica }, true);
+      this.modelOfReplica.set(c.id, c.model);
+    }
+    this.keepEjectionsRoutable();
+  }
+
+  private applyModel(model: string, routing: ModelRouteFields | null): void {
+    const r = this.routes.get(model);
+    if (!routing) {
+      this.catalog.delete(model);
+      if (!r) return;
+      if (r.ready.length === 0 && r.waiting.length === 0) this.routes.delete(model);
+      else Object.assign(r, { firstByteMs: undefined, noEmbeddings: undefined, routing: resolveRouting(undefined) });
+    } else {
+      this.catalog.set(model, routing);
+      if (!r) {
+        this.routes.set(model, this.newModelRoutes(model));
+        return;
+      }
+      r.firstByteMs = routing.firstByteMs;
+      r.noEmbeddings = routing.noEmbeddings;
+      r.routing = resolveRouting(routing.routing);
+    }
+    for (const rep of r?.ready ?? []) rep.limit = this.limitOf(rep.id, model);
+  }
+
+  /** An empty entry for `model` with its catalog fields, keeping its round-robin cursor. */
+  private newModelRoutes(model: string): ModelRoutes {
+    const c = this.catalog.get(model);
+    // Keep the cursor so a refresh does not send every next request to the first replica.
+    return {
+      ready: [],
+      waiting: [],
+      next: this.routes.get(model)?.next ?? 0,
+      firstByteMs: c?.firstByteMs,
+      noEmbeddings: c?.noEmbeddings,
+      routing: resolveRouting(c?.routing),
+    };
+  }
+
+  /** A replica's limit: the catalog's, else what its engine said, else the default. */
+  private limitOf(id: string, model: string): number {
+    return (
+      this.catalog.get(model)?.maxConcurrent ?? this.slots.get(id) ?? this.opts.defaultLimit ?? DEFAULT_MAX_CONCURRENT
+    );
+  }
+
+  /** Puts one replica row into its model's ready or waiting list (`sorted`: at its place by id, as a full read orders them). */
+  private place(into: ModelRoutes, r: RouteRows['replicas'][number], sorted = false): void {
+    const catalogLimit = this.catalog.get(r.model)?.maxConcurrent;
+    const limit = this.limitOf(r.id, r.model);
+    const target = r.state === 'ready' && r.endpoint ? parseEndpoint(r.id, r.model, r.endpoint, limit) : null;
+    if (target && catalogLimit === undefined && !this.slots.has(r.id)) this.askSlots(target);
+    if (target) {
+      if (!sorted) into.ready.push(target);
+      else into.ready = insertById(into.ready, target);
+      return;
+    }
+    const waiting = {
+      id: r.id,
+      state: r.state,
+      reason:
+        r.reason ?? (r.state !== 'ready' ? null : r.endpoint ? `unusable endpoint ${r.endpoint}` : 'no endpoint yet'),
+    };
+    if (!sorted) into.waiting.push(waiting);
+    else into.waiting = insertById(into.waiting, waiting);
+  }
+
+  /** A replica that left the table or moved to another endpoint is no longer judged by its old failures. */
+  private keepEjectionsRoutable(): void {
+    if (this.ejections.empty) return;
+    const endpoints = new Map<string, string>();
+    for (const r of this.routes.values()) for (const rep of r.ready) endpoints.set(rep.id, rep.endpoint);
+    this.ejections.keepOnly(endpoints);
   }
 
   /** Sets who is told of each ejection (metrics). */

@@ -40,6 +40,11 @@ export interface GatewayServerOptions {
   closeGraceMs?: number;
   /** Per-model request counts and TTFT (the gateway role's, reported to MySQL); none = nothing counted. */
   stats?: ModelStats;
+  /**
+   * What keeps the routing table current (route push: route-push.ts): started instead of the table's own polling
+   * and stopped with the gateway. None: the table re-reads the store every refreshMs.
+   */
+  routeSource?: { start(): Promise<void>; stop(): void };
 }
 
 /** A listening gateway. */
@@ -74,7 +79,8 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
   });
   closeDeadline(app, opts.closeGraceMs);
   const metrics = opts.metrics ? new GatewayMetrics({ routing: opts.routing }) : undefined;
-  await opts.routing.start();
+  const routes = opts.routeSource ?? opts.routing;
+  await routes.start();
   await opts.keys?.start();
   opts.quota?.start();
   await app.register(
@@ -93,7 +99,7 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
     }),
   );
   app.addHook('onClose', async () => {
-    opts.routing.stop();
+    routes.stop();
     opts.keys?.stop();
     await opts.quota?.stop();
   });

@@ -308,4 +308,21 @@ export const MIGRATIONS: Migration[] = [
       )`,
     ],
   },
+  {
+    version: 15,
+    name: 'route changes',
+    statements: [
+      // One row per change of what the gateways route (a replica's state or endpoint; a model's routing fields),
+      // written in the same transaction as the change. Control planes tail it by id and push each change to the
+      // gateways subscribed to them, so a change made through any control plane reaches every gateway
+      // (docs/architecture.md, "Routes pushed"). replica_id NULL: a model change. Rows older than an hour go.
+      `CREATE TABLE route_changes (
+        id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+        at DATETIME(3) NOT NULL,
+        replica_id VARCHAR(160) NULL,
+        model VARCHAR(128) NOT NULL,
+        KEY route_changes_at (at)
+      )`,
+    ],
+  },
 ];

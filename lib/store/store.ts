@@ -1,6 +1,6 @@
 /** The cluster's current state in MySQL: nodes, models, replicas, shards, port leases, events. */
 import type { Pool, RowDataPacket, ResultSetHeader } from 'mysql2/promise';
-import { embeddingRefusal } from '../engines/registry';
+import { MODEL_ROUTING_COLUMNS, modelRouting, RouteChanges, writeWithRouteChange } from './route-changes';
 import type {
   EngineStatus,
   ModelRouting,
@@ -39,6 +39,8 @@ export interface RouteRows {
   noEmbeddings?: Record<string, string>;
   /** The catalog's routing of each model that sets one (unset: least outstanding) */
   routing?: Record<string, ModelRouting>;
+  /** The newest route change (table route_changes) these rows include; changes after it may not be in them */
+  cursor?: number;
 }
 
 const json = <T>(v: unknown): T => (typeof v === 'string' ? (JSON.parse(v) as T) : (v as T));
@@ -64,7 +66,22 @@ export function legacyGpus(rows: (Omit<ShardRow, 'gpus'> & { gpus: number[] | nu
 
 /** Every read and write of cluster state goes through this class. Writes are idempotent. */
 export class Store {
+  private readonly routeListeners = new Set<() => void>();
+
   constructor(readonly pool: Pool) {}
+
+  /**
+   * Calls `fn` after each route change this Store wrote (the control plane's route feed then pushes it at once,
+   * not at its next tail of route_changes); returns the unsubscribe.
+   */
+  onRouteChange(fn: () => void): () => void {
+    this.routeListeners.add(fn);
+    return () => this.routeListeners.delete(fn);
+  }
+
+  private routeChanged(): void {
+    for (const fn of this.routeListeners) fn();
+  }
 
   /** Registers a node or refreshes its inventory; a cordoned node stays cordoned; registered_at is the latest (agent start). */
   async upsertNode(id: NodeId, inventory: NodeInventory): Promise<void> {
@@ -177,17 +194,23 @@ export class Store {
 
   /** Writes a catalog model; `keepDesired` leaves an existing desired count alone (it is changed by scale). */
   async upsertModel(spec: ModelSpec, keepDesired = true): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO models (name, source, desired_replicas, spec, updated_at) VALUES (?, ?, ?, ?, NOW(3))
+    await writeWithRouteChange(this.pool, { replicaId: null, model: spec.name }, (conn) =>
+      conn.query(
+        `INSERT INTO models (name, source, desired_replicas, spec, updated_at) VALUES (?, ?, ?, ?, NOW(3))
        ON DUPLICATE KEY UPDATE source = VALUES(source), spec = VALUES(spec), updated_at = NOW(3)
        ${keepDesired ? '' : ', desired_replicas = VALUES(desired_replicas)'}`,
-      [spec.name, spec.source, spec.replicas, JSON.stringify(spec)],
+        [spec.name, spec.source, spec.replicas, JSON.stringify(spec)],
+      ),
     );
+    this.routeChanged();
   }
 
   /** Forgets a model (removed from the catalog); its replicas' rows stay, stopped, as history. */
   async deleteModel(name: string): Promise<void> {
-    await this.pool.query('DELETE FROM models WHERE name = ?', [name]);
+    await writeWithRouteChange(this.pool, { replicaId: null, model: name }, (conn) =>
+      conn.query('DELETE FROM models WHERE name = ?', [name]),
+    );
+    this.routeChanged();
   }
 
   /** Every model as last applied: the catalog spec recorded (its `replicas` the catalog's count then) and the live desired count. */
@@ -224,12 +247,16 @@ export class Store {
     endpoint?: string | null;
   }): Promise<void> {
     const keepEndpoint = r.endpoint === undefined;
-    await this.pool.query(
-      `INSERT INTO replicas (id, model, profile, state, reason, endpoint, updated_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))
+    // The route change in the same transaction: a gateway is told of every state a reader can see.
+    await writeWithRouteChange(this.pool, { replicaId: r.id, model: r.model }, (conn) =>
+      conn.query(
+        `INSERT INTO replicas (id, model, profile, state, reason, endpoint, updated_at) VALUES (?, ?, ?, ?, ?, ?, NOW(3))
        ON DUPLICATE KEY UPDATE state = VALUES(state), reason = VALUES(reason), profile = VALUES(profile),
          updated_at = NOW(3) ${keepEndpoint ? '' : ', endpoint = VALUES(endpoint)'}`,
-      [r.id, r.model, r.profile, r.state, r.reason ?? null, r.endpoint ?? null],
+        [r.id, r.model, r.profile, r.state, r.reason ?? null, r.endpoint ?? null],
+      ),
     );
+    this.routeChanged();
   }
 
   /** Replicas (optionally of one model) with their shards. */
@@ -347,11 +374,15 @@ export class Store {
     ]);
   }
 
-  /** What the gateway routes by: catalog models (with their first-byte timeouts) and every replica's state. */
+  /**
+   * What the gateway routes by: catalog models (with their first-byte timeouts) and every replica's state, and the
+   * route change cursor they are at least as new as (read first: a change after it is pushed again).
+   */
   async routeRows(): Promise<RouteRows> {
+    const cursor = await new RouteChanges(this.pool).latest();
     // The timeout lives in the model's spec JSON; JSON_EXTRACT reads just it (NULL when the catalog sets none).
     const [models] = await this.pool.query<RowDataPacket[]>(
-      `SELECT name, JSON_EXTRACT(spec, '$.firstByteMs') AS first_byte_ms, JSON_EXTRACT(spec, '$.maxConcurrent') AS max_concurrent, JSON_EXTRACT(spec, '$.profiles') AS profiles, JSON_EXTRACT(spec, '$.routing') AS routing FROM models ORDER BY name`,
+      `SELECT name, ${MODEL_ROUTING_COLUMNS} FROM models ORDER BY name`,
     );
     const [reps] = await this.pool.query<RowDataPacket[]>(
       `SELECT id, model, state, endpoint, reason FROM replicas WHERE state <> 'stopped' ORDER BY id`,
@@ -361,14 +392,12 @@ export class Store {
     const maxConcurrent: Record<string, number> = {};
     const routing: Record<string, ModelRouting> = {};
     for (const m of models) {
-      const r = json<ModelRouting | null>(m.routing);
-      if (r) routing[String(m.name)] = r;
-      if (m.max_concurrent !== null && Number(m.max_concurrent) > 0)
-        maxConcurrent[String(m.name)] = Number(m.max_concurrent);
-      if (m.first_byte_ms !== null && Number(m.first_byte_ms) > 0)
-        firstByteMs[String(m.name)] = Number(m.first_byte_ms);
-      const refusal = embeddingRefusal(json<ModelSpec['profiles'] | null>(m.profiles) ?? []);
-      if (refusal) noEmbeddings[String(m.name)] = refusal;
+      const name = String(m.name);
+      const r = modelRouting(m);
+      if (r.maxConcurrent !== undefined) maxConcurrent[name] = r.maxConcurrent;
+      if (r.firstByteMs !== undefined) firstByteMs[name] = r.firstByteMs;
+      if (r.noEmbeddings !== undefined) noEmbeddings[name] = r.noEmbeddings;
+      if (r.routing) routing[name] = r.routing;
     }
     return {
       models: models.map((m) => String(m.name)),
@@ -377,6 +406,7 @@ export class Store {
       maxConcurrent,
       noEmbeddings,
       routing,
+      cursor,
     };
   }
 
