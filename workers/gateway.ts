@@ -34,7 +34,7 @@ export interface GatewayRole {
 export async function startGatewayRole(opts: { config: ServerConfig; log?: GatewayLog }): Promise<GatewayRole> {
   const { config, log } = opts;
   const { gateway } = config;
-  const pool = await openConfiguredDatabase(config.mysql);
+  const pool = await openConfiguredDatabase(config.mysql, 'gateway');
   const store = new Store(pool);
   const routing = new RoutingTable(() => store.routeRows(), {
     refreshMs: gateway.refreshMs,
