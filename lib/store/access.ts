@@ -33,6 +33,8 @@ const CERT_CODES = new Set([
   'CERT_SIGNATURE_FAILURE',
   'ERR_TLS_CERT_ALTNAME_INVALID',
   'HANDSHAKE_NO_SSL_SUPPORT',
+  // mysql2's wrapper of any failure of its TLS upgrade; the message is node's
+  'HANDSHAKE_SSL_ERROR',
   'ERR_SSL_WRONG_VERSION_NUMBER',
   'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA',
   'ERR_SSL_SSLV3_ALERT_BAD_CERTIFICATE',
@@ -57,8 +59,9 @@ export function parseDenial(message: string): { privilege: string; table: string
 
 /** MySQL's refusal as an llmgw error naming the fix; any other error is returned as it is. */
 export function translateMysqlError(err: unknown, c: AccessContext): unknown {
+  // Not instanceof Error: node's TLS errors come from another realm under Jest.
   const e = err as MysqlError;
-  if (!(e instanceof Error) || (e as { code?: unknown }).code === undefined) return err;
+  if (typeof err !== 'object' || err === null || e.code === undefined || typeof e.message !== 'string') return err;
   const code = String(e.code);
   const where = `${c.host}:${c.port}`;
   if (code === 'ER_TABLEACCESS_DENIED_ERROR' || code === 'ER_COLUMNACCESS_DENIED_ERROR') {
@@ -77,17 +80,21 @@ export function translateMysqlError(err: unknown, c: AccessContext): unknown {
       `MySQL refused user ${c.user} at ${where}: ${e.message} (${code}); llmgw's roles need only the grants ${grantsCommand(c)} prints`,
       { mysqlCode: code, user: c.user, database: c.database, role: c.role ?? null },
     );
-  if (code === 'ER_ACCESS_DENIED_ERROR' || code === 'ER_ACCESS_DENIED_NO_PASSWORD_ERROR')
-    return new LlmgwError(
-      'LLMGW_MYSQL_LOGIN_REFUSED',
-      `MySQL at ${where} refused the login of user ${c.user} (${code}: ${e.message}): check the user and password in server.yaml's mysql.url; a new user is made by the statements ${grantsCommand(c)} prints`,
-      { mysqlCode: code, user: c.user, host: c.host, port: c.port },
-    );
-  if (code === 'ER_SECURE_TRANSPORT_REQUIRED' || /insecure transport|secure transport/i.test(e.message))
+  if (code === 'ER_SECURE_TRANSPORT_REQUIRED' || /insecure transport/i.test(e.message))
     return new LlmgwError(
       'LLMGW_MYSQL_TLS_REQUIRED',
       `MySQL at ${where} accepts TLS connections only (${code}: ${e.message}), and server.yaml's mysql.tls is not set: add mysql.tls: { ca: /path/to/the MySQL server's CA certificate } (cert and key too if the user must present one; serverName when the server's certificate names another host)`,
       { mysqlCode: code, host: c.host, port: c.port },
+    );
+  if (code === 'ER_ACCESS_DENIED_ERROR' || code === 'ER_ACCESS_DENIED_NO_PASSWORD_ERROR')
+    return new LlmgwError(
+      'LLMGW_MYSQL_LOGIN_REFUSED',
+      `MySQL at ${where} refused the login of user ${c.user} (${code}: ${e.message}): check the user and password in server.yaml's mysql.url; a new user is made by the statements ${grantsCommand(c)} prints${
+        c.tls
+          ? ''
+          : ". If the server accepts TLS connections only, set mysql.tls: { ca: FILE } (MariaDB's require_secure_transport and a user REQUIRE SSL refuse a plain login this way)"
+      }`,
+      { mysqlCode: code, user: c.user, host: c.host, port: c.port },
     );
   if (CERT_CODES.has(code) || (c.tls && /^ERR_SSL_|^ERR_TLS_/.test(code)))
     return new LlmgwError(
