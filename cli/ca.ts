@@ -153,7 +153,7 @@ async function withOperations<T>(
   fn: (ops: CaOperations) => Promise<T>,
 ): Promise<T> {
   const mysqlConfig = values['mysql-url'] ? { url: values['mysql-url'] } : loadServerConfig(values.config).mysql;
-  const pool = await openConfiguredDatabase(mysqlConfig);
+  const pool = await openConfiguredDatabase(mysqlConfig, 'caWorker');
   try {
     return await fn(createCaOperations({ caDir: values.dir ?? DEFAULT_CA_DIR, store: new Store(pool) }));
   } finally {

@@ -1,7 +1,8 @@
-/** `llmgw db migrate | status`: the MySQL schema as a step of its own (server.yaml's mysql.autoMigrate: false). */
+/** `llmgw db migrate | status | grants`: the MySQL schema as a step of its own, and each role's MySQL user. */
 import { loadServerConfig } from '../config/load';
 import { MIGRATIONS } from '../lib/store/migrations';
 import { parse, UsageError } from './args';
+import { dbGrants } from './db-grants';
 
 const USAGE = `
 llmgw db COMMAND [--config FILE]
@@ -9,6 +10,9 @@ llmgw db COMMAND [--config FILE]
   llmgw db migrate    apply the migrations the database lacks (under a lock: safe from several hosts at once),
                       printing each; refuses a schema a newer llmgw made (LLMGW_SCHEMA_AHEAD)
   llmgw db status     the schema's version beside this llmgw's, and the migrations missing or unknown here
+  llmgw db grants ROLE
+                      the CREATE USER and GRANT statements of ROLE's MySQL user, only the privileges it uses
+                      (llmgw db grants --help)
 
 Every role migrates at start unless server.yaml says mysql.autoMigrate: false; then this is the upgrade's first
 step (before the control planes, gateways and agents of the new version start), and a role started on an older
@@ -24,6 +28,9 @@ export async function dbCommand(
   argv: string[],
   out: (s: string) => void = (s) => process.stdout.write(s),
 ): Promise<void> {
+  // grants has options of its own (and its own --help): it takes the rest of the line.
+  const first = argv.findIndex((a, i) => !a.startsWith('-') && argv[i - 1] !== '--config');
+  if (argv[first] === 'grants') return dbGrants([...argv.slice(0, first), ...argv.slice(first + 1)], out);
   const { values, positionals } = parse(argv, {
     usage: USAGE,
     allowPositionals: true,
@@ -38,7 +45,12 @@ export async function dbCommand(
   // eslint-disable-next-line @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports
   const db = require('../lib/store/db') as typeof import('../lib/store/db');
   // Opened without migrating or checking: status shows a schema behind or ahead; migrate checks it under its lock.
-  const reader = await db.openDatabase(config.mysql.url, { migrate: false, check: false });
+  const reader = await db.openDatabase(config.mysql.url, {
+    migrate: false,
+    check: false,
+    tls: config.mysql.tls ?? null,
+    ...(verb === 'migrate' ? { role: 'migrate' as const } : {}),
+  });
   try {
     const before = db.schemaState(await db.appliedVersions(reader));
     let applied: number[] = [];

@@ -7,7 +7,7 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
   llmgw cluster          bring up the local cluster (Temporal, control plane, gateway, 3 sim nodes)
   llmgw ctl COMMAND      nodes | replicas | deploy | scale | drain | uncordon …  (llmgw ctl --help)
   llmgw ca COMMAND       the cluster CA: init | issue | issue-server | crl   (llmgw ca --help)
-  llmgw db COMMAND       the MySQL schema: migrate | status   (llmgw db --help)
+  llmgw db COMMAND       the MySQL schema and users: migrate | status | grants ROLE   (llmgw db --help)
   llmgw init ROLE        write a role's commented server.yaml and check what it reaches (llmgw init --help)
   llmgw control-plane    run the control plane API and the control worker
   llmgw ca-worker        run the llmgw-ca worker beside the CA key (llmgw ca-worker --help)

@@ -22,6 +22,7 @@ export const DEFAULT_CONFIG: ServerConfig = freezeAll<ServerConfig>({
   mysql: {
     url: 'mysql://root@127.0.0.1:3306/llmgw',
     autoMigrate: true,
+    tls: null,
   },
   listeners: {
     controlPlane: { host: '127.0.0.1', port: 7443 },

@@ -12,7 +12,14 @@ import {
   type Profile,
 } from '../lib/types';
 import { DEFAULT_CONFIG } from './defaults';
-import { METRICS_ROLES, type Listener, type MetricsListener, type MetricsRole, type ServerConfig } from './types';
+import {
+  METRICS_ROLES,
+  type Listener,
+  type MetricsListener,
+  type MetricsRole,
+  type MysqlTls,
+  type ServerConfig,
+} from './types';
 import { Checker, isObj, quote, suggest, type Obj, type RawIssue, type Rule, type Seg } from './check';
 import { classifySource, SHA256_RE } from '../lib/weights/source';
 
@@ -245,7 +252,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
     ],
   );
   const t = c.sub(root, ['temporal'], ['address', 'namespace', 'uiUrl', 'tls', 'apiKeyFile']);
-  const m = c.sub(root, ['mysql'], ['url', 'autoMigrate']);
+  const m = c.sub(root, ['mysql'], ['url', 'autoMigrate', 'tls']);
   const l = c.sub(root, ['listeners'], ['controlPlane', 'gateway', 'temporalDoor']);
   const p = c.sub(root, ['enginePorts'], ['base', 'count']);
   const g = c.sub(
@@ -266,6 +273,7 @@ function checkConfig(c: Checker, raw: unknown): ServerConfig {
     mysql: {
       url: c.str(m, ['mysql', 'url'], 'mysql://root@127.0.0.1:3306/llmgw', mysqlUrlRule),
       autoMigrate: m?.autoMigrate === undefined ? true : c.bool(m, ['mysql', 'autoMigrate']),
+      tls: checkMysqlTls(c, m?.tls),
     },
     listeners: {
       controlPlane: checkListener(c, l, 'controlPlane', 7443),
@@ -347,6 +355,26 @@ function checkTemporalCredentials(
       'add temporal.tls (tls: {} trusts the system CAs, as Temporal Cloud needs; or give tls.ca)',
     );
   return { tls, apiKeyFile };
+}
+
+/** mysql.tls: null or absent (no TLS), or { ca, cert?, key?, serverName? } with cert and key given together. */
+function checkMysqlTls(c: Checker, raw: unknown): MysqlTls | null {
+  if (raw === undefined || raw === null) return null;
+  const at = (k: string): Seg[] => ['mysql', 'tls', k];
+  const o = c.obj(raw, ['mysql', 'tls'], ['ca', 'cert', 'key', 'serverName']);
+  const tls: MysqlTls = { ca: c.str(o, at('ca'), '/etc/llmgw/mysql-ca.pem', pathRule) };
+  if (o?.cert !== undefined && o.cert !== null)
+    tls.cert = c.str(o, at('cert'), '/etc/llmgw/mysql-client.crt', pathRule);
+  if (o?.key !== undefined && o.key !== null) tls.key = c.str(o, at('key'), '/etc/llmgw/mysql-client.key', pathRule);
+  if (o?.serverName !== undefined && o.serverName !== null)
+    tls.serverName = c.str(o, at('serverName'), 'mysql.example.net', wordRule);
+  if (o && Boolean(tls.cert) !== Boolean(tls.key))
+    c.add(
+      at(tls.cert ? 'key' : 'cert'),
+      `is missing while mysql.tls.${tls.cert ? 'cert' : 'key'} is set`,
+      'give the client certificate and its key together, or neither (a user without REQUIRE X509 needs none)',
+    );
+  return tls;
 }
 
 const PROXMOX_KEYS = [

@@ -30,6 +30,17 @@ export interface TemporalTls {
   serverName: string | null;
 }
 
+/** server.yaml's mysql.tls: PEM file paths (relative ones from the working directory). */
+export interface MysqlTls {
+  /** the CA that signed the MySQL server's certificate */
+  ca: string;
+  /** a client certificate and its key, for a user created REQUIRE X509 (both or neither) */
+  cert?: string;
+  key?: string;
+  /** the name the server's certificate must hold, when it is not mysql.url's host (an address, say) */
+  serverName?: string;
+}
+
 export interface ServerConfig {
   temporal: {
     /** host:port of the Temporal frontend */
@@ -50,6 +61,8 @@ export interface ServerConfig {
      * and a role refuses to start on a schema behind its own, naming the command.
      */
     autoMigrate?: boolean;
+    /** TLS to MySQL, the server verified by `ca`; null or absent: plain TCP (docs/operations.md, "MySQL users and TLS") */
+    tls?: MysqlTls | null;
   };
   listeners: {
     controlPlane: Listener;

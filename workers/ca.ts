@@ -33,7 +33,7 @@ export interface CaWorker {
 /** Starts the CA worker; resolves once the CA loaded, a first CRL is written and the worker polls. */
 export async function startCaWorker(opts: CaWorkerOptions): Promise<CaWorker> {
   const log = opts.log ?? ((): void => undefined);
-  const pool = await openConfiguredDatabase(opts.config.mysql);
+  const pool = await openConfiguredDatabase(opts.config.mysql, 'caWorker');
   const deps = {
     caDir: opts.caDir,
     store: new Store(pool),

@@ -86,7 +86,7 @@ function routePush(config: ServerConfig, routing: RoutingTable, log: GatewayLog 
 export async function startGatewayRole(opts: { config: ServerConfig; log?: GatewayLog }): Promise<GatewayRole> {
   const { config, log } = opts;
   const { gateway } = config;
-  const pool = await openConfiguredDatabase(config.mysql);
+  const pool = await openConfiguredDatabase(config.mysql, 'gateway');
   const store = new Store(pool);
   const routing = new RoutingTable(() => store.routeRows(), {
     refreshMs: gateway.refreshMs,

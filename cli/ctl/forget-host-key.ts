@@ -18,7 +18,7 @@ export async function forgetHostKey(
   const { openConfiguredDatabase } = require('../../lib/store/db') as typeof import('../../lib/store/db');
   const { HostKeyStore } = require('../../lib/store/host-keys') as typeof import('../../lib/store/host-keys');
   /* eslint-enable @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports */
-  const pool = await openConfiguredDatabase(config.mysql);
+  const pool = await openConfiguredDatabase(config.mysql, 'controlPlane');
   try {
     const keys = new HostKeyStore(pool);
     const known = await keys.list(nodeId);

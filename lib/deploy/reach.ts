@@ -57,7 +57,7 @@ async function temporalReach(config: ServerConfig, timeoutMs: number): Promise<R
 async function mysqlReach(config: ServerConfig, timeoutMs: number): Promise<Reach> {
   // The driver is loaded here: a role that reads no MySQL never loads it.
   // eslint-disable-next-line @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports
-  const { parseMysqlUrl } = require('../store/db') as typeof import('../store/db');
+  const { parseMysqlUrl, tlsOptions } = require('../store/db') as typeof import('../store/db');
   // eslint-disable-next-line @typescript-eslint/no-require-imports, @typescript-eslint/consistent-type-imports
   const mysql = require('mysql2/promise') as typeof import('mysql2/promise');
   const { options, database } = parseMysqlUrl(config.mysql.url);
@@ -72,7 +72,9 @@ async function mysqlReach(config: ServerConfig, timeoutMs: number): Promise<Reac
       fix: `check that MySQL listens at ${options.host}:${options.port} ${FIREWALL}`,
     };
   try {
-    const c = await mysql.createConnection({ ...options, database, connectTimeout: timeoutMs });
+    // Over TLS as the role connects when mysql.tls is set (a server with require_secure_transport refuses plain TCP).
+    const tls = config.mysql.tls ? tlsOptions(config.mysql.tls, options.host as string, options.port as number) : {};
+    const c = await mysql.createConnection({ ...options, database, connectTimeout: timeoutMs, ...tls });
     await c.query('SELECT 1');
     await c.end();
     return { ...base, ok: true, detail: `logged in as ${options.user}`, fix: '' };

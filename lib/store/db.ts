@@ -1,6 +1,11 @@
-/** Opening the MySQL pool and applying migrations, safely when several processes start at once. */
+/** Opening the MySQL pool (over TLS when configured) and applying migrations, safely when several processes start at once. */
+import { readFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import mysql from 'mysql2/promise';
+import type { MysqlTls } from '../../config/types';
 import { LlmgwError } from '../errors';
+import { explainRefusals, translateMysqlError, type AccessContext } from './access';
+import type { DbRole } from './grants';
 import { MIGRATIONS } from './migrations';
 
 /** The schema version this llmgw is built for: its newest migration. */
@@ -15,6 +20,10 @@ export interface OpenDatabaseOptions {
   migrate?: boolean;
   /** false with migrate: false: neither migrate nor check (`llmgw db status` shows a schema whatever it is) */
   check?: boolean;
+  /** server.yaml's mysql.tls: verify the server by this CA (and present cert/key); null or absent: no TLS */
+  tls?: MysqlTls | null;
+  /** the role connecting, named by a refused statement's error (which `llmgw db grants ROLE` to run) */
+  role?: DbRole;
 }
 
 /** Splits a mysql:// URL into connection options and the database name. */
@@ -34,20 +43,74 @@ export function parseMysqlUrl(url: string): { options: mysql.PoolOptions; databa
   };
 }
 
+/** Reads one PEM file named by mysql.tls; a missing one names the key and the fix. */
+function readTlsFile(key: keyof MysqlTls, file: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (err) {
+    throw new LlmgwError(
+      'LLMGW_CONFIG_INVALID',
+      `mysql.tls.${key}: cannot read ${file} (${(err as NodeJS.ErrnoException).code ?? String(err)}); give the path of a PEM file this process may read`,
+      { key: `mysql.tls.${key}`, file },
+    );
+  }
+}
+
+/**
+ * mysql2's options for TLS as mysql.tls says: the server's certificate verified by the CA and for the host (never
+ * rejectUnauthorized: false). mysql2 checks the name it connects to, so for serverName it is told to connect to that
+ * name while the socket goes to the real host.
+ */
+export function tlsOptions(tls: MysqlTls, host: string, port: number): Partial<mysql.PoolOptions> {
+  const ssl = {
+    ca: readTlsFile('ca', tls.ca),
+    ...(tls.cert ? { cert: readTlsFile('cert', tls.cert) } : {}),
+    ...(tls.key ? { key: readTlsFile('key', tls.key) } : {}),
+    rejectUnauthorized: true,
+    verifyIdentity: true,
+  };
+  if (!tls.serverName || tls.serverName === host) return { ssl };
+  return { ssl, host: tls.serverName, stream: () => connect({ host, port }) };
+}
+
 /** Opens a pool on the database (creating it when missing) and brings its schema up to date, or checks it. */
 export async function openDatabase(url: string, o: OpenDatabaseOptions = {}): Promise<mysql.Pool> {
   const { options, database } = parseMysqlUrl(url);
-  const admin = await mysql.createConnection(options).catch((err: Error) => {
+  const host = options.host ?? '127.0.0.1';
+  const port = options.port ?? 3306;
+  const context: AccessContext = {
+    ...(o.role ? { role: o.role } : {}),
+    user: options.user ?? 'root',
+    host,
+    port,
+    database,
+    tls: Boolean(o.tls),
+  };
+  const connectOptions = { ...options, ...(o.tls ? tlsOptions(o.tls, host, port) : {}) };
+  const admin = await mysql.createConnection(connectOptions).catch((err: Error) => {
+    const explained = translateMysqlError(err, context);
+    if (explained !== err) throw explained;
     throw new Error(
-      `cannot connect to MySQL at ${options.host}:${options.port} (${err.message}): is MariaDB running? check mysql.url in server.yaml`,
+      `cannot connect to MySQL at ${host}:${port} (${err.message}): is MariaDB running? check mysql.url in server.yaml`,
     );
   });
   try {
-    await admin.query(`CREATE DATABASE IF NOT EXISTS \`${database.replace(/`/g, '')}\``);
+    // A role's user may not CREATE DATABASE, even IF NOT EXISTS: made only when this user cannot see it.
+    const [found] = await admin.query<mysql.RowDataPacket[]>(
+      'SELECT SCHEMA_NAME FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?',
+      [database],
+    );
+    if (!found.length)
+      await admin.query(`CREATE DATABASE IF NOT EXISTS \`${database.replace(/`/g, '')}\``).catch((err: unknown) => {
+        throw translateMysqlError(err, context);
+      });
   } finally {
     await admin.end();
   }
-  const pool = mysql.createPool({ ...options, database, connectionLimit: 8, timezone: 'Z', dateStrings: false });
+  const pool = explainRefusals(
+    mysql.createPool({ ...connectOptions, database, connectionLimit: 8, timezone: 'Z', dateStrings: false }),
+    context,
+  );
   try {
     if (o.migrate ?? true) await migrate(pool);
     else if (o.check ?? true) checkSchema(await appliedVersions(pool));
@@ -59,8 +122,15 @@ export async function openDatabase(url: string, o: OpenDatabaseOptions = {}): Pr
 }
 
 /** Opens server.yaml's database as every role and command does: migrating unless `mysql.autoMigrate` is false. */
-export function openConfiguredDatabase(section: { url: string; autoMigrate?: boolean }): Promise<mysql.Pool> {
-  return openDatabase(section.url, { migrate: section.autoMigrate !== false });
+export function openConfiguredDatabase(
+  section: { url: string; autoMigrate?: boolean; tls?: MysqlTls | null },
+  role?: DbRole,
+): Promise<mysql.Pool> {
+  return openDatabase(section.url, {
+    migrate: section.autoMigrate !== false,
+    tls: section.tls ?? null,
+    ...(role ? { role } : {}),
+  });
 }
 
 /** The migrations applied to the database (none when it was never migrated). */
@@ -103,6 +173,12 @@ export function checkSchema(applied: Set<number>, o: { behindIsError?: boolean }
 
 /** Applies pending migrations under a named lock so two processes never apply the same one. */
 export async function migrate(pool: mysql.Pool): Promise<number> {
+  // Up to date: nothing to lock or create, so a role's user (no DDL grants) starts with autoMigrate on too.
+  const seen = await appliedVersions(pool);
+  if (seen.size && !schemaState(seen).missing.length) {
+    checkSchema(seen);
+    return 0;
+  }
   const conn = await pool.getConnection();
   try {
     const [lockRows] = await conn.query<mysql.RowDataPacket[]>(`SELECT GET_LOCK('llmgw_migrate', 60) AS got`);

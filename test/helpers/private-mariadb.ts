@@ -3,7 +3,7 @@
  * (a MySQL outage) without touching the machine's shared server. Root with an empty password, loopback only.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createConnection } from 'mysql2/promise';
 import { stopProcess } from '../../lib/process';
@@ -24,8 +24,20 @@ export interface PrivateMariadb {
 
 const MARIADBD = ['/usr/sbin/mariadbd', '/usr/sbin/mysqld'].find((p) => existsSync(p)) ?? 'mariadbd';
 
+/** A private server's TLS: PEM files; with `require`, plain TCP connections are refused (require_secure_transport). */
+export interface PrivateMariadbTls {
+  ca: string;
+  cert: string;
+  key: string;
+  require?: boolean;
+}
+
 /** Initialises a datadir under `dir` and starts a server on a free port; `database` is created. */
-export async function startPrivateMariadb(dir: string, database = 'llmgw'): Promise<PrivateMariadb> {
+export async function startPrivateMariadb(
+  dir: string,
+  database = 'llmgw',
+  o: { tls?: PrivateMariadbTls } = {},
+): Promise<PrivateMariadb> {
   const datadir = join(dir, 'data');
   mkdirSync(dir, { recursive: true });
   const user = process.getuid?.() === 0 ? 'root' : (process.env.USER ?? 'root');
@@ -56,12 +68,19 @@ export async function startPrivateMariadb(dir: string, database = 'llmgw'): Prom
         `--user=${user}`,
         '--skip-log-bin',
         '--innodb-buffer-pool-size=32M',
+        ...(o.tls ? [`--ssl-ca=${o.tls.ca}`, `--ssl-cert=${o.tls.cert}`, `--ssl-key=${o.tls.key}`] : []),
+        ...(o.tls?.require ? ['--require-secure-transport=ON'] : []),
       ],
       { stdio: 'ignore' },
     );
     await waitFor(
       async () => {
-        const c = await createConnection({ host: '127.0.0.1', port, user: 'root' });
+        const c = await createConnection({
+          host: '127.0.0.1',
+          port,
+          user: 'root',
+          ...(o.tls ? { ssl: { ca: readFileSync(o.tls.ca, 'utf8') } } : {}),
+        });
         await c.query(`CREATE DATABASE IF NOT EXISTS \`${database}\``);
         await c.end();
         return true;

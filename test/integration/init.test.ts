@@ -97,7 +97,7 @@ describe('llmgw init ROLE', () => {
       ]);
       expect({ code: filled.code, stderr: filled.stderr }).toEqual({ code: 0, stderr: '' });
       const config = loadServerConfig(file);
-      if (ROLE_READS[role].mysql) expect(config.mysql).toEqual({ url: REAL_MYSQL, autoMigrate: false });
+      if (ROLE_READS[role].mysql) expect(config.mysql).toEqual({ url: REAL_MYSQL, autoMigrate: false, tls: null });
       if (ROLE_READS[role].temporal) {
         expect(config.temporal.address).toBe(`127.0.0.1:${closed}`);
         expect(filled.stdout).toMatch(

@@ -18,7 +18,11 @@ describe('llmgw --help', () => {
     [['ctl', '--help'], /engine-check ENGINE/],
     [['ctl', 'engine-check', '--help'], /--help-output FILE[\s\S]*word boundary[\s\S]*--bin PATH/],
     [['ca', '--help'], /issue --node ID/],
-    [['db', '--help'], /migrate[\s\S]*status[\s\S]*mysql.autoMigrate: false/],
+    [['db', '--help'], /migrate[\s\S]*status[\s\S]*grants ROLE[\s\S]*mysql.autoMigrate: false/],
+    [
+      ['db', 'grants', '--help'],
+      /controlPlane[\s\S]*proxmoxWorker[\s\S]*migrate user first[\s\S]*--host HOST[\s\S]*--password-file/,
+    ],
     [
       ['init', '--help'],
       /control-plane, gateway, ca-worker, proxmox-worker[\s\S]*REQUIRED[\s\S]*--force[\s\S]*--check FILE/,

@@ -111,7 +111,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     },
   );
   const client = new Client({ connection, namespace: config.temporal.namespace });
-  const pool = await openConfiguredDatabase(config.mysql);
+  const pool = await openConfiguredDatabase(config.mysql, 'controlPlane');
   const store = new Store(pool);
   const metrics = config.metrics.controlPlane ? controlMetrics({ pool, client, log: plainLog }) : null;
   // The same log, counting the registration refusals it reports when metrics are on.
