@@ -109,7 +109,9 @@ export async function simFleetCommand(argv: string[]): Promise<void> {
   const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
   const caFile = caPaths(caDir).cert;
   if (!existsSync(caFile))
-    throw new UsageError(`--ca-dir ${caDir} holds no CA (${caFile} is missing): make one with llmgw ca init, or pass --ca-dir`);
+    throw new UsageError(
+      `--ca-dir ${caDir} holds no CA (${caFile} is missing): make one with llmgw ca init, or pass --ca-dir`,
+    );
   const stateDir = resolve(values['state-dir'] ?? '.llmgw/sim-fleet');
   await runRole('sim-fleet', async (log) => {
     const caPem = readFileSync(caFile, 'utf8');
@@ -127,7 +129,9 @@ export async function simFleetCommand(argv: string[]): Promise<void> {
       dir: join(stateDir, 'nodes'),
       parallel,
       log,
-      ...(values.verbose ? { nodeLog: (node: string, msg: string, f?: Record<string, unknown>) => log(msg, { node, ...f }) } : {}),
+      ...(values.verbose
+        ? { nodeLog: (node: string, msg: string, f?: Record<string, unknown>) => log(msg, { node, ...f }) }
+        : {}),
     }).finally(() => pool.end());
     if (perNode > 0) {
       const catalog = fleetCatalog(nodes * perNode);

@@ -110,8 +110,13 @@ export function createNodeActivities(deps: NodeDeps) {
   const gpuLockDir = deps.gpuLockDir ?? join(stateDir, 'gpu-locks');
   const shimArgv = deps.shimArgv ?? engineShimArgv();
   const supervised = deps.supervised ?? new Set<string>();
-  const { find: findEngine, launch: launchEngine, watch: watchEngine, stop: stopEngine, liveness } =
-    deps.processes ?? ENGINE_PROCESSES;
+  const {
+    find: findEngine,
+    launch: launchEngine,
+    watch: watchEngine,
+    stop: stopEngine,
+    liveness,
+  } = deps.processes ?? ENGINE_PROCESSES;
   // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
   // that is still winding down, and the earlier one must then leave the engine (and the key) alone.
   const claims = new Map<string, object>();

@@ -88,7 +88,7 @@ export async function startSimFleet(o: SimFleetOptions): Promise<SimFleet> {
       if (f?.level === 'warn' || f?.level === 'error') o.log(msg, { node, ...f });
     });
 
-  const startOne = async (k: number): Promise<void> => {
+  const startOne = async (k: number, cert: { certPem: string; keyPem: string }): Promise<void> => {
     const i = first + k;
     const id = ids[k] as string;
     const dir = join(o.dir, id);
@@ -102,7 +102,6 @@ export async function startSimFleet(o: SimFleetOptions): Promise<SimFleet> {
     const sminfo = wrapper(join(dir, 'sminfo'), 'sminfo', {
       FAKE_SMINFO_GUID: `0x98039b0300${(0x9fa1c0 + (i % Math.max(1, o.fabrics))).toString(16)}`,
     });
-    const cert = await o.certificate(id);
     const agent = await startAgent({
       nodeId: parseNodeId(id),
       server: o.servers,
@@ -124,18 +123,27 @@ export async function startSimFleet(o: SimFleetOptions): Promise<SimFleet> {
     else agents.push(agent);
   };
 
-  let next = 0;
-  const runner = async (): Promise<void> => {
-    while (next < o.nodes && !closing) await startOne(next++);
-  };
   const t0 = Date.now();
-  try {
-    await Promise.all(Array.from({ length: Math.min(o.parallel ?? 16, o.nodes) }, runner));
-  } catch (err) {
-    closing = true;
+  // Certificates first, one at a time: each is an RSA key generated synchronously, and sixteen at once held the
+  // event loop long enough for the agents' own connections (MySQL, TLS) to time out.
+  const certs: { certPem: string; keyPem: string }[] = [];
+  for (const id of ids) certs.push(await o.certificate(id));
+  let next = 0;
+  let failed: unknown = null;
+  const runner = async (): Promise<void> => {
+    while (next < o.nodes && !closing) {
+      const k = next++;
+      await startOne(k, certs[k] as { certPem: string; keyPem: string }).catch((err: unknown) => {
+        failed ??= err;
+        closing = true;
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(o.parallel ?? 16, o.nodes) }, runner));
+  if (failed) {
     await Promise.all(agents.map((a) => a.close().catch(() => undefined)));
     await engines.closeAll();
-    throw err;
+    throw failed;
   }
   o.log('fleet registered', { nodes: o.nodes, first: ids[0], last: ids.at(-1), seconds: (Date.now() - t0) / 1000 });
   return {
@@ -143,7 +151,9 @@ export async function startSimFleet(o: SimFleetOptions): Promise<SimFleet> {
     engines,
     async close() {
       closing = true;
-      await Promise.all(agents.map((a) => a.close().catch((err: Error) => o.log('agent close failed', { error: err.message }))));
+      await Promise.all(
+        agents.map((a) => a.close().catch((err: Error) => o.log('agent close failed', { error: err.message }))),
+      );
       await engines.closeAll();
     },
   };
