@@ -303,6 +303,8 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
       );
     row.drain = drained ? (Date.now() - td) / 1000 : null;
     say(`  drain of ${fleetNodeId(0)}: ${row.drain} s`);
+    // Back in service, so the loss below has room to rebuild into (one free GPU per node would not hold all of it).
+    await store.setNodeState(fleetNodeId(0), 'ready');
 
     // A node's loss: the victim's process is killed; timed until every replica it held serves elsewhere.
     const victimId = fleetNodeId(n - 1);
@@ -339,7 +341,7 @@ function table(rows: Row[]): string {
   const comps = ['control plane', 'Temporal', 'MySQL', 'gateway', 'fleet'];
   const lines = [
     `| nodes | replicas | ${comps.map((c) => `${c} CPU s/s`).join(' | ')} | ${comps.map((c) => `${c} RSS MiB`).join(' | ')} | Temporal req/s | MySQL q/s | register s | deploy s | placement s | drain s | loss → rebuilt s |`,
-    `|${' --- |'.repeat(7 + 2 * comps.length + 5)}`,
+    `|${' --- |'.repeat(9 + 2 * comps.length)}`,
   ];
   for (const r of rows) {
     const trps = Object.values(r.temporalRps).reduce((a, b) => a + b, 0);
