@@ -224,7 +224,7 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     const readyCount = async (): Promise<number> =>
       (await store.listReplicas()).filter((r) => r.state === 'ready').length;
     let last = 0;
-    const allReady = await waitUntil(`${replicas} replicas ready`, 120_000 + replicas * 200, async () => {
+    const allReady = await waitUntil(`${replicas} replicas ready`, 120_000 + replicas * 600, async () => {
       const c = await readyCount();
       if (c !== last && Math.floor(c / 250) !== Math.floor(last / 250)) say(`    ${c} of ${replicas} ready`);
       last = c;
