@@ -19,6 +19,7 @@ llmgw — a self-hosted LLM inference cluster behind one OpenAI-compatible gatew
   llmgw agent            run the node agent (llmgw agent --help)
   llmgw doctor           check what this node lacks before it joins (llmgw doctor --help)
   llmgw sim-engine       run the simulated inference engine
+  llmgw sim-fleet        many simulated nodes in one process, each a real agent (llmgw sim-fleet --help)
   llmgw bench URL        load any OpenAI-compatible URL: TTFT, ITL, req/s, tokens/s, goodput (llmgw bench --help)
   llmgw version
 
@@ -37,6 +38,7 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   gateway: async () => (require('./gateway') as typeof import('./gateway')).gatewayCommand,
   agent: async () => (require('./agent') as typeof import('./agent')).agentCommand,
   doctor: async () => (argv) => (require('./doctor') as typeof import('./doctor')).doctorCommand(argv),
+  'sim-fleet': async () => (require('./sim-fleet') as typeof import('./sim-fleet')).simFleetCommand,
   'sim-engine': async () => (require('./sim-engine') as typeof import('./sim-engine')).main,
   bench: async () => (require('./bench') as typeof import('./bench')).benchCommand,
   'onboard-node': async () => (argv) => (require('./onboard') as typeof import('./onboard')).onboardNodeCommand(argv),

@@ -1,7 +1,7 @@
 /** The sim engine process: `sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP`. */
-import { parseArgs } from 'node:util';
 import { SIM_ENGINE_VERSION } from '../lib/engines/sim';
 import { visibleDevices } from '../lib/sim/gpu-locks';
+import { parseSimArgv } from '../lib/sim/argv';
 import { DEFAULT_PREFIX_CACHE_TOKENS, startSimEngine, type SimOptions } from '../lib/sim/server';
 
 const USAGE = `usage: sim-engine --model M --host H --port P --rank R --world W --dist-host DH --dist-port DP [--tokens-per-second N]
@@ -19,80 +19,9 @@ const USAGE = `usage: sim-engine --model M --host H --port P --rank R --world W 
   the queue and the cache as vLLM does (vllm:num_requests_waiting, vllm:gpu_cache_usage_perc, ...).
   Exit codes: 0 stopped, 1 failed to start, 2 bad flags, 3 group broken.`;
 
-const FLAGS = [
-  'model',
-  'host',
-  'port',
-  'rank',
-  'world',
-  'dist-host',
-  'dist-port',
-  'tokens-per-second',
-  'gpu-lock-dir',
-  'slots',
-  'prefix-cache-tokens',
-  'prefill-tokens-per-second',
-] as const;
-
 /** One JSON line per event on stderr. */
 const line = (msg: string, fields?: Record<string, unknown>): void =>
   void process.stderr.write(`${JSON.stringify({ t: new Date().toISOString(), c: 'sim-engine', msg, ...fields })}\n`);
-
-class UsageError extends Error {}
-
-/** Parses argv into engine options; throws a UsageError naming the bad flag. */
-export function parseSimArgv(argv: string[]): Omit<SimOptions, 'log'> {
-  let v: Partial<Record<(typeof FLAGS)[number], string>>;
-  try {
-    v = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: Object.fromEntries(FLAGS.map((k) => [k, { type: 'string' as const }])),
-    }).values;
-  } catch (err) {
-    throw new UsageError((err as Error).message);
-  }
-  const int = (k: (typeof FLAGS)[number], min: number, max: number, d?: number): number => {
-    const raw = v[k];
-    if (raw === undefined) {
-      if (d === undefined) throw new UsageError(`--${k} is required`);
-      return d;
-    }
-    const n = Number(raw);
-    if (raw.trim() === '' || !Number.isInteger(n) || n < min || n > max)
-      throw new UsageError(`--${k}: expected an integer from ${min} to ${max}, got "${raw}"`);
-    return n;
-  };
-  if (!v.model) throw new UsageError('--model is required');
-  const world = int('world', 1, 1024, 1);
-  const rank = int('rank', 0, world - 1, 0);
-  const port = rank === 0 ? int('port', 0, 65535) : int('port', 0, 65535, 0);
-  const distPort = world > 1 ? int('dist-port', 1, 65535) : int('dist-port', 0, 65535, 0);
-  const tps = v['tokens-per-second'] === undefined ? 50 : Number(v['tokens-per-second']);
-  if (!Number.isFinite(tps) || tps < 0)
-    throw new UsageError(`--tokens-per-second: expected a number >= 0, got "${v['tokens-per-second']}"`);
-  const prefill = v['prefill-tokens-per-second'] === undefined ? 0 : Number(v['prefill-tokens-per-second']);
-  if (!Number.isFinite(prefill) || prefill < 0)
-    throw new UsageError(
-      `--prefill-tokens-per-second: expected a number >= 0 (0: no prefill time), got "${v['prefill-tokens-per-second']}"`,
-    );
-  const host = v.host ?? '127.0.0.1';
-  return {
-    model: v.model,
-    host,
-    port,
-    rank,
-    world,
-    distHost: v['dist-host'] ?? host,
-    distPort,
-    tokensPerSecond: tps,
-    slots: int('slots', 1, 100_000, 64),
-    prefixCacheTokens: int('prefix-cache-tokens', 0, 100_000_000, DEFAULT_PREFIX_CACHE_TOKENS),
-    prefillTokensPerSecond: prefill,
-    ...(v['gpu-lock-dir'] ? { gpuLockDir: v['gpu-lock-dir'] } : {}),
-  };
-}
 
 /** Runs the engine until SIGTERM/SIGINT (exit 0) or until its group breaks (exit 3). */
 export async function main(argv: string[]): Promise<void> {

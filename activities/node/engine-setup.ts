@@ -35,6 +35,8 @@ export interface EngineSetupDeps {
   python?: string;
   /** A directory of wheels pip looks in first (`--wheelhouse`): llama.cpp built once, not on every node */
   wheelhouse?: string;
+  /** How a program's help is read (default: run it; sim-fleet: the sim engine's, read once for every node) */
+  programHelp?: typeof programHelp;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -105,7 +107,7 @@ export function createEngineSetup(deps: EngineSetupDeps) {
     for (const program of ENGINE_SPECS[engine].programs) {
       const prefix = programs[program];
       if (!prefix) return `${program} is not part of this install`;
-      const r = await programHelp(engine, program, prefix);
+      const r = await (deps.programHelp ?? programHelp)(engine, program, prefix);
       if (r.kind === 'failed') return `${r.command}: ${r.why}`;
       helps.set(program, r.text);
     }

@@ -200,3 +200,24 @@ export async function stopEngine(st: EngineState, graceMs: number): Promise<void
     await sleep(10);
   }
 }
+
+/**
+ * How runShard reaches engine processes: the functions above (real processes behind their shims), or a stand-in
+ * (llmgw sim-fleet runs each node's sim engines inside its own process: workers/sim-fleet/engines.ts).
+ */
+export interface EngineProcesses {
+  find(dir: string, key: string): Found;
+  launch(l: LaunchInput): ReturnType<typeof launchEngine>;
+  watch(dir: string, st: EngineState, signal: AbortSignal): Promise<EngineExit | null>;
+  stop(st: EngineState, graceMs: number): Promise<void>;
+  liveness(st: EngineState): { engine: boolean; shim: boolean };
+}
+
+/** Engines as processes of their own, behind the engine shim (every real agent). */
+export const ENGINE_PROCESSES: EngineProcesses = {
+  find: findEngine,
+  launch: (l) => launchEngine(l),
+  watch: (dir, st, signal) => watchEngine(dir, st, signal),
+  stop: stopEngine,
+  liveness,
+};

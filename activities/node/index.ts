@@ -17,7 +17,7 @@ import {
 import type { EngineName, EngineStatus, NodeInventory } from '../../lib/types';
 import { hasCode, type ErrorCode, type LlmgwError } from '../../lib/errors';
 import { createEngineSetup, type EngineSetup, type EnsureEnginesInput } from './engine-setup';
-import { findEngine, launchEngine, liveness, stopEngine, watchEngine } from './engines';
+import { ENGINE_PROCESSES, type EngineProcesses } from './engines';
 import { isAssigned, type AssignedShard } from './gc';
 import { createListenActivities } from './listen';
 
@@ -58,6 +58,8 @@ export interface NodeDeps {
   assigned?: () => Promise<AssignedShard[]>;
   /** Aborted when the agent stops: ends the wait above. */
   stopping?: AbortSignal;
+  /** How engines are launched, found, watched and stopped (default: processes behind the shim; sim-fleet: in-process). */
+  processes?: EngineProcesses;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -108,6 +110,13 @@ export function createNodeActivities(deps: NodeDeps) {
   const gpuLockDir = deps.gpuLockDir ?? join(stateDir, 'gpu-locks');
   const shimArgv = deps.shimArgv ?? engineShimArgv();
   const supervised = deps.supervised ?? new Set<string>();
+  const {
+    find: findEngine,
+    launch: launchEngine,
+    watch: watchEngine,
+    stop: stopEngine,
+    liveness,
+  } = deps.processes ?? ENGINE_PROCESSES;
   // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
   // that is still winding down, and the earlier one must then leave the engine (and the key) alone.
   const claims = new Map<string, object>();

@@ -27,6 +27,8 @@ export interface DevServerOptions {
   pidFile?: string;
   /** Told about a left-over server it stopped. */
   log?: (line: string) => void;
+  /** Serve the server's own Prometheus metrics on 127.0.0.1:PORT/metrics (npm run bench:scale reads them) */
+  metricsPort?: number;
 }
 
 /** The pid of a dev server an earlier, killed run left on this db file (its pid file says which; its command line proves it), or null. */
@@ -80,6 +82,7 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
     'frontend.enableUpdateWorkflowExecution=true',
     ...SEARCH_ATTRIBUTE_FLAGS.flatMap((f) => ['--search-attribute', f]),
   ];
+  if (opts.metricsPort !== undefined) args.push('--metrics-port', String(opts.metricsPort));
   if (opts.uiPort === null) args.push('--headless');
   else args.push('--ui-port', String(opts.uiPort));
   if (opts.dbFile) {

@@ -64,6 +64,9 @@ export function legacyGpus(rows: (Omit<ShardRow, 'gpus'> & { gpus: number[] | nu
   });
 }
 
+/** Per pool and lock name, the last caller of withLock in this process (they run one after another). */
+const LOCK_QUEUES = new WeakMap<object, Map<string, Promise<unknown>>>();
+
 /** Every read and write of cluster state goes through this class. Writes are idempotent. */
 export class Store {
   private readonly routeListeners = new Set<() => void>();
@@ -410,8 +413,25 @@ export class Store {
     };
   }
 
-  /** Runs `fn` holding a MySQL named lock (cluster-wide mutex across processes). */
+  /**
+   * Runs `fn` holding a MySQL named lock (cluster-wide mutex across processes). Callers in this process queue here
+   * first, so at most one of the pool's connections waits in GET_LOCK per name: with every connection waiting there
+   * (eight placements at once; llmgw sim-fleet's 20 nodes did it) the holder found none for its own queries, and
+   * every placement timed out after 30 s, again and again.
+   */
   async withLock<T>(name: string, timeoutS: number, fn: () => Promise<T>): Promise<T> {
+    const queues = LOCK_QUEUES.get(this.pool) ?? new Map<string, Promise<unknown>>();
+    LOCK_QUEUES.set(this.pool, queues);
+    const run = (queues.get(name) ?? Promise.resolve()).then(() => this.withMysqlLock(name, timeoutS, fn));
+    const settled = run.catch(() => undefined);
+    queues.set(name, settled);
+    void settled.then(() => {
+      if (queues.get(name) === settled) queues.delete(name);
+    });
+    return run;
+  }
+
+  private async withMysqlLock<T>(name: string, timeoutS: number, fn: () => Promise<T>): Promise<T> {
     const conn = await this.pool.getConnection();
     try {
       const [rows] = await conn.query<RowDataPacket[]>('SELECT GET_LOCK(?, ?) AS got', [name, timeoutS]);

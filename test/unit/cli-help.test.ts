@@ -34,6 +34,7 @@ describe('llmgw --help', () => {
     [['agent', '--help'], /--server URL \[--server URL …\][\s\S]*comma list[\s\S]*control plane failover/],
     [['doctor', '--help'], /--sminfo PATH[\s\S]*--json/],
     [['sim-engine', '--help'], /--dist-port DP[\s\S]*--help/],
+    [['sim-fleet', '--help'], /127.1.x.y[\s\S]*--first I[\s\S]*--replicas-per-node R/],
     [['bench', '--help'], /--concurrency N[\s\S]*--prompt-tokens N[\s\S]*--ttft-budget MS[\s\S]*--json/],
     [['onboard-node', '--help'], /--node ID[\s\S]*--binary ARTEFACT[\s\S]*--ssh-timeout S/],
     [['ctl', '--help'], /follow WORKFLOW-ID[\s\S]*forget-host-key NODE/],

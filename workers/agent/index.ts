@@ -22,6 +22,9 @@ import { ensureWritableDir } from './writable-dir';
 import { startMetricsListener } from '../../gateway/metrics';
 import { agentMetrics } from './metrics';
 
+/** The sim engine's argv prefix on a simulated node: its engines run in the fleet's process (opts.simulated). */
+export const SIMULATED_SIM_ARGV = ['llmgw-sim-engine-in-process'];
+
 /** Starts the agent: discovery, registration, heartbeat loop and node worker. */
 export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
   // With --metrics, the agent's log also counts engine starts, exits and weights fetched (metrics.ts).
@@ -34,7 +37,8 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
   const engines = createEngineSetup({
     ...opts.engineSetup,
     stateDir: join(opts.stateDir, 'engine-setup'),
-    sim: simEngineArgv(),
+    sim: opts.simulated ? SIMULATED_SIM_ARGV : simEngineArgv(),
+    ...(opts.simulated ? { programHelp: opts.simulated.programHelp } : {}),
     gpus: () => gpus.count,
     computeCaps: () => gpus.caps,
     log: opts.log,
@@ -95,6 +99,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
       supervised,
       assigned: () => assignedShards(control, opts.nodeId),
       stopping: stopping.signal,
+      ...(opts.simulated ? { processes: opts.simulated.processes } : {}),
       log: opts.log,
     }),
     ...weights?.activities,

@@ -1,4 +1,6 @@
 /** What the node agent is started with (its flags, parsed by the CLI) and what a started agent hands back. */
+import type { EngineSetupDeps } from '../../activities/node/engine-setup';
+import type { EngineProcesses } from '../../activities/node/engines';
 import type { OperatorBins } from '../../lib/engines/registry';
 import type { TlsCredentials } from '../../lib/tls-client';
 import type { NodeId, NodeInventory } from '../../lib/types';
@@ -37,6 +39,11 @@ export interface AgentOptions {
   stopEnginesOnExit: boolean;
   /** Where to serve the agent's metrics (`--metrics HOST:PORT`); absent: off */
   metrics?: { host: string; port: number };
+  /**
+   * For llmgw sim-fleet only: its nodes' engines run inside the fleet's process (`processes`, answering the sim
+   * engine's launch command), and the sim engine's help is read once for all of them (`programHelp`).
+   */
+  simulated?: { processes: EngineProcesses; programHelp: EngineSetupDeps['programHelp'] };
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
