@@ -137,24 +137,6 @@ function deploymentSettings(role: InitRole): Setting[] {
   }
 }
 
-/**
- * Optional connection settings the example does not carry yet (MySQL over TLS), by their server.yaml names,
- * written commented out. Each is left out once the example's section has it.
- */
-const OPTIONAL_LINES: Record<string, { has: RegExp; lines: string[] }> = {
-  mysql: {
-    has: /^ {2}#? ?tls:/m,
-    lines: [
-      '  # Optional: TLS to MySQL. Paths of PEM files.',
-      '  # tls:',
-      "  #   ca: /etc/llmgw/mysql/ca.crt        # the CA that signed the server's certificate",
-      "  #   cert: /etc/llmgw/mysql/client.crt  # this role's client certificate, when the server asks for one",
-      '  #   key: /etc/llmgw/mysql/client.key   # its key',
-      "  #   serverName: mysql.example.net      # the name in the server's certificate, if not the URL's host",
-    ],
-  },
-};
-
 /** config/server.example.yaml's text: beside the program in a release, in config/ of a checkout or a build. */
 export function exampleText(): string {
   const r = release();
@@ -279,8 +261,6 @@ export function renderRoleConfig(role: InitRole, values: InitValues = {}, exampl
       if (missing.length) throw new Error(`server.example.yaml: ${s.key} has no ${missing.join(', ')}`);
       lines = [...head, ...groups.filter((g) => keep.includes(g.key)).flatMap((g) => g.lines)];
     }
-    const optional = OPTIONAL_LINES[s.key];
-    if (optional && !optional.has.test(lines.join('\n'))) lines = [...lines, ...optional.lines];
     for (const set of settings.filter((x) => x.section === s.key))
       setIn(lines, set.path, scalar(set.value), set.note, [s.key, ...set.path].join('.'));
     out.push('', ...s.lines.slice(0, keyAt + 1), ...lines);
