@@ -150,6 +150,31 @@ export default tseslint.config(
     },
   },
   {
+    files: ['gateway/node-door/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            {
+              group: [
+                '**/gateway/control/*',
+                '../control/*',
+                '!**/control/contract',
+                '**/gateway/inference/*',
+                '../inference/*',
+                '**/gateway/door/*',
+                '../door/*',
+              ],
+              message:
+                "gateway/node-door/ (a node's inference door) is its own room: it shares only the certificate gate (../mtls)",
+            },
+          ],
+        },
+      ],
+    },
+  },
+  {
     files: ['gateway/control/**/*.ts'],
     rules: {
       'no-restricted-imports': [

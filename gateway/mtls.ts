@@ -9,7 +9,7 @@ import type { TLSSocket } from 'node:tls';
 import { X509Certificate } from 'node:crypto';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { openAiError, quoteInput } from '../lib/errors';
-import { certificateInfo } from '../lib/pki';
+import { certificateInfo, type CertificateInfo } from '../lib/pki';
 import { TLS_HANDSHAKE_MS } from '../lib/connections';
 
 export type CertRole = 'node' | 'server' | 'operator' | 'gateway';
@@ -58,6 +58,47 @@ export function mtlsServerOptions(o: { caPem: string; certPem: string; keyPem: s
     rejectUnauthorized: false,
     handshakeTimeout: TLS_HANDSHAKE_MS,
   };
+}
+
+/**
+ * The checks of a connection's client certificate that need no table: one was presented, this CA issued it, and
+ * it is within its dates. Every mTLS listener judges these first (the control plane's gate, a node's door).
+ */
+export function judgePresented(
+  socket: TLSSocket,
+  ca: X509Certificate,
+  now: Date,
+  noCertificate = 'the client sent no certificate: give the agent --cert and --key (issued by llmgw ca issue)',
+): { kind: 'ok'; info: CertificateInfo } | Extract<PeerVerdict, { kind: 'refused' }> {
+  const peer = typeof socket.getPeerCertificate === 'function' ? socket.getPeerCertificate() : null;
+  const refused = (
+    why: Extract<PeerVerdict, { kind: 'refused' }>['why'],
+    detail: string,
+    info?: CertificateInfo,
+  ): Extract<PeerVerdict, { kind: 'refused' }> => ({
+    kind: 'refused',
+    why,
+    cn: info?.cn ?? null,
+    serial: info?.serial ?? null,
+    detail,
+  });
+  if (!peer || !peer.raw) return refused('no-certificate', noCertificate);
+  const info = certificateInfo(peer.raw);
+  if (!info.issuerMatches(ca))
+    return refused(
+      'unknown-ca',
+      `issued by "${new X509Certificate(peer.raw).issuer.replace(/\n/g, ', ')}", not this cluster's CA`,
+      info,
+    );
+  if (now > info.notAfter)
+    return refused(
+      'expired',
+      `expired ${info.notAfter.toISOString()}: issue a new one (llmgw ca issue --node ${info.cn ?? 'ID'})`,
+      info,
+    );
+  if (now < info.notBefore)
+    return refused('not-yet-valid', `valid only from ${info.notBefore.toISOString()}: check the clocks`, info);
+  return { kind: 'ok', info };
 }
 
 /** Judges each connection's client certificate once, and cuts connections whose certificate gets revoked. */
@@ -117,62 +158,31 @@ export class CertificateGate {
   }
 
   private async judge(socket: TLSSocket): Promise<PeerVerdict> {
-    const peer = typeof socket.getPeerCertificate === 'function' ? socket.getPeerCertificate() : null;
-    const refused = (
-      why: Extract<PeerVerdict, { kind: 'refused' }>['why'],
-      detail: string,
-      cn: string | null = null,
-      serial: string | null = null,
-    ): PeerVerdict => ({ kind: 'refused', why, cn, serial, detail });
-    if (!peer || !peer.raw)
-      return refused(
-        'no-certificate',
-        'the client sent no certificate: give the agent --cert and --key (issued by llmgw ca issue)',
-      );
-    const info = certificateInfo(peer.raw);
-    if (!info.issuerMatches(this.ca))
-      return refused(
-        'unknown-ca',
-        `issued by "${new X509Certificate(peer.raw).issuer.replace(/\n/g, ', ')}", not this cluster's CA`,
-        info.cn,
-        info.serial,
-      );
-    const now = this.now();
-    if (now > info.notAfter)
-      return refused(
-        'expired',
-        `expired ${info.notAfter.toISOString()}: issue a new one (llmgw ca issue --node ${info.cn ?? 'ID'})`,
-        info.cn,
-        info.serial,
-      );
-    if (now < info.notBefore)
-      return refused(
-        'not-yet-valid',
-        `valid only from ${info.notBefore.toISOString()}: check the clocks`,
-        info.cn,
-        info.serial,
-      );
+    const presented = judgePresented(socket, this.ca, this.now());
+    if (presented.kind === 'refused') return presented;
+    const { info } = presented;
+    const refused = (why: Extract<PeerVerdict, { kind: 'refused' }>['why'], detail: string): PeerVerdict => ({
+      kind: 'refused',
+      why,
+      cn: info.cn,
+      serial: info.serial,
+      detail,
+    });
     if (this.revoked.has(info.serial))
       return refused(
         'revoked',
         'revoked: this certificate can no longer be used; onboard the node again for a new one',
-        info.cn,
-        info.serial,
       );
     const rec = await this.o.lookup.bySerial(info.serial);
     if (!rec)
       return refused(
         'unrecorded',
         "signed by this CA but not in this cluster's certificates table (another cluster's certificate?)",
-        info.cn,
-        info.serial,
       );
     if (rec.revokedAt)
       return refused(
         'revoked',
         'revoked: this certificate can no longer be used; onboard the node again for a new one',
-        info.cn,
-        info.serial,
       );
     return { kind: 'ok', cn: rec.cn, serial: info.serial, role: rec.role, notAfter: info.notAfter };
   }

@@ -6,13 +6,17 @@
  * `llama-server --rpc host:port,…` over them.
  */
 import { LlmgwError } from '../errors';
+import { ENGINE_API_HOST } from '../node-door';
 import { modelPath, type ShardLaunch } from './launch';
 import { defineEngine, type ProgramArgs } from './spec';
 
 /** llama.cpp's programs: llama-server, and ggml-rpc-server on the worker ranks. */
 type LlamacppProgram = 'llama-server' | 'ggml-rpc-server';
 
-/** ggml-rpc-server on a worker rank: binds the node's address (rank 0 connects in), never a public one by default. */
+/**
+ * ggml-rpc-server on a worker rank: binds the node's address on the replica's fabric (rank 0 connects in), never
+ * 0.0.0.0 (its authors: it must never be exposed). Its one client is rank 0, on another node.
+ */
 function rpcServer(l: ShardLaunch): ProgramArgs<LlamacppProgram> {
   // The profile's args are llama-server's: ggml-rpc-server takes few flags and refuses the rest.
   return { program: 'ggml-rpc-server', args: ['--host', l.host, '--port', String(l.port)] };
@@ -39,8 +43,9 @@ export function llamacppCommand(l: ShardLaunch): ProgramArgs<LlamacppProgram> {
     args: [
       '--model',
       modelPath(l),
+      // The HTTP API on loopback: only the node's door reaches it (lib/node-door.ts).
       '--host',
-      l.host,
+      ENGINE_API_HOST,
       '--port',
       String(l.port),
       // The name the gateway routes by is the one /v1/models answers with.

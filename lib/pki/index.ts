@@ -14,6 +14,7 @@ export {
 } from './issue';
 export { CRL_VALIDITY_DAYS, buildCrl, crlRefreshAt, type Crl } from './crl';
 export { certificateInfo, type CertificateInfo } from './info';
+export { nodePeerProblem } from './peer';
 export { NODE_CA_PATH, trustInstallPlan, type TrustInstallPlan } from './trust';
 export { checkNodeId } from './node-id';
 export { parseCertificatePem, parseCsrPem, parsePrivateKeyPem } from './pem';

@@ -8,6 +8,11 @@ export interface CertificateInfo {
   serial: string;
   /** the subject's CN, or null when it has none */
   cn: string | null;
+  /**
+   * the role the CA signed into the subject's OU (lib/pki/issue.ts), or null for a certificate issued before roles
+   * were signed in (or not by llmgw)
+   */
+  role: string | null;
   notBefore: Date;
   notAfter: Date;
   /** true when `caPem` issued this certificate and its signature verifies with the CA's key */
@@ -26,9 +31,11 @@ export function certificateInfo(pemOrDer: string | Buffer): CertificateInfo {
     );
   }
   const cn = /^CN=(.*)$/m.exec(x.subject)?.[1] ?? null;
+  const role = /^OU=(.*)$/m.exec(x.subject)?.[1] ?? null;
   return {
     serial: x.serialNumber.toLowerCase(),
     cn,
+    role,
     notBefore: new Date(x.validFrom),
     notAfter: new Date(x.validTo),
     issuerMatches: (caPem) => {

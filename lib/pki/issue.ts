@@ -56,7 +56,11 @@ function signLeaf(
   cert.serialNumber = randomSerial();
   cert.validity.notBefore = new Date(now - BACKDATE_MS);
   cert.validity.notAfter = notAfter;
-  cert.setSubject([{ shortName: 'CN', value: o.cn }]);
+  // The role is a claim the CA signs (OU), so a listener without the certificates table (a node's door) can read it.
+  cert.setSubject([
+    { shortName: 'CN', value: o.cn },
+    { shortName: 'OU', value: o.role },
+  ]);
   cert.setIssuer(ca.cert.subject.attributes);
   cert.setExtensions([
     { name: 'basicConstraints', cA: false, critical: true },

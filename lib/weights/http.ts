@@ -7,7 +7,7 @@
 import type { Readable } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import { Agent, buildConnector, interceptors, request, type Dispatcher } from 'undici';
-import { certificateInfo } from '../pki/info';
+import { nodePeerProblem } from '../pki/peer';
 
 /** TLS to another node's weights endpoint: present this node's certificate, accept only `expectCn`'s. */
 export interface PeerTls {
@@ -76,21 +76,6 @@ export function describeTransportError(err: NodeJS.ErrnoException): string {
   }
 }
 
-/** Why a peer's certificate is not the one expected, or null when it is. */
-function peerCertProblem(socket: TLSSocket, tls: PeerTls): string | null {
-  const peer = socket.getPeerCertificate();
-  if (!peer?.raw) return 'the peer sent no certificate';
-  const info = certificateInfo(peer.raw);
-  const now = new Date();
-  if (!info.issuerMatches(tls.caPem))
-    return `the peer's certificate (CN ${info.cn ?? '?'}) is not from this cluster's CA`;
-  if (now > info.notAfter || now < info.notBefore)
-    return `the peer's certificate (CN ${info.cn ?? '?'}) is outside its validity`;
-  if (info.cn !== tls.expectCn)
-    return `the peer's certificate is ${info.cn ?? 'without a CN'}'s, expected ${tls.expectCn}'s`;
-  return null;
-}
-
 /** A one-connection dispatcher for one transfer; for a peer, its connector checks the peer's certificate. */
 function dispatcherFor(o: RangeGetOptions): Dispatcher {
   const idle = o.idleTimeoutMs ?? 60_000;
@@ -104,7 +89,7 @@ function dispatcherFor(o: RangeGetOptions): Dispatcher {
     connect: (opts, cb) =>
       connector(opts, (err, socket) => {
         if (err || !socket) return cb(err ?? new Error('no socket'), null);
-        const problem = peerCertProblem(socket as TLSSocket, tls);
+        const problem = nodePeerProblem(socket as TLSSocket, tls);
         if (!problem) return cb(null, socket);
         socket.destroy();
         return cb(Object.assign(new Error(`peer certificate refused: ${problem}`), { code: 'LLMGW_PEER_CERT' }), null);

@@ -27,6 +27,7 @@ import {
   crlRefreshAt,
   generateRsaKey,
   initCa,
+  issueClientCertificate,
   issueNodeCertificate,
   issueServerCertificate,
   loadCa,
@@ -127,7 +128,7 @@ describe('node certificates', () => {
     const n = issueNodeCertificate(ca, 'node-a');
     console.log(`issue one node certificate (RSA-2048 key + signature): ${Date.now() - t} ms`);
     const x = new X509Certificate(n.certPem);
-    expect(x.subject).toBe('CN=node-a');
+    expect(x.subject).toBe('CN=node-a\nOU=node');
     expect(x.subjectAltName).toBe('DNS:node-a');
     expect(x.ca).toBe(false);
     expect(x.keyUsage).toEqual(['1.3.6.1.5.5.7.3.2']); // clientAuth
@@ -197,7 +198,7 @@ describe('signing a CSR', () => {
     const c = signNodeCsr(ca, csr, 'node-a');
     const x = new X509Certificate(c.certPem);
     expect(c.cn).toBe('node-a');
-    expect(x.subject).toBe('CN=node-a');
+    expect(x.subject).toBe('CN=node-a\nOU=node');
     expect(x.subjectAltName).toBe('DNS:node-a');
     const csrKey = forge.pki.certificationRequestFromPem(csr).publicKey as forge.pki.rsa.PublicKey;
     expect((forge.pki.certificateFromPem(c.certPem).publicKey as forge.pki.rsa.PublicKey).n.equals(csrKey.n)).toBe(
@@ -270,7 +271,7 @@ describe('server certificates', () => {
   test('serverAuth with DNS and IP SANs from the hosts; OpenSSL verifies it as a TLS server', () => {
     const s = issueServerCertificate(ca, 'control-plane', ['cp.example.net', '127.0.0.1', '::1']);
     const x = new X509Certificate(s.certPem);
-    expect(x.subject).toBe('CN=control-plane');
+    expect(x.subject).toBe('CN=control-plane\nOU=server');
     expect(x.subjectAltName).toBe('DNS:cp.example.net, IP Address:127.0.0.1, IP Address:0:0:0:0:0:0:0:1');
     expect(x.keyUsage).toEqual(['1.3.6.1.5.5.7.3.1']); // serverAuth
     expect(x.checkHost('cp.example.net')).toBe('cp.example.net');
@@ -409,6 +410,17 @@ describe('certificateInfo', () => {
     expect(info.issuerMatches(other.certPem)).toBe(false);
     expect(certificateInfo(new X509Certificate(n.certPem).raw).serial).toBe(n.serial);
     thrownWithCode(() => certificateInfo('not a certificate'), 'LLMGW_BAD_PEM');
+  });
+
+  test('the role is signed into the subject (OU), so a listener without the certificates table can read it', () => {
+    expect(certificateInfo(issueNodeCertificate(ca, 'node-a').certPem).role).toBe('node');
+    expect(certificateInfo(issueClientCertificate(ca, 'gateway', 'gw-1').certPem).role).toBe('gateway');
+    expect(certificateInfo(issueClientCertificate(ca, 'operator', 'ops').certPem).role).toBe('operator');
+    expect(certificateInfo(issueServerCertificate(ca, 'cp', ['127.0.0.1']).certPem).role).toBe('server');
+    expect(certificateInfo(signNodeCsr(ca, csrFor('whatever'), 'node-b').certPem).role).toBe('node');
+    // A CSR cannot choose its role: the CA writes the subject.
+    const csr = csrFor('gw-2');
+    expect(certificateInfo(signNodeCsr(ca, csr, 'node-c').certPem)).toMatchObject({ cn: 'node-c', role: 'node' });
   });
 });
 

@@ -1,0 +1,230 @@
+/**
+ * A node's door: the one inference listener of a node (the agent serves it). Engines bind to loopback; the door
+ * takes HTTPS with a client certificate of role gateway from the cluster CA — judged by the same checks as the
+ * control plane's gate (../mtls: present, this CA, within its dates), the role read from the certificate itself
+ * (the CA signs it into the subject, lib/pki/issue.ts: the node has no MySQL), and revocation asked of the control
+ * plane when it can be (`honoured`) — and forwards `/nodes/NODE/replicas/REPLICA/…` to that replica's engine on
+ * 127.0.0.1, streaming both ways (nothing is buffered: a request body and an SSE answer flow chunk by chunk).
+ * Its server certificate is the node's own (clientAuth only; the gateway checks it itself, lib/pki/peer.ts).
+ */
+import { X509Certificate } from 'node:crypto';
+import { Agent, request, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
+import { trackConnections } from '../../lib/connections';
+import { openAiError, type ErrorCode } from '../../lib/errors';
+import { ENGINE_API_HOST, parseDoorPath } from '../../lib/node-door';
+import { judgePresented, mtlsServerOptions } from '../mtls';
+
+/** The header a door sets on its own 404 (no such replica here), so the gateway never takes an engine's 404 for one. */
+export const DOOR_MISS_HEADER = 'x-llmgw-door-miss';
+
+export interface NodeDoorOptions {
+  nodeId: string;
+  /** the node's certificate and key (served) and the cluster CA (client certificates are judged by it) */
+  tls: { certPem: string; keyPem: string; caPem: string };
+  host: string;
+  /** 0: any free port */
+  port: number;
+  /** The loopback port of rank 0's engine of `replicaId` when it runs on this node, else null. */
+  replicaPort: (replicaId: string) => number | null;
+  /** The replicas this node runs now (for the 404's message). */
+  replicas: () => string[];
+  /**
+   * Whether the control plane still honours a certificate (revocation); answers are kept a minute. It throws when
+   * the control plane cannot be asked: the door then goes by the CA's signature alone (and logs it), so the
+   * engines keep serving through a control plane outage. Absent: signature, dates and role only.
+   */
+  honoured?: (serial: string) => Promise<boolean>;
+  log?: (msg: string, fields?: Record<string, unknown>) => void;
+  now?: () => Date;
+}
+
+export interface NodeDoor {
+  port: number;
+  /** Serves with a renewed certificate from the next connection on. */
+  useCredentials(tls: NodeDoorOptions['tls']): void;
+  close(): Promise<void>;
+}
+
+type Verdict = { ok: true; cn: string } | { ok: false; status: number; why: string; message: string };
+
+const HONOURED_CACHE_MS = 60_000;
+const NO_CERT =
+  "the client sent no certificate: a node's door takes only a gateway certificate (llmgw ca issue --gateway NAME, server.yaml tls.gatewayCert)";
+// Hop-by-hop headers (RFC 9110 §7.6.1) are each connection's own; everything else passes through untouched.
+const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer']);
+
+function passHeaders(h: IncomingHttpHeaders): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  for (const [k, v] of Object.entries(h)) if (v !== undefined && !HOP.has(k)) out[k] = v;
+  return out;
+}
+
+/** Starts a node's door; see the module comment. */
+export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
+  const log = o.log ?? ((): void => undefined);
+  const now = o.now ?? ((): Date => new Date());
+  let ca = new X509Certificate(o.tls.caPem);
+  // One verdict per connection: a keep-alive connection pays for the checks once.
+  const verdicts = new WeakMap<TLSSocket, Verdict | Promise<Verdict>>();
+  const honouredCache = new Map<string, { ok: boolean; at: number }>();
+  let unaskable = false;
+  const upstream = new Agent({ keepAlive: true, maxFreeSockets: 64 });
+
+  const isHonoured = async (serial: string): Promise<boolean> => {
+    if (!o.honoured) return true;
+    const hit = honouredCache.get(serial);
+    if (hit && Date.now() - hit.at < HONOURED_CACHE_MS) return hit.ok;
+    try {
+      const ok = await o.honoured(serial);
+      honouredCache.set(serial, { ok, at: Date.now() });
+      if (unaskable) log('node door: the control plane answers again; revocation is checked', {});
+      unaskable = false;
+      return ok;
+    } catch (err) {
+      if (!unaskable)
+        log("node door: cannot ask the control plane whether a certificate is revoked; going by the CA's signature", {
+          level: 'warn',
+          error: (err as Error).message,
+        });
+      unaskable = true;
+      return hit?.ok ?? true;
+    }
+  };
+
+  const judge = async (socket: TLSSocket): Promise<Verdict> => {
+    const p = judgePresented(socket, ca, now(), NO_CERT);
+    if (p.kind === 'refused')
+      return { ok: false, status: 401, why: p.why, message: `client certificate refused (${p.why}): ${p.detail}` };
+    const { cn, serial, role } = p.info;
+    if (role !== 'gateway')
+      return {
+        ok: false,
+        status: 403,
+        why: 'wrong-role',
+        message: `${role === null ? 'a certificate without a role' : `a ${role} certificate`} (CN ${cn ?? '?'}) may not call a node's door: it takes only a gateway certificate (llmgw ca issue --gateway NAME)`,
+      };
+    if (!(await isHonoured(serial)))
+      return {
+        ok: false,
+        status: 403,
+        why: 'revoked',
+        message: `client certificate refused (revoked): ${serial} (CN ${cn ?? '?'}) is not honoured by the control plane; issue a new gateway certificate`,
+      };
+    return { ok: true, cn: cn ?? '?' };
+  };
+
+  const send = (res: ServerResponse, code: ErrorCode, status: number, message: string, miss = false): void => {
+    const body = JSON.stringify(openAiError(code, message));
+    res.writeHead(status, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(body),
+      ...(miss ? { [DOOR_MISS_HEADER]: '1' } : {}),
+    });
+    res.end(body);
+  };
+
+  const forward = (req: IncomingMessage, res: ServerResponse): void => {
+    const path = parseDoorPath(req.url ?? '');
+    if (!path)
+      return send(
+        res,
+        'LLMGW_NOT_FOUND',
+        404,
+        `a node's door serves /nodes/${o.nodeId}/replicas/<replica>/… only, not ${JSON.stringify((req.url ?? '').slice(0, 100))}`,
+      );
+    const port = path.node === o.nodeId ? o.replicaPort(path.replica) : null;
+    if (port === null) {
+      const here = o.replicas();
+      const what =
+        path.node !== o.nodeId
+          ? `this is node ${o.nodeId}'s door, not ${path.node}'s`
+          : `node ${o.nodeId} does not run replica ${path.replica}`;
+      return send(
+        res,
+        'LLMGW_REPLICA_NOT_HERE',
+        404,
+        `${what} (it runs ${here.length ? here.join(', ') : 'no replica'} now): the route is stale`,
+        true,
+      );
+    }
+    const headers = passHeaders(req.headers);
+    headers.host = `${ENGINE_API_HOST}:${port}`;
+    const up = request({ agent: upstream, host: ENGINE_API_HOST, port, method: req.method, path: path.rest, headers });
+    up.on('socket', (s) => s.setNoDelay(true));
+    up.on('response', (upRes) => {
+      res.writeHead(upRes.statusCode ?? 502, passHeaders(upRes.headers));
+      // Headers first: an SSE answer's client sees 200 before its first event.
+      res.flushHeaders();
+      upRes.on('error', () => undefined);
+      upRes.once('close', () => {
+        if (!upRes.complete) res.destroy();
+      });
+      upRes.pipe(res);
+    });
+    up.on('error', (err) => {
+      if (res.headersSent) return void res.destroy();
+      log('node door: the engine did not answer', { replica: path.replica, port, error: err.message });
+      send(
+        res,
+        'LLMGW_UPSTREAM_FAILED',
+        502,
+        `replica ${path.replica}'s engine on ${o.nodeId} (${ENGINE_API_HOST}:${port}): ${err.message}`,
+      );
+    });
+    // A client that leaves takes the engine's request with it (the engine stops generating).
+    res.once('close', () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    req.pipe(up);
+  };
+
+  const handle = (req: IncomingMessage, res: ServerResponse): void => {
+    const socket = req.socket as TLSSocket;
+    let v = verdicts.get(socket);
+    if (!v) {
+      socket.setNoDelay(true);
+      const p = judge(socket).then((r) => {
+        verdicts.set(socket, r);
+        if (!r.ok) log('certificate refused', { reason: r.why, url: req.url, detail: r.message });
+        return r;
+      });
+      verdicts.set(socket, p);
+      v = p;
+    }
+    const go = (r: Verdict): void => (r.ok ? forward(req, res) : send(res, 'LLMGW_CERT_REFUSED', r.status, r.message));
+    if (v instanceof Promise) v.then(go, (err: Error) => send(res, 'LLMGW_INTERNAL', 500, `node door: ${err.message}`));
+    else go(v);
+  };
+
+  const server: Server = createServer(
+    mtlsServerOptions({ caPem: o.tls.caPem, certPem: o.tls.certPem, keyPem: o.tls.keyPem }),
+    handle,
+  );
+  server.keepAliveTimeout = 65_000;
+  server.on('tlsClientError', (err) => log('node door refused a TLS client', { error: err.message }));
+  const connections = trackConnections(server);
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(o.port, o.host, () => resolve());
+  });
+  return {
+    port: (server.address() as AddressInfo).port,
+    useCredentials: (tls) => {
+      ca = new X509Certificate(tls.caPem);
+      server.setSecureContext({ cert: tls.certPem, key: tls.keyPem, ca: tls.caPem });
+    },
+    close: () =>
+      connections.closeWithin(
+        0,
+        () =>
+          new Promise<void>((resolve) => {
+            server.close(() => resolve());
+            server.closeAllConnections();
+            upstream.destroy();
+          }),
+      ),
+  };
+}

@@ -1,0 +1,36 @@
+/**
+ * The node door's addresses. Engines bind to loopback on their node; each node's agent serves one inference
+ * listener (gateway/node-door) that takes only gateway certificates and forwards to the local engine of the replica
+ * a request names. A replica behind a door is routed at `https://HOST:PORT/nodes/NODE/replicas/REPLICA`: a base
+ * URL like an engine's own (`${endpoint}/v1/chat/completions`, `${endpoint}/health`), whose path names the node
+ * (the gateway checks the door's certificate is that node's) and the replica (the door picks the engine by it).
+ */
+
+/** The loopback address every engine's HTTP API binds to on its node: only the node's door reaches it. */
+export const ENGINE_API_HOST = '127.0.0.1';
+
+/** The base URL of `replicaId` behind `nodeId`'s door at host:port. */
+export function nodeDoorEndpoint(host: string, port: number, nodeId: string, replicaId: string): string {
+  const h = host.includes(':') ? `[${host}]` : host;
+  return `https://${h}:${port}/nodes/${encodeURIComponent(nodeId)}/replicas/${encodeURIComponent(replicaId)}`;
+}
+
+/** What a door request's path names: the node, the replica, and the engine's own path (`/v1/…`, with its query). */
+export interface DoorPath {
+  node: string;
+  replica: string;
+  rest: string;
+}
+
+const DOOR_PATH = /^\/nodes\/([^/?]+)\/replicas\/([^/?]+)(\/[^]*)?$/;
+
+/** Parses `/nodes/NODE/replicas/REPLICA/…`, or null when a path is not of that shape. */
+export function parseDoorPath(url: string): DoorPath | null {
+  const m = DOOR_PATH.exec(url);
+  if (!m) return null;
+  try {
+    return { node: decodeURIComponent(m[1] as string), replica: decodeURIComponent(m[2] as string), rest: m[3] ?? '/' };
+  } catch {
+    return null;
+  }
+}
