@@ -34,3 +34,29 @@ export function parseDoorPath(url: string): DoorPath | null {
     return null;
   }
 }
+
+/** The header a door sets on its own 404 (no such replica here), so the gateway never takes an engine's 404 for one. */
+export const DOOR_MISS_HEADER = 'x-llmgw-door-miss';
+
+/** A door endpoint taken apart: where to connect, which node must answer, and the path prefix of every request. */
+export interface DoorEndpoint {
+  host: string;
+  port: number;
+  node: string;
+  replica: string;
+  /** `/nodes/NODE/replicas/REPLICA`: prepended to the engine's path (`/v1/chat/completions`) */
+  base: string;
+}
+
+/** Parses a door endpoint (`https://HOST:PORT/nodes/NODE/replicas/REPLICA`), or null when it is not one. */
+export function parseDoorEndpoint(endpoint: string): DoorEndpoint | null {
+  try {
+    const u = new URL(endpoint);
+    const base = u.pathname.replace(/\/$/, '');
+    const p = u.protocol === 'https:' && !u.search ? parseDoorPath(base) : null;
+    if (!p || p.rest !== '/') return null;
+    return { host: u.hostname.replace(/^\[|\]$/g, ''), port: Number(u.port || 443), node: p.node, replica: p.replica, base };
+  } catch {
+    return null;
+  }
+}

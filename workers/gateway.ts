@@ -2,8 +2,9 @@
  * The gateway role: MySQL's routing table, refreshed, behind the inference API on listeners.gateway; its in-flight
  * report, and its per-model request counts and TTFT for the cluster page.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import type { ServerConfig } from '../config/types';
+import { DoorAgent } from '../gateway/inference/door-agent';
 import { LlmgwError } from '../lib/errors';
 import type { GatewayLog } from '../gateway/inference/log';
 import { InflightReporter, newGatewayId } from '../gateway/inference/inflight-report';
@@ -82,17 +83,38 @@ function routePush(config: ServerConfig, routing: RoutingTable, log: GatewayLog 
   });
 }
 
+/** The keep-alive pool to the nodes' doors from server.yaml tls.gatewayCert/gatewayKey, or undefined (logged) when absent. */
+function gatewayDoorAgent(config: ServerConfig, log?: GatewayLog): DoorAgent | undefined {
+  const { tls } = config;
+  if (!existsSync(tls.gatewayCert) || !existsSync(tls.gatewayKey)) {
+    log?.("no gateway certificate: replicas behind a node's door cannot be routed to", {
+      level: 'warn',
+      gatewayCert: tls.gatewayCert,
+      fix: 'llmgw ca issue --gateway NAME, then point server.yaml tls.gatewayCert/gatewayKey at it',
+    });
+    return undefined;
+  }
+  const creds = {
+    certPem: readFileSync(tls.gatewayCert, 'utf8'),
+    keyPem: readFileSync(tls.gatewayKey, 'utf8'),
+    caPem: readFileSync(tls.ca, 'utf8'),
+  };
+  return new DoorAgent(creds, config.gateway.timeouts.connectMs, { keepAliveMsecs: 30_000, scheduling: 'lifo' });
+}
+
 /** Opens MySQL, loads the routing table, serves the inference API and reports its in-flight requests; close() stops all. One log for all of it. */
 export async function startGatewayRole(opts: { config: ServerConfig; log?: GatewayLog }): Promise<GatewayRole> {
   const { config, log } = opts;
   const { gateway } = config;
   const pool = await openConfiguredDatabase(config.mysql, 'gateway');
   const store = new Store(pool);
+  // The gateway certificate (role gateway) opens the nodes' doors; without one, only plain http routes are usable.
+  const doorAgent = gatewayDoorAgent(config, log);
   const routing = new RoutingTable(() => store.routeRows(), {
     refreshMs: gateway.refreshMs,
     log,
     defaultLimit: gateway.admission.defaultMaxConcurrent,
-    probeSlots,
+    probeSlots: (r) => probeSlots(r, doorAgent),
   });
   const push = routePush(config, routing, log);
   // Keys from MySQL (and server.yaml's static ones): no key, no inference. Changes are read every quarter second.
@@ -116,7 +138,9 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     admission: gateway.admission,
     metrics: config.metrics.gateway,
     ...(push ? { routeSource: push } : {}),
+    doorAgent,
   }).catch(async (err: unknown) => {
+    doorAgent?.destroy();
     await pool.end();
     throw err;
   });
@@ -134,6 +158,7 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     async close(): Promise<void> {
       // The server first: its in-flight requests finish while they are still reported.
       await gw.close();
+      doorAgent?.destroy();
       await reporter.stop();
       await statsReporter.stop();
       await pool.end();

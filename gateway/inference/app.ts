@@ -1,5 +1,6 @@
 /** The inference gateway's OpenAI-compatible API as a fastify plugin: models, completions, embeddings, health. */
 import { Agent, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { DoorAgent } from './door-agent';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { GatewayTimeouts } from '../../config/types';
@@ -37,6 +38,8 @@ export interface GatewayAppOptions {
   quota?: QuotaKeeper;
   /** Upstream connection pool; by default one keep-alive agent owned (and destroyed) by the app. */
   agent?: Agent;
+  /** The keep-alive TLS pool to the nodes' doors (door-agent.ts); absent: a route behind a door cannot be used */
+  doorAgent?: DoorAgent;
   /** Largest request body in bytes (long prompts are big); default 32 MiB. */
   bodyLimit?: number;
   /** Warnings and errors (retries, cut answers, ejections), and the access log; each line carries the request id. */
@@ -145,7 +148,7 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
       opts.agent ?? new Agent({ keepAlive: true, keepAliveMsecs: 30_000, maxFreeSockets: 1024, scheduling: 'lifo' });
     if (!opts.agent) app.addHook('onClose', async () => agent.destroy());
     const { metrics } = opts;
-    const deps: ProxyDeps = { routing, agent, log, timeouts, stats: opts.stats, metrics };
+    const deps: ProxyDeps = { routing, agent, doorAgent: opts.doorAgent, log, timeouts, stats: opts.stats, metrics };
     const authorized = new Set(opts.apiKeys.map((k) => `Bearer ${k}`));
     const { keys, quota } = opts;
     app.decorateRequest('apiKey', null);

@@ -8,7 +8,10 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { GatewayTimeouts } from '../../config/types';
+import { request as httpsRequest } from 'node:https';
 import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
+import { DOOR_MISS_HEADER } from '../../lib/node-door';
+import { DOOR_CERT_REFUSED, DOOR_CONNECT_TIMEOUT, type DoorAgent } from './door-agent';
 import type { AccessNote, GatewayLog } from './log';
 import type { ModelStats } from './model-stats';
 import type { CallTimes, GatewayMetrics } from './metrics';
@@ -21,6 +24,8 @@ export interface ProxyDeps {
   routing: RoutingTable;
   /** A keep-alive agent shared by all requests, so the gateway reuses upstream connections. */
   agent: Agent;
+  /** The keep-alive TLS pool to the nodes' doors, with the gateway certificate (absent: no tls.gatewayCert) */
+  doorAgent?: DoorAgent;
   log: GatewayLog;
   timeouts: GatewayTimeouts;
   /** Per-model request counts and TTFT for the cluster page (model-stats.ts); none = nothing counted. */
@@ -95,7 +100,16 @@ export function engineRefusal(answer: Buffer): string | null {
 }
 
 // The replica is not there: only these eject it. An HTTP error, a reset or a client that left never do.
-const CONNECT_ERRORS = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'EHOSTDOWN']);
+// A node door whose certificate is not its node's, or that does not open within connectMs (door-agent.ts), is
+// as unreachable as a refused port.
+const CONNECT_ERRORS = new Set([
+  'ECONNREFUSED',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EHOSTDOWN',
+  DOOR_CERT_REFUSED,
+  DOOR_CONNECT_TIMEOUT,
+]);
 
 // first-byte: sent, nothing back yet; answer: a stream's headers are back, its first event is not; idle: data flows.
 type Phase = 'connect' | 'first-byte' | 'answer' | 'idle';
@@ -183,7 +197,27 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       'x-request-id': reqId,
     };
     if (call.req.headers.accept) headers.accept = call.req.headers.accept;
-    const upReq = request({ agent, host: replica.host, port: replica.port, path: call.path, method: 'POST', headers });
+    const { door } = replica;
+    if (door && !deps.doorAgent) {
+      release();
+      return next(
+        replica,
+        `${replica.id} is behind node ${door.node}'s door, and this gateway has no gateway certificate to present there (server.yaml tls.gatewayCert: llmgw ca issue --gateway NAME)`,
+        'LLMGW_UPSTREAM_FAILED',
+      );
+    }
+    // Behind a node's door: keep-alive TLS with the gateway certificate, to the node the route names (servername).
+    const upReq = door
+      ? httpsRequest({
+          agent: deps.doorAgent,
+          host: replica.host,
+          port: replica.port,
+          servername: door.node,
+          path: door.base + call.path,
+          method: 'POST',
+          headers,
+        })
+      : request({ agent, host: replica.host, port: replica.port, path: call.path, method: 'POST', headers });
     current = upReq;
 
     upReq.on('socket', (s) => {
@@ -224,7 +258,9 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       phase = 'answer';
       routing.healthy(replica.id);
       const status = upRes.statusCode ?? 502;
-      if (status >= 500 && !clientGone && !String(upRes.headers['content-type']).startsWith('text/event-stream')) {
+      // The door's own 404: the replica is not on that node (a stale route); another replica is tried, as for a 5xx.
+      const doorMiss = door !== undefined && upRes.headers[DOOR_MISS_HEADER] !== undefined;
+      if ((status >= 500 || doorMiss) && !clientGone && !String(upRes.headers['content-type']).startsWith('text/event-stream')) {
         upRes.once('close', release);
         // Read the (small) error answer first: an engine that refused the request as malformed says so in a 500
         // (llama.cpp does), and that is the client's error — answered 400, never tried on another replica.

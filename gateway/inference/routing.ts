@@ -1,6 +1,7 @@
 /** The gateway's in-memory routing table: ready replicas per model, refreshed from the store, with in-flight counts and ejections. */
 import type { GatewayReport } from '../../lib/store/drain';
 import type { ModelRouteFields, RouteChange } from '../../lib/store/route-changes';
+import { parseDoorEndpoint } from '../../lib/node-door';
 import type { RouteRows } from '../../lib/store/store';
 import { byKey, HashRing, resolveRouting, type ResolvedRouting } from './affinity';
 import { Ejections, type Ejectable } from './ejections';
@@ -16,6 +17,8 @@ export interface RoutableReplica {
   port: number;
   /** The model it serves. */
   model: string;
+  /** Behind a node's door (lib/node-door.ts): the node whose certificate must answer, and the path prefix */
+  door?: { node: string; base: string };
   /** How many requests it takes at once before admission queues (admission.ts): catalog, engine slots or default. */
   limit: number;
 }
@@ -68,8 +71,10 @@ interface ModelRoutes {
   routing: ResolvedRouting;
 }
 
-/** `http://host:port` → a routable replica, or null when the endpoint is not a plain http URL. */
+/** `http://host:port` or a node door's URL → a routable replica, or null when the endpoint is neither. */
 function parseEndpoint(id: string, model: string, endpoint: string, limit: number): RoutableReplica | null {
+  const door = endpoint.startsWith('https:') ? parseDoorEndpoint(endpoint) : null;
+  if (door) return { id, endpoint, host: door.host, port: door.port, model, limit, door };
   try {
     const u = new URL(endpoint);
     if (u.protocol !== 'http:') return null;

@@ -6,6 +6,7 @@ import { closeDeadline } from '../close';
 import { clientErrorHandler } from '../errors';
 import { startMetricsListener } from '../metrics';
 import { buildGatewayApp } from './app';
+import type { DoorAgent } from './door-agent';
 import type { KeyTable } from './keys';
 import type { QuotaKeeper } from './quota';
 import { GatewayMetrics } from './metrics';
@@ -36,6 +37,8 @@ export interface GatewayServerOptions {
   admission?: GatewayAdmission;
   /** Where to serve the gateway's metrics (server.yaml listeners.metrics.gateway); none: nothing is measured. */
   metrics?: { host: string; port: number } | null;
+  /** The keep-alive TLS pool to the nodes' doors, with the gateway certificate (door-agent.ts) */
+  doorAgent?: DoorAgent;
   /** How long close() lets requests in flight finish before it cuts them, ms (default CLOSE_GRACE_MS). */
   closeGraceMs?: number;
   /** Per-model request counts and TTFT (the gateway role's, reported to MySQL); none = nothing counted. */
@@ -96,6 +99,7 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
       stats: opts.stats,
       admission: opts.admission,
       metrics,
+      doorAgent: opts.doorAgent,
     }),
   );
   app.addHook('onClose', async () => {

@@ -14,11 +14,8 @@ import type { AddressInfo } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { trackConnections } from '../../lib/connections';
 import { openAiError, type ErrorCode } from '../../lib/errors';
-import { ENGINE_API_HOST, parseDoorPath } from '../../lib/node-door';
+import { DOOR_MISS_HEADER, ENGINE_API_HOST, parseDoorPath } from '../../lib/node-door';
 import { judgePresented, mtlsServerOptions } from '../mtls';
-
-/** The header a door sets on its own 404 (no such replica here), so the gateway never takes an engine's 404 for one. */
-export const DOOR_MISS_HEADER = 'x-llmgw-door-miss';
 
 export interface NodeDoorOptions {
   nodeId: string;

@@ -1,0 +1,80 @@
+/**
+ * The gateway's side of the nodes' doors: one keep-alive pool of TLS connections, presenting the gateway's
+ * certificate (server.yaml tls.gatewayCert, role gateway) and accepting only the door of the node a route names.
+ * A door serves with its node's own certificate, which is clientAuth only (OpenSSL would refuse it as a server's),
+ * so the check is done here (lib/pki/peer.ts: this cluster's CA, within its dates, CN = the node id, role node)
+ * before the connection is handed to a request: no byte of a prompt goes to a door that is not the node's.
+ */
+import { Agent, type AgentOptions } from 'node:https';
+import type { Duplex } from 'node:stream';
+import { connect, type ConnectionOptions } from 'node:tls';
+import { nodePeerProblem } from '../../lib/pki';
+
+/** What a door connection presents and trusts. */
+export interface DoorCredentials {
+  certPem: string;
+  keyPem: string;
+  caPem: string;
+}
+
+/** The error a connection to a door fails with when it is not the named node's (an ejection, like a refusal). */
+export const DOOR_CERT_REFUSED = 'LLMGW_DOOR_CERT_REFUSED';
+/** The error a connection to a door fails with when it is not open within `connectMs`. */
+export const DOOR_CONNECT_TIMEOUT = 'ETIMEDOUT';
+
+/**
+ * A keep-alive agent for the nodes' doors. A request names the node it expects as its `servername`
+ * (RoutableReplica.node); a new connection is handed over only once the door's certificate is that node's.
+ */
+export class DoorAgent extends Agent {
+  constructor(
+    private readonly creds: DoorCredentials,
+    private readonly connectMs: number,
+    o: AgentOptions = {},
+  ) {
+    // No session cache: a resumed session would skip nothing we need, and connections are long-lived anyway.
+    super({ keepAlive: true, maxCachedSessions: 0, ...o });
+  }
+
+  /** Opens, verifies, then hands the socket to `cb` (Node's Agent waits for the callback). */
+  override createConnection(options: ConnectionOptions, cb: (err: Error | null, socket?: Duplex) => void): undefined {
+    const expectCn = options.servername ?? '';
+    const s = connect({
+      ...options,
+      cert: this.creds.certPem,
+      key: this.creds.keyPem,
+      ca: this.creds.caPem,
+      rejectUnauthorized: false,
+    });
+    s.setNoDelay(true);
+    let done = false;
+    const finish = (err: Error | null): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      if (err) {
+        s.destroy();
+        cb(err);
+      } else cb(null, s);
+    };
+    const timer = setTimeout(
+      () =>
+        finish(
+          Object.assign(new Error(`no connection to the node door within ${this.connectMs} ms`), {
+            code: DOOR_CONNECT_TIMEOUT,
+          }),
+        ),
+      this.connectMs,
+    );
+    s.once('error', finish);
+    s.once('secureConnect', () => {
+      const problem = nodePeerProblem(s, { caPem: this.creds.caPem, expectCn });
+      finish(
+        problem
+          ? Object.assign(new Error(`node door certificate refused: ${problem}`), { code: DOOR_CERT_REFUSED })
+          : null,
+      );
+    });
+    return undefined;
+  }
+}
