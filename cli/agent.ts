@@ -10,6 +10,9 @@ import { parse, UsageError } from './args';
 import { agentBinUsage, ENGINE_BIN_OPTIONS, engineBins } from './engine-flags';
 import { runRole } from './role-process';
 
+/** The node door's port unless --door says another. */
+const DEFAULT_DOOR_PORT = 7460;
+
 const AGENT_USAGE = `
 llmgw agent --node ID --server URL [--server URL …] [options]
 
@@ -34,7 +37,11 @@ that supervises this node's engine processes.
                          Repeatable. No --fabric: the node is an island (single-node replicas only)
   --sminfo PATH          sminfo (infiniband-diags) that reads the subnet manager each declared port sees
                          (default: sminfo on PATH; needs root). Unreadable: the fabric name is trusted as declared
-  --advertise-host HOST  address engines on this node are reached at (default 127.0.0.1)
+  --advertise-host HOST  this node's address: the gateway reaches its door there, other nodes its multi-node
+                         ranks (default 127.0.0.1)
+  --door HOST:PORT       the node's door: its one inference listener (HTTPS; only gateway certificates, llmgw ca
+                         issue --gateway), forwarding to this node's engines, which listen on 127.0.0.1 only
+                         (default <advertise-host>:${DEFAULT_DOOR_PORT}; keep the port fixed: routes name it)
   Engines: the control plane names them (server.yaml engines: name -> version); the agent installs each
   named version from PyPI into --engines-dir, runs it and checks its flags (engine-check), and offers only
   those that pass (llmgw ctl nodes shows why one failed). A version "" means the operator's own binary:
@@ -89,6 +96,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
       fabric: { type: 'string', multiple: true },
       sminfo: { type: 'string' },
       'advertise-host': { type: 'string' },
+      door: { type: 'string' },
       ...ENGINE_BIN_OPTIONS,
       'engines-dir': { type: 'string' },
       'weights-dir': { type: 'string' },
@@ -130,6 +138,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     cpuinfo: values.cpuinfo ?? '/proc/cpuinfo',
     fabrics: values.fabric ?? [],
     advertiseHost: values['advertise-host'] ?? '127.0.0.1',
+    door: hostPort('--door', values.door ?? `${values['advertise-host'] ?? '127.0.0.1'}:${DEFAULT_DOOR_PORT}`),
     weights: {
       dir: resolve(values['weights-dir'] ?? '/var/lib/llmgw/weights'),
       listen: parseWeightsListen(values['weights-listen'] ?? '0.0.0.0:0'),

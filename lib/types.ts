@@ -96,8 +96,13 @@ export interface NodeInventory {
   fabrics: Record<string, string[]>;
   cpuFlags: string[];
   engines: EngineName[];
-  /** The address engines on this node listen on, as seen by the gateway. */
+  /** The node's address, as seen by the gateway and by other nodes (its door, multi-node ranks' rendezvous). */
   host: string;
+  /**
+   * The node's door (the agent's one inference listener, gateway/node-door): its port on `host`. Absent from agents
+   * older than the door: their replicas are routed to the engine's own port, as before.
+   */
+  door?: { port: number };
   /** fabric name -> the subnet manager its ports see (absent from agents older than fabric identity) */
   fabricIdentity?: Record<string, FabricIdentity>;
   /** The agent's `llmgw doctor` results at start */

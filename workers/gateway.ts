@@ -2,9 +2,9 @@
  * The gateway role: MySQL's routing table, refreshed, behind the inference API on listeners.gateway; its in-flight
  * report, and its per-model request counts and TTFT for the cluster page.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import type { ServerConfig } from '../config/types';
-import { DoorAgent } from '../gateway/inference/door-agent';
+import { doorAgentFromFiles, type DoorAgent } from '../lib/door-agent';
 import { LlmgwError } from '../lib/errors';
 import type { GatewayLog } from '../gateway/inference/log';
 import { InflightReporter, newGatewayId } from '../gateway/inference/inflight-report';
@@ -85,21 +85,17 @@ function routePush(config: ServerConfig, routing: RoutingTable, log: GatewayLog 
 
 /** The keep-alive pool to the nodes' doors from server.yaml tls.gatewayCert/gatewayKey, or undefined (logged) when absent. */
 function gatewayDoorAgent(config: ServerConfig, log?: GatewayLog): DoorAgent | undefined {
-  const { tls } = config;
-  if (!existsSync(tls.gatewayCert) || !existsSync(tls.gatewayKey)) {
+  const agent = doorAgentFromFiles(config.tls, config.gateway.timeouts.connectMs, {
+    keepAliveMsecs: 30_000,
+    scheduling: 'lifo',
+  });
+  if (!agent)
     log?.("no gateway certificate: replicas behind a node's door cannot be routed to", {
       level: 'warn',
-      gatewayCert: tls.gatewayCert,
+      gatewayCert: config.tls.gatewayCert,
       fix: 'llmgw ca issue --gateway NAME, then point server.yaml tls.gatewayCert/gatewayKey at it',
     });
-    return undefined;
-  }
-  const creds = {
-    certPem: readFileSync(tls.gatewayCert, 'utf8'),
-    keyPem: readFileSync(tls.gatewayKey, 'utf8'),
-    caPem: readFileSync(tls.ca, 'utf8'),
-  };
-  return new DoorAgent(creds, config.gateway.timeouts.connectMs, { keepAliveMsecs: 30_000, scheduling: 'lifo' });
+  return agent ?? undefined;
 }
 
 /** Opens MySQL, loads the routing table, serves the inference API and reports its in-flight requests; close() stops all. One log for all of it. */

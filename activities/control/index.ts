@@ -1,4 +1,6 @@
 /** Activities on the llmgw-control queue: the only workflow code that touches MySQL. All idempotent. */
+import { doorGet, type DoorAgent } from '../../lib/door-agent';
+import { nodeDoorEndpoint, parseDoorEndpoint } from '../../lib/node-door';
 import { heartbeat, sleep } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
@@ -29,6 +31,11 @@ export interface ControlDeps {
   drainGraceS?: number;
   /** server.yaml gateway.refreshMs (default 500) */
   gatewayRefreshMs?: number;
+  /**
+   * The gateway certificate's pool to the nodes' doors (server.yaml tls.gatewayCert): a replica behind a door is
+   * asked for its /health through it. Absent: such a replica never reads as serving (and its wait says why).
+   */
+  doorAgent?: DoorAgent | null;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -174,6 +181,8 @@ export function createControlActivities(deps: ControlDeps) {
         );
         const head = shards[0];
         if (!head) throw ApplicationFailure.nonRetryable('placement returned no nodes', 'PlacementEmpty');
+        // Behind the node's door when its agent serves one (engines then listen on loopback only).
+        const door = byId.get(head.nodeId)?.inventory.door;
         log('replica placed', {
           replica: input.replicaId,
           profile: placement.profile.name,
@@ -185,7 +194,9 @@ export function createControlActivities(deps: ControlDeps) {
           kind: 'placed',
           fabric: placement.fabric,
           shards,
-          endpoint: `http://${head.host}:${head.port}`,
+          endpoint: door
+            ? nodeDoorEndpoint(head.host, door.port, head.nodeId, input.replicaId)
+            : `http://${head.host}:${head.port}`,
           distHost: head.host,
           distPort,
           profile: placement.profile,
@@ -215,12 +226,20 @@ export function createControlActivities(deps: ControlDeps) {
     /** Polls rank 0's /health until it answers 200; heartbeats what it last saw. */
     async waitServing(input: { endpoint: string; intervalMs?: number }): Promise<void> {
       let last = 'no answer yet';
+      const door = parseDoorEndpoint(input.endpoint);
       for (;;) {
         try {
-          const res = await fetch(`${input.endpoint}/health`, { signal: AbortSignal.timeout(2000) });
-          const body = await res.text();
+          let res: { status: number; body: string };
+          if (!door) {
+            const r = await fetch(`${input.endpoint}/health`, { signal: AbortSignal.timeout(2000) });
+            res = { status: r.status, body: await r.text() };
+          } else if (deps.doorAgent) res = await doorGet(deps.doorAgent, door, '/health', 2000);
+          else
+            throw new Error(
+              `the replica is behind node ${door.node}'s door and this control plane has no gateway certificate to ask it with (server.yaml tls.gatewayCert: llmgw ca issue --gateway NAME)`,
+            );
           if (res.status === 200) return;
-          last = `health ${res.status}: ${body.slice(0, 200)}`;
+          last = `health ${res.status}: ${res.body.slice(0, 200)}`;
         } catch (err) {
           last = `health check failed: ${(err as Error).message}`;
         }

@@ -50,6 +50,8 @@ export interface NodeDeps {
   shimArgv?: string[];
   /** Filled with the key of every engine a runShard supervises right now (the agent's orphan collection reads it). */
   supervised?: Set<string>;
+  /** Filled with replica id -> loopback port of every rank 0 engine running here now (the node's door reads it). */
+  serving?: Map<string, number>;
   /**
    * The shards the control plane places on this node (the agent asks it over HTTP). With it, a shard whose
    * activity Temporal timed out (heartbeats lost while Temporal was unreachable) keeps its engine serving
@@ -117,6 +119,7 @@ export function createNodeActivities(deps: NodeDeps) {
     stop: stopEngine,
     liveness,
   } = deps.processes ?? ENGINE_PROCESSES;
+  const serving = deps.serving;
   // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
   // that is still winding down, and the earlier one must then leave the engine (and the key) alone.
   const claims = new Map<string, object>();
@@ -305,6 +308,7 @@ export function createNodeActivities(deps: NodeDeps) {
         }
         Object.assign(beat, { pid: st.enginePid, shimPid: st.shimPid, state: 'running', since: st.startedAt });
         ctx.heartbeat(beat);
+        if (input.rank === 0) serving?.set(input.replicaId, input.port);
 
         const stopWatching = new AbortController();
         const outcome = await Promise.race([
@@ -355,6 +359,7 @@ export function createNodeActivities(deps: NodeDeps) {
         if (claims.get(key) === token) {
           claims.delete(key);
           supervised.delete(key);
+          if (input.rank === 0 && serving?.get(input.replicaId) === input.port) serving.delete(input.replicaId);
         }
       }
     },

@@ -70,6 +70,8 @@ export const inventorySchema = closed(
     cpuFlags: { type: 'array', maxItems: 64, items: str(32, 1) },
     engines: { type: 'array', maxItems: ENGINES.length, uniqueItems: true, items: { enum: ENGINES } },
     host: str(255, 1),
+    // the node's door (its one inference listener): its port on host
+    door: closed({ port: { type: 'integer', minimum: 1, maximum: 65535 } }, ['port']),
     // fabric name -> the subnet manager its ports see (placement splits one name over two SM GUIDs)
     fabricIdentity: {
       type: 'object',

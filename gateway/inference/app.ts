@@ -1,6 +1,6 @@
 /** The inference gateway's OpenAI-compatible API as a fastify plugin: models, completions, embeddings, health. */
 import { Agent, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { DoorAgent } from './door-agent';
+import type { DoorAgent } from '../../lib/door-agent';
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { GatewayTimeouts } from '../../config/types';

@@ -11,7 +11,7 @@ import type { GatewayTimeouts } from '../../config/types';
 import { request as httpsRequest } from 'node:https';
 import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
 import { DOOR_MISS_HEADER } from '../../lib/node-door';
-import { DOOR_CERT_REFUSED, DOOR_CONNECT_TIMEOUT, type DoorAgent } from './door-agent';
+import { DOOR_CERT_REFUSED, DOOR_CONNECT_TIMEOUT, type DoorAgent } from '../../lib/door-agent';
 import type { AccessNote, GatewayLog } from './log';
 import type { ModelStats } from './model-stats';
 import type { CallTimes, GatewayMetrics } from './metrics';
@@ -260,7 +260,11 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       const status = upRes.statusCode ?? 502;
       // The door's own 404: the replica is not on that node (a stale route); another replica is tried, as for a 5xx.
       const doorMiss = door !== undefined && upRes.headers[DOOR_MISS_HEADER] !== undefined;
-      if ((status >= 500 || doorMiss) && !clientGone && !String(upRes.headers['content-type']).startsWith('text/event-stream')) {
+      if (
+        (status >= 500 || doorMiss) &&
+        !clientGone &&
+        !String(upRes.headers['content-type']).startsWith('text/event-stream')
+      ) {
         upRes.once('close', release);
         // Read the (small) error answer first: an engine that refused the request as malformed says so in a 500
         // (llama.cpp does), and that is the client's error — answered 400, never tried on another replica.

@@ -6,7 +6,7 @@ import { closeDeadline } from '../close';
 import { clientErrorHandler } from '../errors';
 import { startMetricsListener } from '../metrics';
 import { buildGatewayApp } from './app';
-import type { DoorAgent } from './door-agent';
+import type { DoorAgent } from '../../lib/door-agent';
 import type { KeyTable } from './keys';
 import type { QuotaKeeper } from './quota';
 import { GatewayMetrics } from './metrics';

@@ -16,6 +16,7 @@ import { discover } from './discovery';
 import { markCleanStop, previousAgentCrashed } from './handover';
 import type { Agent, AgentOptions } from './options';
 import { startRenewal } from './renewal';
+import { startAgentDoor } from './node-door';
 import { startNodeWeights } from './weights';
 import { nodeConnection, startNodeWorker } from './worker';
 import { ensureWritableDir } from './writable-dir';
@@ -54,8 +55,25 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
     client: new TlsClient(opts.tls),
     log: opts.log,
   });
+  // The node's door, before registering: its port is part of the inventory (placement routes replicas through it).
+  const serving = new Map<string, number>();
+  const door = opts.door
+    ? await startAgentDoor({
+        nodeId: opts.nodeId,
+        listen: opts.door,
+        tls: opts.tls,
+        control,
+        serving,
+        log: opts.log,
+      }).catch(async (err: unknown) => {
+        await control.close();
+        throw err;
+      })
+    : null;
+  if (door) inventory.door = { port: door.port };
   const afterCrash = previousAgentCrashed(opts.stateDir);
   const reg = await register(control, opts, inventory, () => closing, afterCrash).catch(async (err: unknown) => {
+    await door?.close();
     await control.close();
     throw err;
   });
@@ -66,6 +84,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
     fabrics: inventory.fabrics,
     temporal: reg.temporal.address,
     door: reg.temporal.mtls,
+    inferenceDoor: door ? `${opts.advertiseHost}:${door.port}` : null,
   });
 
   const connection = await nodeConnection(reg.temporal, opts.tls);
@@ -97,6 +116,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
       stateDir: opts.stateDir,
       stopEnginesOnExit: opts.stopEnginesOnExit,
       supervised,
+      serving,
       assigned: () => assignedShards(control, opts.nodeId),
       stopping: stopping.signal,
       ...(opts.simulated ? { processes: opts.simulated.processes } : {}),
@@ -136,6 +156,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
     () => closing,
     (creds) => {
       weights?.useCredentials(creds);
+      door?.useCredentials(creds);
       void worker.renewed(creds).catch((err: Error) =>
         opts.log('NODE WORKER NOT MOVED to the renewed certificate: it keeps the old one until the agent restarts', {
           level: 'error',
@@ -162,6 +183,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
       await worker.stop();
       markCleanStop(opts.stateDir);
       await weights?.close();
+      await door?.close();
       await worker.disconnect();
       await control.close();
     },

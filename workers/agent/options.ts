@@ -27,6 +27,11 @@ export interface AgentOptions {
   fabrics: string[];
   /** Address the gateway and other ranks reach this node's engines on */
   advertiseHost: string;
+  /**
+   * Where the node's door listens (`--door HOST:PORT`): the one inference listener of the node, mTLS with gateway
+   * certificates, in front of its loopback engines. Absent: no door (replicas are routed to the engines' own ports).
+   */
+  door?: { host: string; port: number };
   /** The weights cache (`--weights-dir`) and where peers fetch from it (`--weights-listen`); absent: no URL sources here */
   weights?: { dir: string; listen: { host: string; port: number } };
   /** Where and from what the engines server.yaml names are installed (`--engines-dir`, `--llamacpp-bin`, …) */

@@ -1,4 +1,5 @@
 /** The control role: MySQL, the control worker (all workflows + control activities) and the control plane API, in one process. */
+import { doorAgentFromFiles } from '../../lib/door-agent';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -119,6 +120,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // Recorded either way (the gateway lists the catalog's models); applied below when asked to.
   if (!opts.applyCatalog) for (const spec of config.catalog) await store.upsertModel(spec, true);
 
+  const doorAgent = doorAgentFromFiles(config.tls, config.gateway.timeouts.connectMs);
   const worker = await Worker.create({
     connection: native,
     namespace: config.temporal.namespace,
@@ -130,6 +132,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       enginePorts: config.enginePorts,
       drainGraceS: config.drain.graceS,
       gatewayRefreshMs: config.gateway.refreshMs,
+      // A replica behind a node's door answers /health to a gateway certificate only.
+      doorAgent,
     }),
   });
   const running = worker.run();
@@ -273,6 +277,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       // The SDK may already be draining it (its own signal handling in other embeddings).
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await running.catch(() => undefined);
+      doorAgent?.destroy();
       await native.close();
       await connection.close();
       await pool.end();

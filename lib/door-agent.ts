@@ -5,10 +5,12 @@
  * so the check is done here (lib/pki/peer.ts: this cluster's CA, within its dates, CN = the node id, role node)
  * before the connection is handed to a request: no byte of a prompt goes to a door that is not the node's.
  */
-import { Agent, type AgentOptions } from 'node:https';
+import { existsSync, readFileSync } from 'node:fs';
+import { Agent, get, type AgentOptions } from 'node:https';
 import type { Duplex } from 'node:stream';
 import { connect, type ConnectionOptions } from 'node:tls';
-import { nodePeerProblem } from '../../lib/pki';
+import type { DoorEndpoint } from './node-door';
+import { nodePeerProblem } from './pki';
 
 /** What a door connection presents and trusts. */
 export interface DoorCredentials {
@@ -77,4 +79,48 @@ export class DoorAgent extends Agent {
     });
     return undefined;
   }
+}
+
+/** The gateway certificate's door pool from server.yaml tls (gatewayCert, gatewayKey, ca), or null when the files are missing. */
+export function doorAgentFromFiles(
+  tls: { ca: string; gatewayCert: string; gatewayKey: string },
+  connectMs: number,
+  o: AgentOptions = {},
+): DoorAgent | null {
+  if (!existsSync(tls.gatewayCert) || !existsSync(tls.gatewayKey)) return null;
+  const creds = {
+    certPem: readFileSync(tls.gatewayCert, 'utf8'),
+    keyPem: readFileSync(tls.gatewayKey, 'utf8'),
+    caPem: readFileSync(tls.ca, 'utf8'),
+  };
+  return new DoorAgent(creds, connectMs, o);
+}
+
+/** GETs `path` (e.g. `/health`) of a replica behind a node's door: its status and body (rejects on no answer). */
+export function doorGet(
+  agent: DoorAgent,
+  door: DoorEndpoint,
+  path: string,
+  timeoutMs: number,
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = get(
+      {
+        agent,
+        host: door.host,
+        port: door.port,
+        servername: door.node,
+        path: `${door.base}${path}`,
+        timeout: timeoutMs,
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.once('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+        res.once('error', reject);
+      },
+    );
+    req.once('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    req.once('error', reject);
+  });
 }
