@@ -1,4 +1,5 @@
 /** The inference gateway on a real port in front of tiny upstream HTTP servers whose behaviour each test chooses. */
+import type { DoorAgent } from '../../lib/door-agent';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { GatewayAdmission, GatewayTimeouts } from '../../config/types';
@@ -133,6 +134,8 @@ export async function gateway(
     routing?: Partial<RoutingOptions>;
     admission?: GatewayAdmission;
     metrics?: boolean;
+    /** the pool to the nodes' doors, with a gateway certificate (lib/door-agent.ts) */
+    doorAgent?: DoorAgent;
   } = {},
 ): Promise<TestGateway> {
   const lines: LogLine[] = [];
@@ -148,6 +151,7 @@ export async function gateway(
     accessLog: o.accessLog,
     admission: o.admission,
     metrics: o.metrics ? { host: '127.0.0.1', port: 0 } : null,
+    doorAgent: o.doorAgent,
   });
   gateways.push(gw);
   return { url: gw.url, routing, lines, metricsUrl: gw.metricsUrl };
