@@ -1,0 +1,138 @@
+/**
+ * `npm run bench:node-door`: what a node's door adds to a request. One sim engine process (answers at once), a
+ * door in its own process in front of it (test/bench/node-door-child.ts), and interleaved rounds of one
+ * non-streamed completion straight to the engine (node:http, keep-alive: the gateway's path before the door) and
+ * one through the door (keep-alive TLS with a gateway certificate: lib/door-agent.ts, the gateway's path now).
+ * Prints each path's percentiles and the added latency paired per round. Asserts nothing.
+ */
+import { spawn } from 'node:child_process';
+import { Agent, request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { DoorAgent } from '../../lib/door-agent';
+import { initCa, issueClientCertificate, issueNodeCertificate } from '../../lib/pki';
+import { simEngineArgv } from '../../lib/sim/argv';
+import { freePort } from '../helpers/ports';
+
+const ROUNDS = Number(process.env.ROUNDS ?? 3000);
+const WARMUP = 300;
+const body = JSON.stringify({ model: 'sim', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
+const headers = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) };
+
+function once(send: (cb: (res: IncomingMessage) => void) => ClientRequest): Promise<number> {
+  const t0 = performance.now();
+  return new Promise((resolve, reject) => {
+    const req = send((res) => {
+      res.resume();
+      res.once('end', () =>
+        res.statusCode === 200 ? resolve(performance.now() - t0) : reject(new Error(`status ${res.statusCode}`)),
+      );
+    });
+    req.once('error', reject);
+    req.end(body);
+  });
+}
+
+const pct = (xs: number[], p: number): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
+};
+const f = (ms: number): string => ms.toFixed(3);
+
+async function main(): Promise<void> {
+  const tmp = mkdtempSync(join(tmpdir(), 'llmgw-bench-node-door-'));
+  const ca = initCa(join(tmp, 'ca'), { keyBits: 2048 });
+  const node = issueNodeCertificate(ca, 'bench-node');
+  const gw = issueClientCertificate(ca, 'gateway', 'bench-gw');
+  const enginePort = await freePort();
+  const [bin, ...pre] = simEngineArgv();
+  const engine = spawn(
+    bin as string,
+    [...pre, '--model', 'sim', '--port', String(enginePort), '--tokens-per-second', '0'],
+    {
+      stdio: 'ignore',
+    },
+  );
+  const door = spawn(process.execPath, ['--import', 'tsx', join(__dirname, 'node-door-child.ts')], {
+    env: { ...process.env, NODE_DOOR_BENCH: JSON.stringify({ tls: { ...node, caPem: ca.certPem }, enginePort }) },
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  const doorPort = await new Promise<number>((resolve) =>
+    createInterface({ input: door.stdout! }).once('line', (l) => resolve((JSON.parse(l) as { ready: number }).ready)),
+  );
+  for (let i = 0; i < 100; i++) {
+    const ok = await fetch(`http://127.0.0.1:${enginePort}/health`).then(
+      (r) => r.ok,
+      () => false,
+    );
+    if (ok) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  const plain = new Agent({ keepAlive: true, maxSockets: 1 });
+  const tlsPool = new DoorAgent({ certPem: gw.certPem, keyPem: gw.keyPem, caPem: ca.certPem }, 2000, { maxSockets: 1 });
+  const direct = (): Promise<number> =>
+    once((cb) =>
+      httpRequest(
+        { agent: plain, host: '127.0.0.1', port: enginePort, path: '/v1/chat/completions', method: 'POST', headers },
+        cb,
+      ),
+    );
+  const viaDoor = (): Promise<number> =>
+    once((cb) =>
+      httpsRequest(
+        {
+          agent: tlsPool,
+          host: '127.0.0.1',
+          port: doorPort,
+          servername: 'bench-node',
+          path: '/nodes/bench-node/replicas/m-0/v1/chat/completions',
+          method: 'POST',
+          headers,
+        },
+        cb,
+      ),
+    );
+  for (let i = 0; i < WARMUP; i++) {
+    await direct();
+    await viaDoor();
+  }
+  const d: number[] = [];
+  const v: number[] = [];
+  const added: number[] = [];
+  for (let i = 0; i < ROUNDS; i++) {
+    // A fresh random order per round, so neither path always goes first.
+    const first = Math.random() < 0.5;
+    const a = first ? await direct() : 0;
+    const b = await viaDoor();
+    const c = first ? a : await direct();
+    d.push(c);
+    v.push(b);
+    added.push(b - c);
+  }
+  const cores = (await import('node:os')).loadavg()[0]?.toFixed(1);
+  process.stdout.write(
+    [
+      `node door bench: ${ROUNDS} interleaved rounds after ${WARMUP} warm-up, one keep-alive connection per path, loadavg ${cores}`,
+      '',
+      '| path | p50 | p90 | p99 |',
+      '| --- | --- | --- | --- |',
+      `| engine direct (http, loopback) | ${f(pct(d, 50))} | ${f(pct(d, 90))} | ${f(pct(d, 99))} |`,
+      `| through the node door (keep-alive TLS, gateway certificate) | ${f(pct(v, 50))} | ${f(pct(v, 90))} | ${f(pct(v, 99))} |`,
+      `| **added by the door, paired** | **${f(pct(added, 50))}** | ${f(pct(added, 90))} | ${f(pct(added, 99))} |`,
+      '',
+      'milliseconds; goal (issue 21): added p50 <= 0.1 ms',
+      '',
+    ].join('\n'),
+  );
+  plain.destroy();
+  tlsPool.destroy();
+  door.stdin!.end();
+  engine.kill();
+  await new Promise((r) => door.once('exit', r));
+  rmSync(tmp, { recursive: true, force: true });
+}
+
+void main();
