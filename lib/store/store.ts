@@ -121,6 +121,7 @@ export class Store {
   async silentNodes(ms: number): Promise<{ id: NodeId; host: string; ports: number[]; silentMs: number }[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>(
       `SELECT n.id, JSON_UNQUOTE(JSON_EXTRACT(n.inventory, '$.host')) AS host, GROUP_CONCAT(s.port) AS ports,
+              JSON_EXTRACT(n.inventory, '$.door.port') AS door_port,
               TIMESTAMPDIFF(MICROSECOND, n.last_seen, NOW(3)) DIV 1000 AS silent_ms
          FROM nodes n LEFT JOIN shards s ON s.node_id = n.id
         WHERE n.state <> 'down' AND n.last_seen < NOW(3) - INTERVAL ? MICROSECOND
@@ -130,7 +131,12 @@ export class Store {
     return rows.map((r) => ({
       id: r.id as NodeId,
       host: String(r.host ?? ''),
-      ports: r.ports ? String(r.ports).split(',').map(Number) : [],
+      // The node's door first: engines listen on the node's loopback behind it (a door that accepts is an agent
+      // process alive, however starved), and an older agent's engines on the node's address.
+      ports: [
+        ...(r.door_port == null ? [] : [Number(r.door_port)]),
+        ...(r.ports ? String(r.ports).split(',').map(Number) : []),
+      ],
       silentMs: Number(r.silent_ms),
     }));
   }

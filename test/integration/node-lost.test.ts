@@ -91,7 +91,7 @@ describe('a node lost by every signal', () => {
       { timeoutMs: 30_000, what: 'far-n1 judged lost' },
     );
     expect(down.message).toMatch(
-      /node lost: no agent heartbeat for \d+s, no call through the door, engine ports \d+ on 127.0.0.1 refuse connections/,
+      /node lost: no agent heartbeat for \d+s, no call through the door, (its door and )?engine ports [\d,]+ on 127.0.0.1 refuse connections/,
     );
     expect(down.message).toContain(`rebuilding ${MODEL}-0 elsewhere`);
     const moved = await waitFor(

@@ -87,7 +87,7 @@ export class NodeLiveness {
         const answering = await this.anyAnswers(n.host, n.ports);
         let why: string;
         if (answering === null) {
-          why = `node lost: no agent heartbeat for ${Math.round(silentFor / 1000)}s, no call through the door, ${n.ports.length ? `engine ports ${n.ports.join(',')} on ${n.host} refuse connections` : 'no engines'}`;
+          why = `node lost: no agent heartbeat for ${Math.round(silentFor / 1000)}s, no call through the door, ${n.ports.length ? `its door and engine ports ${n.ports.join(',')} on ${n.host} refuse connections` : 'no engines'}`;
         } else if (silentFor >= this.agentLostMs) {
           why = `agent lost: no heartbeat for ${Math.round(silentFor / 1000)}s while its engines answer (${answering}); nothing supervises them`;
         } else {
