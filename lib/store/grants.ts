@@ -28,12 +28,13 @@ export const ROLE_TABLES: Readonly<Record<Exclude<DbRole, 'migrate'>, TableGrant
   // lib/store/store.ts (all of it: the control API, the control worker's activities, an in-process CA when ca.key
   // sits beside tls.ca), keys.ts (ctl keys), drain.ts (drain waits), model-stats.ts and page-auth.ts (the cluster
   // page), weights.ts (nodes' weight reports), node-removal.ts (remove-node), host-keys.ts (ctl forget-host-key),
-  // workers/control/metrics.ts.
+  // route-changes.ts (the route feed to gateways), workers/control/metrics.ts.
   controlPlane: {
     schema_migrations: S,
     nodes: SIUD,
     models: SIUD,
     replicas: SIU,
+    route_changes: SID,
     shards: SID,
     port_leases: SIU,
     events: SI,
@@ -48,12 +49,13 @@ export const ROLE_TABLES: Readonly<Record<Exclude<DbRole, 'migrate'>, TableGrant
     key_usage: S,
     model_minute_stats: S,
   },
-  // workers/gateway.ts: the routing table (store.ts routeRows), keys and quotas (keys.ts), in-flight reports
+  // workers/gateway.ts: the routing table (store.ts routeRows, with the newest route change it includes), keys and quotas (keys.ts), in-flight reports
   // (drain.ts), per-minute model stats (model-stats.ts).
   gateway: {
     schema_migrations: S,
     models: S,
     replicas: S,
+    route_changes: S,
     api_keys: S,
     key_quota: SIUD,
     key_usage: SIU,

@@ -21,6 +21,7 @@ import { MIGRATIONS } from '../../lib/store/migrations';
 import { ModelStatsStore, TTFT_COLUMNS } from '../../lib/store/model-stats';
 import { forgetNodeRows } from '../../lib/store/node-removal';
 import { PageAuthStore } from '../../lib/store/page-auth';
+import { RouteChanges } from '../../lib/store/route-changes';
 import { Store } from '../../lib/store/store';
 import { WeightsStore } from '../../lib/store/weights';
 import type { ModelSpec, NodeId } from '../../lib/types';
@@ -159,6 +160,11 @@ function operations(role: Role, pool: mysql.Pool, n: number): [string, () => Pro
       ['release', () => store.releaseReplica(replica)],
       ['lease again', () => store.leasePorts(host, replica, 1, { base: 1000, count: 1 })],
       ['routes', () => store.routeRows()],
+      // gateway/control/route-feed.ts: the changes pushed to gateways, tailed by id, pruned by age.
+      ['route changes', () => new RouteChanges(pool).since(0, 10)],
+      ['route changes newest', () => new RouteChanges(pool).latest()],
+      ['route changes oldest', () => new RouteChanges(pool).oldest()],
+      ['route changes prune', () => new RouteChanges(pool).prune(3_600_000)],
       ['lock', () => store.withLock(`t-${tag}`, 5, async () => 1)],
       ['event', () => store.event({ kind: 'test', message: 'm', nodeId: node, replicaId: replica })],
       ['events', () => store.recentEvents(5)],
