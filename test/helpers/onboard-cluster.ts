@@ -14,7 +14,8 @@ import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { ServerConfig } from '../../config/types';
 import { RoutingTable } from '../../gateway/inference/routing';
 import { startGateway, type RunningGateway } from '../../gateway/inference/server';
-import { initCa, issueOperatorCertificate, issueServerCertificate } from '../../lib/pki';
+import { doorAgentFromFiles } from '../../lib/door-agent';
+import { initCa, issueClientCertificate, issueOperatorCertificate, issueServerCertificate } from '../../lib/pki';
 import { parseNodeId, type ModelSpec } from '../../lib/types';
 import type { BuiltArtefact } from '../../scripts/release';
 import { startCaWorker, type CaWorker } from '../../workers/ca';
@@ -69,6 +70,8 @@ export async function startOnboardCluster(o: {
   const ca = initCa(caDir, { keyBits: 2048 });
   const server = issueServerCertificate(ca, 'control-plane', [lan.gateway, '127.0.0.1', 'localhost']);
   const operator = issueOperatorCertificate(ca, 'operator');
+  // What the control plane (waiting on a new replica's /health) and the gateway present at the nodes' doors.
+  const gatewayCert = issueClientCertificate(ca, 'gateway', 'gateway');
   const file = (name: string, content: string): string => {
     writeFileSync(join(dir, name), content, { mode: 0o600 });
     return join(dir, name);
@@ -90,8 +93,8 @@ export async function startOnboardCluster(o: {
       serverKey: file('server.key', server.keyPem),
       clientCert: file('operator.crt', operator.certPem),
       clientKey: file('operator.key', operator.keyPem),
-      gatewayCert: join(dir, 'gateway.crt'),
-      gatewayKey: join(dir, 'gateway.key'),
+      gatewayCert: file('gateway.crt', gatewayCert.certPem),
+      gatewayKey: file('gateway.key', gatewayCert.keyPem),
     },
     enginePorts: { base: 22000 + Math.floor(Math.random() * 107) * 100, count: 100 },
     catalog: o.catalog,
@@ -113,21 +116,25 @@ export async function startOnboardCluster(o: {
     ].join('\n'),
   );
   const cp = await startControlPlane({ config, workflowBundle: { codePath: await workflowBundlePath() } });
-  // The operator certificate the CLI presents (ctl, add-node's CPU check) is one this cluster issued: recorded.
-  await cp.store.recordCertificate({
-    serial: operator.serial,
-    cn: operator.cn,
-    role: operator.role,
-    notBefore: operator.notBefore,
-    notAfter: operator.notAfter,
-    pem: operator.certPem,
-  });
+  // The operator certificate the CLI presents (ctl, add-node's CPU check) and the gateway's are ones this cluster
+  // issued: recorded.
+  for (const c of [operator, gatewayCert])
+    await cp.store.recordCertificate({
+      serial: c.serial,
+      cn: c.cn,
+      role: c.role,
+      notBefore: c.notBefore,
+      notAfter: c.notAfter,
+      pem: c.certPem,
+    });
   const caWorker = await startCaWorker({ config, caDir });
+  const doorAgent = doorAgentFromFiles(config.tls, config.gateway.timeouts.connectMs) ?? undefined;
   const gateway = await startGateway({
     host: '127.0.0.1',
     port: 0,
     routing: new RoutingTable(() => cp.store.routeRows(), { refreshMs: config.gateway.refreshMs }),
     apiKeys: [],
+    doorAgent,
   });
   const sshKey = join(dir, 'id_ed25519');
   execFileSync('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-C', 'llmgw CA host', '-f', sshKey]);
@@ -190,6 +197,7 @@ export async function startOnboardCluster(o: {
       }),
     async close() {
       await gateway.close().catch(() => undefined);
+      doorAgent?.destroy();
       await caWorker.close().catch(() => undefined);
       await cp.close().catch(() => undefined);
       await lan.close().catch(() => undefined);
