@@ -12,6 +12,10 @@ export const TEMPORAL_BIN = resolve(PROJECT_ROOT, '.tools/bin/temporal');
 
 export interface DevServerOptions {
   port: number;
+  /** the address it listens on (default 127.0.0.1) */
+  ip?: string;
+  /** a network namespace to run it in (`ip netns exec`): tests' test hosts */
+  netns?: string;
   /** UI port; null runs headless */
   uiPort: number | null;
   /** SQLite file that keeps history across restarts; null keeps it in memory */
@@ -67,7 +71,7 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
     'server',
     'start-dev',
     '--ip',
-    '127.0.0.1',
+    opts.ip ?? '127.0.0.1',
     '--port',
     String(opts.port),
     '--log-level',
@@ -94,7 +98,8 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
   // parent killed, its next error line would hit a closed pipe and SIGPIPE would take the server down too.
   const logFile = opts.pidFile ? `${opts.pidFile.replace(/\.pid$/, '')}.log` : null;
   const logFd = logFile ? openSync(logFile, 'a') : null;
-  const child = spawn(bin, args, {
+  const [command, argv] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, bin, ...args]] : [bin, args];
+  const child = spawn(command, argv, {
     stdio: ['ignore', 'ignore', logFd ?? 'pipe'],
     detached: opts.pidFile !== undefined,
   });
@@ -110,7 +115,7 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
       return '';
     }
   };
-  const address = `127.0.0.1:${opts.port}`;
+  const address = `${opts.ip ?? '127.0.0.1'}:${opts.port}`;
   const deadline = Date.now() + (opts.startTimeoutMs ?? 60_000);
   for (;;) {
     if (child.exitCode !== null)
@@ -132,7 +137,7 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
   }
   return {
     address,
-    uiUrl: opts.uiPort === null ? null : `http://127.0.0.1:${opts.uiPort}`,
+    uiUrl: opts.uiPort === null ? null : `http://${opts.ip ?? '127.0.0.1'}:${opts.uiPort}`,
     process: child,
     stop: async () => {
       await stopProcess(child, 5000);
