@@ -12,10 +12,10 @@ export const TEMPORAL_BIN = resolve(PROJECT_ROOT, '.tools/bin/temporal');
 
 export interface DevServerOptions {
   port: number;
-  /** the address it listens on (default 127.0.0.1) */
-  ip?: string;
-  /** a network namespace to run it in (`ip netns exec`): tests' test hosts */
+  /** a network namespace to run it in (`ip netns exec`), on that namespace's loopback: tests' test hosts */
   netns?: string;
+  /** host:port this process reaches it at (a forward in front of it, from another namespace); default 127.0.0.1:port */
+  reachAt?: string;
   /** UI port; null runs headless */
   uiPort: number | null;
   /** SQLite file that keeps history across restarts; null keeps it in memory */
@@ -70,8 +70,9 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
   const args = [
     'server',
     'start-dev',
+    // Loopback only: the dev server's services dial each other at 127.0.0.1 whatever --ip says.
     '--ip',
-    opts.ip ?? '127.0.0.1',
+    '127.0.0.1',
     '--port',
     String(opts.port),
     '--log-level',
@@ -115,7 +116,7 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
       return '';
     }
   };
-  const address = `${opts.ip ?? '127.0.0.1'}:${opts.port}`;
+  const address = opts.reachAt ?? `127.0.0.1:${opts.port}`;
   const deadline = Date.now() + (opts.startTimeoutMs ?? 60_000);
   for (;;) {
     if (child.exitCode !== null)
@@ -137,7 +138,7 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
   }
   return {
     address,
-    uiUrl: opts.uiPort === null ? null : `http://${opts.ip ?? '127.0.0.1'}:${opts.uiPort}`,
+    uiUrl: opts.uiPort === null ? null : `http://127.0.0.1:${opts.uiPort}`,
     process: child,
     stop: async () => {
       await stopProcess(child, 5000);

@@ -24,15 +24,37 @@ export interface Haproxy {
   stop(): Promise<void>;
 }
 
-/** A TLS terminator: TLS on `listen` (server certificate `certPem` + `keyPem`), client certificates of `caFile` required; TCP to `upstream`. */
-export function tlsTerminatorConfig(o: { listen: string; upstream: string; pemFile: string; caFile: string }): string {
+/**
+ * A TLS terminator `name`: TLS on `listen` (server certificate and key in `pemFile`), client certificates of `caFile`
+ * required; TCP to `upstream`.
+ */
+export function tlsTerminatorConfig(o: {
+  name: string;
+  listen: string;
+  upstream: string;
+  pemFile: string;
+  caFile: string;
+}): string {
   return [
-    'frontend tls_in',
+    `frontend ${o.name}_in`,
     '  mode tcp',
     // gRPC over HTTP/2 inside: ALPN h2, as Temporal's own frontend offers it.
     `  bind ${o.listen} ssl crt ${o.pemFile} ca-file ${o.caFile} verify required alpn h2`,
-    '  default_backend plain',
-    'backend plain',
+    `  default_backend ${o.name}_out`,
+    `backend ${o.name}_out`,
+    '  mode tcp',
+    `  server upstream ${o.upstream}`,
+  ].join('\n');
+}
+
+/** A plain TCP forward `name` from `listen` to `upstream`. */
+export function tcpForwardConfig(o: { name: string; listen: string; upstream: string }): string {
+  return [
+    `frontend ${o.name}_in`,
+    '  mode tcp',
+    `  bind ${o.listen}`,
+    `  default_backend ${o.name}_out`,
+    `backend ${o.name}_out`,
     '  mode tcp',
     `  server upstream ${o.upstream}`,
   ].join('\n');

@@ -21,7 +21,7 @@ import { stopProcess } from '../../lib/process';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import type { ModelSpec } from '../../lib/types';
-import { loadBalancerConfig, startHaproxy, tlsTerminatorConfig, type Haproxy } from './haproxy';
+import { loadBalancerConfig, startHaproxy, tcpForwardConfig, tlsTerminatorConfig, type Haproxy } from './haproxy';
 import { llmgw } from './cli';
 import { agentCertFlags, spawnAgent, spawnLlmgw, untilLogged, type AgentProc, type LlmgwProc } from './llmgw-process';
 import { startPrivateMariadb, type PrivateMariadb } from './private-mariadb';
@@ -34,6 +34,8 @@ import { waitFor } from './wait';
 export const PORTS = {
   temporalTls: 7233,
   temporalPlain: 7234,
+  /** the dev server, on the Temporal host's loopback */
+  temporalDev: 7235,
   mysql: 3306,
   control: 7443,
   door: 7444,
@@ -52,7 +54,7 @@ export interface TemporalHost {
   terminator: Haproxy;
   /** host:port of the terminator (TLS, client certificate required) */
   tlsAddress: string;
-  /** host:port the dev server listens on in plaintext (the terminator's upstream) */
+  /** host:port of the plaintext forward to the dev server (TODO(temporal-tls): goes once roles speak TLS) */
   plainAddress: string;
   /** Temporal's CA (its server certificate's) and a client certificate of it */
   caPem: string;
@@ -62,36 +64,51 @@ export interface TemporalHost {
 }
 
 /**
- * Temporal on `host`: the dev server, and HAProxy in front of it terminating TLS with a server certificate of a CA of
- * Temporal's own (as a production Temporal has), client certificates of that CA required.
+ * Temporal on `host`: the dev server on the host's loopback, and HAProxy in front of it on the host's address,
+ * terminating TLS with a server certificate of a CA of Temporal's own (as a production Temporal has), client
+ * certificates of that CA required.
  *
- * TODO(temporal-tls): main has no temporal.tls {ca, clientCert, clientKey, serverName} yet, so roleSettings() gives
- * the roles the dev server's plaintext port (open to the control planes only, like the terminator); once the setting
- * lands, the roles go through the terminator with a client certificate and the plaintext port listens on loopback.
+ * TODO(temporal-tls): main has no temporal.tls {ca, clientCert, clientKey, serverName} yet, so the same HAProxy also
+ * forwards a plaintext port to the dev server, and roleSettings() gives the roles that one (open to the control
+ * planes only, like the terminator). Once the setting lands, the roles go through the terminator with a client
+ * certificate and the plaintext forward goes.
  */
 async function startTemporalHost(host: RoleHost, dir: string): Promise<TemporalHost> {
   const ca = initCa(join(dir, 'temporal-ca'), { keyBits: 2048 });
-  const server = issueServerCertificate(ca, 'temporal', [host.address]);
+  const server = issueServerCertificate(ca, 'temporal', [host.address, 'temporal']);
   const client = issueOperatorCertificate(ca, 'llmgw');
   const pemFile = join(dir, 'temporal-server.pem');
   writeFileSync(pemFile, `${server.certPem}\n${server.keyPem}`, { mode: 0o600 });
-  const plainAddress = `${host.address}:${PORTS.temporalPlain}`;
-  const dev = await startTemporalDev({
-    port: PORTS.temporalPlain,
-    ip: host.address,
-    netns: host.ns,
-    uiPort: null,
-    dbFile: null,
-    startTimeoutMs: 180_000,
-  });
+  const dev = `127.0.0.1:${PORTS.temporalDev}`;
   const tlsAddress = `${host.address}:${PORTS.temporalTls}`;
+  const plainAddress = `${host.address}:${PORTS.temporalPlain}`;
   const terminator = await startHaproxy(
     host,
     join(dir, 'terminator'),
-    tlsTerminatorConfig({ listen: tlsAddress, upstream: plainAddress, pemFile, caFile: join(ca.dir, 'ca.crt') }),
+    [
+      tlsTerminatorConfig({
+        name: 'temporal_tls',
+        listen: tlsAddress,
+        upstream: dev,
+        pemFile,
+        caFile: join(ca.dir, 'ca.crt'),
+      }),
+      tcpForwardConfig({ name: 'temporal_plain', listen: plainAddress, upstream: dev }),
+    ].join('\n'),
   );
+  const devServer = await startTemporalDev({
+    port: PORTS.temporalDev,
+    netns: host.ns,
+    reachAt: plainAddress,
+    uiPort: null,
+    dbFile: null,
+    startTimeoutMs: 180_000,
+  }).catch(async (err: unknown) => {
+    await terminator.stop();
+    throw err;
+  });
   return {
-    dev,
+    dev: devServer,
     terminator,
     tlsAddress,
     plainAddress,
@@ -107,6 +124,7 @@ export function connectThroughTerminator(t: TemporalHost, o: { noCert?: boolean 
     address: t.tlsAddress,
     connectTimeout: 5000,
     tls: {
+      serverNameOverride: 'temporal',
       serverRootCACertificate: Buffer.from(t.caPem),
       ...(o.noCert
         ? {}
@@ -178,6 +196,8 @@ export interface MultiHost {
   /** https://CP:7443 of each control plane */
   cpUrls: Record<CpName, string>;
   agents: AgentProc[];
+  /** The last `n` lines of every role process (control planes, gateways, agents), for a failure's message. */
+  tails(n?: number): string;
   /** Starts a role again (after a test killed it) with its server.yaml; resolves once it serves. */
   restart(name: CpName | GwName): Promise<RoleProc>;
   close(): Promise<void>;
@@ -298,11 +318,13 @@ export async function startMultiHost(o: { catalog: ModelSpec[]; say?: (s: string
     }
 
     const procs: LlmgwProc[] = [];
+    const named: [string, LlmgwProc][] = [];
     const start = async (n: CpName | GwName): Promise<RoleProc> => {
       const file = files[n] as string;
       const cp = n.startsWith('cp');
       const proc = spawnLlmgw([cp ? 'control-plane' : 'gateway', '--config', file], {}, hosts[n].spawn);
       procs.push(proc);
+      named.push([n, proc]);
       // A control plane bundles the workflows at start: tens of seconds of CPU on a loaded machine.
       await untilLogged(proc, cp ? 'control plane listening' : 'gateway listening', 240_000, `${n} to listen`);
       return { host: hosts[n], proc, file };
@@ -388,6 +410,13 @@ export async function startMultiHost(o: { catalog: ModelSpec[]; say?: (s: string
         else gateways[n as GwName] = r;
         return r;
       },
+      tails: (lines = 15) =>
+        [...named, ...agents.map((a): [string, LlmgwProc] => [a.node, a])]
+          .map(
+            ([n, p]) =>
+              `--- ${n} (exit ${p.child.exitCode ?? p.child.signalCode}):\n${p.lines.slice(-lines).join('\n')}`,
+          )
+          .join('\n'),
       close: async () => {
         for (const m of made.reverse()) await m.stop().catch(() => undefined);
         await lan.close().catch(() => undefined);

@@ -27,6 +27,11 @@ const STOPPED = ['EHOSTUNREACH', 'ECONNREFUSED', 'ENETUNREACH', 'EACCES'];
 describe('llmgw on nine hosts (network namespaces): Temporal behind mTLS, MySQL per-role users, 2 control planes, 2 gateways behind a load balancer, 2 sim nodes', () => {
   let mh: MultiHost;
   const figures: string[] = [];
+  /** A wait whose failure carries every role's last lines (their logs live in this process only). */
+  const explained = <T>(p: Promise<T>): Promise<T> =>
+    p.catch((err: unknown) => {
+      throw new Error(`${(err as Error).message}\n${mh.tails()}`);
+    });
 
   beforeAll(async () => {
     const t0 = Date.now();
@@ -99,24 +104,30 @@ describe('llmgw on nine hosts (network namespaces): Temporal behind mTLS, MySQL 
   }, 60_000);
 
   test('end to end: the nodes register through the control planes, their workers run through the Temporal door, replicas become ready, completions flow through the load balancer', async () => {
+    let registeredAt = 0;
     for (const a of mh.agents) {
-      const reg = json(await untilLogged(a, 'registered', 60_000, `${a.node} to register`));
+      const reg = json(await explained(untilLogged(a, 'registered', 60_000, `${a.node} to register`)));
+      registeredAt = Math.max(registeredAt, Date.parse(String(reg.t)));
       expect(reg).toMatchObject({
         server: mh.cpUrls.cp1,
         temporal: `${mh.hosts.cp1.address}:${PORTS.door}`,
         door: true,
       });
     }
-    const t0 = Date.now();
-    await waitFor(async () => (await mh.store.listReplicas(MODEL)).filter((r) => r.state === 'ready').length === 2, {
-      timeoutMs: 300_000,
-      intervalMs: 500,
-      what: `two ${MODEL} replicas ready`,
-    });
+
+    await explained(
+      waitFor(async () => (await mh.store.listReplicas(MODEL)).filter((r) => r.state === 'ready').length === 2, {
+        timeoutMs: 300_000,
+        intervalMs: 500,
+        what: `two ${MODEL} replicas ready`,
+      }),
+    );
     const replicas = await mh.store.listReplicas(MODEL);
     expect(new Set(replicas.map((r) => r.shards[0]?.nodeId)).size).toBe(2);
-    await waitRoutable(mh.lbUrl, MODEL, 60_000);
-    figures.push(`replicas ready ${((Date.now() - t0) / 1000).toFixed(1)} s after the agents registered`);
+    await explained(waitRoutable(mh.lbUrl, MODEL, 60_000));
+    figures.push(
+      `both replicas ready and routed ${((Date.now() - registeredAt) / 1000).toFixed(1)} s after the second agent registered`,
+    );
     // The deployment runs on Temporal (reached by the control planes only); its shards' activities run on the nodes.
     const conn = await connectThroughTerminator(mh.temporal);
     try {
