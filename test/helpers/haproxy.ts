@@ -19,6 +19,8 @@ export interface Haproxy {
   child: ChildProcess;
   /** `show stat` of the admin socket: one row per frontend, backend and server (pxname, svname, status, …) */
   stats(): Promise<Record<string, string>[]>;
+  /** Runs one command of the admin socket (e.g. `disable frontend NAME`); resolves with its answer. */
+  command(line: string): Promise<string>;
   /** Status (UP, DOWN, …) of server `name` in `backend`. */
   serverStatus(backend: string, name: string): Promise<string | undefined>;
   stop(): Promise<void>;
@@ -141,6 +143,7 @@ export async function startHaproxy(host: RoleHost, dir: string, sections: string
   return {
     child,
     stats,
+    command,
     serverStatus: async (backend, name) =>
       (await stats()).find((r) => r.pxname === backend && r.svname === name)?.status,
     stop: () => stopProcess(child, 5000),

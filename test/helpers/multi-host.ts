@@ -54,7 +54,7 @@ export interface TemporalHost {
   terminator: Haproxy;
   /** host:port of the terminator (TLS, client certificate required) */
   tlsAddress: string;
-  /** host:port of the plaintext forward to the dev server (TODO(temporal-tls): goes once roles speak TLS) */
+  /** host:port of the plaintext forward to the dev server: used by its start check only, closed after */
   plainAddress: string;
   /** Temporal's CA (its server certificate's) and a client certificate of it */
   caPem: string;
@@ -66,12 +66,8 @@ export interface TemporalHost {
 /**
  * Temporal on `host`: the dev server on the host's loopback, and HAProxy in front of it on the host's address,
  * terminating TLS with a server certificate of a CA of Temporal's own (as a production Temporal has), client
- * certificates of that CA required.
- *
- * TODO(temporal-tls): main has no temporal.tls {ca, clientCert, clientKey, serverName} yet, so the same HAProxy also
- * forwards a plaintext port to the dev server, and roleSettings() gives the roles that one (open to the control
- * planes only, like the terminator). Once the setting lands, the roles go through the terminator with a client
- * certificate and the plaintext forward goes.
+ * certificates of that CA required. The roles reach it there with temporal.tls (and a client certificate of their
+ * own). A plaintext forward serves only the dev server's start check, and is closed before any role starts.
  */
 async function startTemporalHost(host: RoleHost, dir: string): Promise<TemporalHost> {
   const ca = initCa(join(dir, 'temporal-ca'), { keyBits: 2048 });
@@ -79,6 +75,10 @@ async function startTemporalHost(host: RoleHost, dir: string): Promise<TemporalH
   const client = issueOperatorCertificate(ca, 'llmgw');
   const pemFile = join(dir, 'temporal-server.pem');
   writeFileSync(pemFile, `${server.certPem}\n${server.keyPem}`, { mode: 0o600 });
+  const clientCert = join(dir, 'temporal-client.crt');
+  const clientKey = join(dir, 'temporal-client.key');
+  writeFileSync(clientCert, client.certPem);
+  writeFileSync(clientKey, client.keyPem, { mode: 0o600 });
   const dev = `127.0.0.1:${PORTS.temporalDev}`;
   const tlsAddress = `${host.address}:${PORTS.temporalTls}`;
   const plainAddress = `${host.address}:${PORTS.temporalPlain}`;
@@ -107,6 +107,8 @@ async function startTemporalHost(host: RoleHost, dir: string): Promise<TemporalH
     await terminator.stop();
     throw err;
   });
+  // Up: from now on TLS with a client certificate is the only way in.
+  await terminator.command('disable frontend temporal_plain_in');
   return {
     dev: devServer,
     terminator,
@@ -114,7 +116,11 @@ async function startTemporalHost(host: RoleHost, dir: string): Promise<TemporalH
     plainAddress,
     caPem: ca.certPem,
     client: { certPem: client.certPem, keyPem: client.keyPem },
-    roleSettings: () => ({ ...DEFAULT_CONFIG.temporal, address: plainAddress }),
+    roleSettings: () => ({
+      ...DEFAULT_CONFIG.temporal,
+      address: tlsAddress,
+      tls: { ca: join(ca.dir, 'ca.crt'), clientCert, clientKey, serverName: 'temporal' },
+    }),
   };
 }
 

@@ -1,6 +1,7 @@
 /**
  * llmgw on nine hosts, each a network namespace with its own address (test/helpers/multi-host.ts): Temporal behind a
- * TLS terminator that requires client certificates (HAProxy), MySQL with a user per role, two control planes, two
+ * TLS terminator that requires client certificates (HAProxy; the roles connect with temporal.tls, and the dev server's
+ * plaintext port is on its host's loopback only), MySQL with a user per role, two control planes, two
  * gateways behind an HAProxy load balancer, two sim nodes (real agents, the sim engine). Temporal's and MySQL's hosts
  * answer only the hosts that need them (policy routing in those hosts: `ip rule … prohibit`).
  *
@@ -80,7 +81,7 @@ describe('llmgw on nine hosts (network namespaces): Temporal behind mTLS, MySQL 
       expect(seen[n]?.['control plane']).toBe('connected');
       expect(seen[n]?.door).toBe('connected');
     }
-    expect(seen.cp1).toEqual({ 'temporal tls': 'connected', 'temporal plain': 'connected', mysql: 'connected' });
+    expect(seen.cp1).toEqual({ 'temporal tls': 'connected', 'temporal plain': 'ECONNREFUSED', mysql: 'connected' });
     expect(seen.gw1?.mysql).toBe('connected');
     expect(STOPPED).toContain(seen.gw1?.['temporal tls']);
     expect(STOPPED).toContain(seen.gw1?.['temporal plain']);
