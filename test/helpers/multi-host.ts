@@ -139,43 +139,37 @@ export function connectThroughTerminator(t: TemporalHost, o: { noCert?: boolean 
   });
 }
 
-/** The MySQL users: the operator's (`llmgw db migrate`, the test's own reads) and one per role, each from its hosts only. */
+/** The MySQL users made here: the operator's (`llmgw db migrate`, the test's own reads) and one per role. */
 export type DbUser = 'migrate' | 'controlPlane' | 'gateway';
 
 /**
- * One user per role, each allowed from its own hosts' addresses only, and its mysql.url. The operator's `migrate` user
- * owns the schema (DDL); the roles get row privileges only, so none of them can change it (mysql.autoMigrate: false).
- *
- * TODO(mysql-roles): main has no `llmgw db grants ROLE` yet; the roles get row privileges on the whole database here,
- * and CREATE (every role's open runs CREATE DATABASE IF NOT EXISTS on main). When it lands, each role's user gets
- * exactly the grants it prints (lib/store/grants.ts) instead.
+ * Gives `role` a MySQL user of its own, allowed from `hosts` only, with exactly the grants `llmgw db grants ROLE`
+ * prints (run as root through the socket, as an operator pipes them into mysql); resolves with its mysql.url. The
+ * migrate user comes first (its grant is on the database); the roles' after `llmgw db migrate` (theirs are on tables).
  */
-async function createRoleUsers(
+async function grantRole(
   db: PrivateMariadb,
+  dir: string,
   database: string,
-  from: Record<DbUser, string[]>,
-): Promise<Record<DbUser, string>> {
-  const c = await mysql.createConnection({ socketPath: db.socket, user: 'root' });
-  const privileges: Record<DbUser, string> = {
-    migrate: 'ALL PRIVILEGES',
-    controlPlane: 'SELECT, INSERT, UPDATE, DELETE, CREATE',
-    gateway: 'SELECT, INSERT, UPDATE, DELETE, CREATE',
-  };
-  const urls = {} as Record<DbUser, string>;
+  role: DbUser,
+  hosts: string[],
+): Promise<string> {
+  const user = `llmgw_${role.toLowerCase()}`;
+  const password = `pw-${role}-${Math.random().toString(36).slice(2)}`;
+  const passwordFile = join(dir, `${user}.password`);
+  writeFileSync(passwordFile, password, { mode: 0o600 });
+  const c = await mysql.createConnection({ socketPath: db.socket, user: 'root', multipleStatements: true });
   try {
-    for (const [role, hosts] of Object.entries(from) as [DbUser, string[]][]) {
-      const user = `llmgw_${role.toLowerCase()}`;
-      const password = `pw-${role}-${Math.random().toString(36).slice(2)}`;
-      for (const h of hosts) {
-        await c.query('CREATE USER ?@? IDENTIFIED BY ?', [user, h, password]);
-        await c.query(`GRANT ${privileges[role]} ON \`${database}\`.* TO ?@?`, [user, h]);
-      }
-      urls[role] = `mysql://${user}:${encodeURIComponent(password)}@${db.url.split('@')[1]}`;
+    for (const host of hosts) {
+      const args = ['db', 'grants', role, '--user', user, '--host', host, '--database', database];
+      const r = await llmgw([...args, '--password-file', passwordFile], 120_000);
+      if (r.code !== 0) throw new Error(`llmgw ${args.join(' ')} failed (${r.code}): ${r.stderr}`);
+      await c.query(r.stdout);
     }
   } finally {
     await c.end();
   }
-  return urls;
+  return `mysql://${user}:${encodeURIComponent(password)}@${db.url.split('@')[1]}`;
 }
 
 /** A role process on its host. */
@@ -246,11 +240,9 @@ export async function startMultiHost(o: { catalog: ModelSpec[]; say?: (s: string
       spawn: hosts.mysql.spawn,
     });
     made.push(db);
-    const urls = await createRoleUsers(db, 'llmgw', {
-      migrate: [operator],
-      controlPlane: cpAddrs,
-      gateway: gwAddrs,
-    });
+    const urls = {
+      migrate: await grantRole(db, dir, 'llmgw', 'migrate', [operator]),
+    } as Record<DbUser, string>;
 
     // The cluster CA (tls.ca with ca.key beside it: the control planes sign renewals in process).
     const caDir = join(dir, 'ca');
@@ -286,6 +278,8 @@ export async function startMultiHost(o: { catalog: ModelSpec[]; say?: (s: string
     say('llmgw db migrate (the operator, as the migrate user)');
     const migrated = await llmgw(['db', 'migrate', '--config', operatorFile], 120_000);
     if (migrated.code !== 0) throw new Error(`llmgw db migrate failed (${migrated.code}): ${migrated.stderr}`);
+    urls.controlPlane = await grantRole(db, dir, 'llmgw', 'controlPlane', cpAddrs);
+    urls.gateway = await grantRole(db, dir, 'llmgw', 'gateway', gwAddrs);
     const pool = await openDatabase(urls.migrate);
     made.push({ stop: () => pool.end() });
     const store = new Store(pool);
@@ -318,6 +312,8 @@ export async function startMultiHost(o: { catalog: ModelSpec[]; say?: (s: string
         ...base,
         mysql: { url: urls.gateway, autoMigrate: false },
         listeners: { ...base.listeners, gateway: { host: hosts[n].address, port: PORTS.gateway } },
+        // Routes pushed by either control plane (with the gateway certificate); MySQL while neither answers.
+        gateway: { ...base.gateway, controlPlanes: CP_NAMES.map((c) => cpUrls[c]) },
       };
       files[n] = join(dir, `${n}.yaml`);
       writeFileSync(files[n], stringify(config));
