@@ -35,6 +35,12 @@ command -v nsenter >/dev/null || apt_install util-linux
 command -v gcc >/dev/null || apt_install gcc
 command -v sudo >/dev/null || apt_install sudo   # a test host reached as a non-root user with sudo
 command -v chromium >/dev/null || apt_install chromium   # the cluster page's tests drive a real headless browser
+# The multi-host test (test/integration/multi-host.test.ts) puts HAProxy on its test hosts: the TLS terminator in
+# front of Temporal and the load balancer over the gateways. Installed for the tests only: no service from it here.
+if [ ! -x /usr/sbin/haproxy ]; then
+  apt_install haproxy
+  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then systemctl disable --now haproxy >/dev/null 2>&1 || true; fi
+fi
 
 # llama.cpp (llama-server, ggml-rpc-server), built once per machine into .tools/: ~6 min of two idle cores
 # (9.3 CPU-minutes) the first time, well under a second after. Started in the background, niced, so set-up and

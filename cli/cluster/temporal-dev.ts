@@ -12,6 +12,10 @@ export const TEMPORAL_BIN = resolve(PROJECT_ROOT, '.tools/bin/temporal');
 
 export interface DevServerOptions {
   port: number;
+  /** a network namespace to run it in (`ip netns exec`), on that namespace's loopback: tests' test hosts */
+  netns?: string;
+  /** host:port this process reaches it at (a forward in front of it, from another namespace); default 127.0.0.1:port */
+  reachAt?: string;
   /** UI port; null runs headless */
   uiPort: number | null;
   /** SQLite file that keeps history across restarts; null keeps it in memory */
@@ -66,6 +70,7 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
   const args = [
     'server',
     'start-dev',
+    // Loopback only: the dev server's services dial each other at 127.0.0.1 whatever --ip says.
     '--ip',
     '127.0.0.1',
     '--port',
@@ -94,7 +99,8 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
   // parent killed, its next error line would hit a closed pipe and SIGPIPE would take the server down too.
   const logFile = opts.pidFile ? `${opts.pidFile.replace(/\.pid$/, '')}.log` : null;
   const logFd = logFile ? openSync(logFile, 'a') : null;
-  const child = spawn(bin, args, {
+  const [command, argv] = opts.netns ? ['ip', ['netns', 'exec', opts.netns, bin, ...args]] : [bin, args];
+  const child = spawn(command, argv, {
     stdio: ['ignore', 'ignore', logFd ?? 'pipe'],
     detached: opts.pidFile !== undefined,
   });
@@ -110,7 +116,7 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
       return '';
     }
   };
-  const address = `127.0.0.1:${opts.port}`;
+  const address = opts.reachAt ?? `127.0.0.1:${opts.port}`;
   const deadline = Date.now() + (opts.startTimeoutMs ?? 60_000);
   for (;;) {
     if (child.exitCode !== null)

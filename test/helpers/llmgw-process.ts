@@ -2,7 +2,7 @@
  * Real llmgw role processes for tests (`llmgw agent`, `llmgw control-plane`, …), their output kept line by line (their
  * JSON log); for agents, certificate files as onboarding leaves them on a node and a fake nvidia-smi.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { ServerConfig } from '../../config/types';
@@ -26,9 +26,15 @@ export interface LlmgwProc {
 /** A running agent process. */
 export type AgentProc = LlmgwProc & { node: string };
 
-/** Spawns `llmgw ARGS…` (it stops itself if this process dies); its output is split into whole lines as it comes. */
-export function spawnLlmgw(args: string[], env: Record<string, string> = {}): LlmgwProc {
-  const child = spawn(process.execPath, [LLMGW, ...args], {
+/** How a process is started: node's spawn, or a test host's (in its network namespace). */
+export type Spawner = (command: string, args: string[], o: SpawnOptions) => ChildProcess;
+
+/**
+ * Spawns `llmgw ARGS…` (it stops itself if this process dies), with `spawner` when given (a test host's); its output
+ * is split into whole lines as it comes.
+ */
+export function spawnLlmgw(args: string[], env: Record<string, string> = {}, spawner: Spawner = spawn): LlmgwProc {
+  const child = spawner(process.execPath, [LLMGW, ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...env, [EXIT_WITH_PARENT]: '1' },
   });
@@ -66,29 +72,40 @@ export async function agentCertFlags(
 }
 
 /** Spawns `llmgw agent --node NODE ARGS…` with `gpus` fake GPUs (default 1); resolves once it logs `agent running`. */
-export async function spawnAgent(node: string, args: string[], o: { gpus?: number } = {}): Promise<AgentProc> {
+export async function spawnAgent(
+  node: string,
+  args: string[],
+  o: { gpus?: number; spawner?: Spawner } = {},
+): Promise<AgentProc> {
   const a = {
     node,
-    ...spawnLlmgw(['agent', '--node', node, ...args, '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi')], {
-      FAKE_NVIDIA_GPUS: String(o.gpus ?? 1),
-      FAKE_NVIDIA_SEED: node,
-    }),
+    ...spawnLlmgw(
+      ['agent', '--node', node, ...args, '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi')],
+      { FAKE_NVIDIA_GPUS: String(o.gpus ?? 1), FAKE_NVIDIA_SEED: node },
+      o.spawner,
+    ),
   };
   await untilLogged(a, 'agent running', 30_000, `agent ${node} to run`);
   return a;
 }
 
-/** Waits until `p` writes a line containing `text` (the line); fails naming `what` and the output if it exits first. */
-export function untilLogged(p: LlmgwProc, text: string, timeoutMs: number, what: string): Promise<string> {
-  return waitFor(
-    () => {
-      const line = p.lines.find((l) => l.includes(text));
-      if (!line && p.child.exitCode !== null)
-        throw new Error(`${what}: the process exited ${p.child.exitCode}:\n${p.lines.join('\n')}`);
-      return line;
-    },
-    { timeoutMs, what },
-  );
+/**
+ * Waits until `p` writes a line containing `text` (the line); fails naming `what` and the output if it exits first
+ * (at once: not at the deadline) or the deadline passes.
+ */
+export async function untilLogged(p: LlmgwProc, text: string, timeoutMs: number, what: string): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const line = p.lines.find((l) => l.includes(text));
+    if (line) return line;
+    if (p.child.exitCode !== null || p.child.signalCode !== null)
+      throw new Error(`${what}: the process exited ${p.child.exitCode ?? p.child.signalCode}:\n${p.lines.join('\n')}`);
+    if (Date.now() >= deadline)
+      throw new Error(
+        `timed out after ${timeoutMs}ms waiting for ${what}; its last lines:\n${p.lines.slice(-20).join('\n')}`,
+      );
+    await new Promise((r) => setTimeout(r, 100));
+  }
 }
 
 /** Resolves when the process has exited (fails the test after 20 s). */

@@ -13,7 +13,7 @@
  * A run killed before its close leaves a network behind: the next startTestNetwork removes those whose owner
  * is gone (a lock directory per network under /tmp/llmgw-testnet names the owner's pid).
  */
-import { execFile, spawn } from 'node:child_process';
+import { execFile, spawn, type ChildProcess, type SpawnOptions } from 'node:child_process';
 import {
   chmodSync,
   closeSync,
@@ -77,10 +77,34 @@ export interface TestHost {
   stop(): Promise<void>;
 }
 
+/**
+ * A lighter test host for llmgw's own roles: a network namespace alone (address, routes), no sshd, no overlays, the
+ * checkout visible — processes are started in it with `spawn` (ip netns exec), as a role's unit would on its host.
+ */
+export interface RoleHost {
+  name: string;
+  address: string;
+  /** the netns name (`ip netns exec NS …`) */
+  ns: string;
+  /** Spawns `command ARGS…` inside the host's network namespace (the pid is the command's: ip netns exec execs). */
+  spawn(command: string, args: string[], o?: SpawnOptions): ChildProcess;
+  /** Runs a shell command inside the host's network namespace. */
+  exec(command: string): Promise<{ code: number; stdout: string; stderr: string }>;
+  /**
+   * The host's firewall: from then on it answers, on its network interface, only `sources` (addresses); anything
+   * else sent to it is refused by policy routing (`ip rule … prohibit`: no route back, so no ARP answer and no
+   * handshake, and the sender's connect fails with EHOSTUNREACH). Loopback inside the host is untouched.
+   */
+  allowOnly(sources: string[]): Promise<void>;
+  /** Kills every process in the namespace and removes it. */
+  stop(): Promise<void>;
+}
+
 export interface TestNetwork {
   /** this machine's address on the network: what test hosts reach it at */
   gateway: string;
   startHost(o: TestHostOptions): Promise<TestHost>;
+  startRoleHost(name: string): Promise<RoleHost>;
   close(): Promise<void>;
 }
 
@@ -165,7 +189,24 @@ export async function startTestNetwork(): Promise<TestNetwork> {
   await ip('link', 'set', bridge, 'up');
   let next = 2;
   let n = 0;
-  const hosts = new Set<TestHost>();
+  const hosts = new Set<{ stop(): Promise<void> }>();
+  /** A new netns `llmgw-tX-I` with eth0 on the bridge at `address` (default route via this machine). */
+  const plug = async (i: number, address: string): Promise<string> => {
+    const ns = `llmgw-t${x}-${i}`;
+    const veth = `lgv${x}h${i}`;
+    await ip('netns', 'add', ns);
+    await ip('link', 'add', veth, 'type', 'veth', 'peer', 'name', `lgv${x}n${i}`);
+    await ip('link', 'set', veth, 'master', bridge, 'up');
+    await ip('link', 'set', `lgv${x}n${i}`, 'netns', ns);
+    await ip('-n', ns, 'link', 'set', `lgv${x}n${i}`, 'name', 'eth0');
+    await ip('-n', ns, 'link', 'set', 'lo', 'up');
+    await ip('-n', ns, 'addr', 'add', `${address}/24`, 'dev', 'eth0');
+    await ip('-n', ns, 'link', 'set', 'eth0', 'up');
+    await ip('-n', ns, 'route', 'add', 'default', 'via', gateway);
+    // A machine started again at an address another one had: this side must not keep sending to the old one's MAC.
+    await ip('neigh', 'flush', 'to', address, 'dev', bridge).catch(() => undefined);
+    return ns;
+  };
 
   return {
     gateway,
@@ -225,18 +266,7 @@ export async function startTestNetwork(): Promise<TestNetwork> {
         ].join('\n'),
       );
 
-      const veth = `lgv${x}h${i}`;
-      await ip('netns', 'add', ns);
-      await ip('link', 'add', veth, 'type', 'veth', 'peer', 'name', `lgv${x}n${i}`);
-      await ip('link', 'set', veth, 'master', bridge, 'up');
-      await ip('link', 'set', `lgv${x}n${i}`, 'netns', ns);
-      await ip('-n', ns, 'link', 'set', `lgv${x}n${i}`, 'name', 'eth0');
-      await ip('-n', ns, 'link', 'set', 'lo', 'up');
-      await ip('-n', ns, 'addr', 'add', `${address}/24`, 'dev', 'eth0');
-      await ip('-n', ns, 'link', 'set', 'eth0', 'up');
-      await ip('-n', ns, 'route', 'add', 'default', 'via', gateway);
-      // A machine started again at an address another one had: this side must not keep sending to the old one's MAC.
-      await ip('neigh', 'flush', 'to', address, 'dev', bridge).catch(() => undefined);
+      await plug(i, address);
 
       const log = join(dir, 'sshd.log');
       const out = openSync(log, 'a');
@@ -288,6 +318,47 @@ export async function startTestNetwork(): Promise<TestNetwork> {
           intervalMs: 50,
           what: `sshd of ${o.nodeId} to listen (log: ${host.sshdLog()})`,
         });
+      return host;
+    },
+    async startRoleHost(name: string): Promise<RoleHost> {
+      const address = `10.254.${x}.${next++}`;
+      const ns = await plug(++n, address);
+      const inNs = (command: string, args: string[]): [string, string[]] => [
+        'ip',
+        ['netns', 'exec', ns, command, ...args],
+      ];
+      const host: RoleHost = {
+        name,
+        address,
+        ns,
+        spawn: (command, args, o = {}) => spawn(...inNs(command, args), o),
+        exec: async (command) => {
+          const r = await run(...inNs('sh', ['-c', command])).catch(
+            (e: { code?: number; stdout?: string; stderr?: string }) => ({ ...e, failed: true }),
+          );
+          return {
+            code: 'failed' in r ? (typeof r.code === 'number' ? r.code : 1) : 0,
+            stdout: r.stdout ?? '',
+            stderr: r.stderr ?? '',
+          };
+        },
+        async allowOnly(sources) {
+          // The local table moves behind the rules (its pref 0 would answer every address first).
+          const rules = [
+            'ip rule add pref 100 lookup local',
+            'ip rule del pref 0',
+            ...sources.map((a, k) => `ip rule add pref ${10 + k} iif eth0 from ${a} lookup local`),
+            'ip rule add pref 99 iif eth0 prohibit',
+          ];
+          const r = await host.exec(rules.join(' && '));
+          if (r.code !== 0) throw new Error(`the firewall of ${name} (${ns}) was not set: ${r.stderr}`);
+        },
+        async stop() {
+          hosts.delete(host);
+          await removeNetns(ns);
+        },
+      };
+      hosts.add(host);
       return host;
     },
     async close() {
