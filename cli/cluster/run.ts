@@ -383,8 +383,6 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
           join(o.stateDir, 'weights', n.id),
           '--weights-listen',
           '127.0.0.1:0',
-          '--door',
-          '127.0.0.1:0',
           '--stop-engines-on-exit',
           ...(agentMetrics === null
             ? ['--metrics', '127.0.0.1:0']

@@ -15,6 +15,11 @@ export interface ShardLaunch {
   world: number;
   host: string;
   port: number;
+  /**
+   * The node runs a door (llmgw agent --door): the engine's HTTP API listens on the node's loopback, reached only
+   * through the door. Absent: on `host`, where the gateways reach it directly (lib/node-door.ts).
+   */
+  behindDoor?: boolean;
   distHost: string;
   distPort: number;
   /** The fabric a multi-node replica was placed on (placement's `fabric`); null or absent for a single-node one */

@@ -6,7 +6,7 @@
  * `llama-server --rpc host:port,…` over them.
  */
 import { LlmgwError } from '../errors';
-import { ENGINE_API_HOST } from '../node-door';
+import { engineApiHost } from '../node-door';
 import { modelPath, type ShardLaunch } from './launch';
 import { defineEngine, type ProgramArgs } from './spec';
 
@@ -45,7 +45,7 @@ export function llamacppCommand(l: ShardLaunch): ProgramArgs<LlamacppProgram> {
       modelPath(l),
       // The HTTP API on loopback: only the node's door reaches it (lib/node-door.ts).
       '--host',
-      ENGINE_API_HOST,
+      engineApiHost(l),
       '--port',
       String(l.port),
       // The name the gateway routes by is the one /v1/models answers with.

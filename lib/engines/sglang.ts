@@ -5,7 +5,7 @@
  * address), and `--tp-size` counts the GPUs of all nodes. `--tp` is not a flag of its own: argparse only
  * accepts it as an abbreviation while it stays unambiguous, so llmgw writes the full name.
  */
-import { ENGINE_API_HOST } from '../node-door';
+import { engineApiHost } from '../node-door';
 import { modelPath, type ShardLaunch } from './launch';
 import { defineEngine, parseDottedVersion, releaseVersion, type ProgramArgs } from './spec';
 
@@ -20,7 +20,7 @@ export function sglangCommand(l: ShardLaunch): ProgramArgs<'python'> {
       modelPath(l),
       // The HTTP API on loopback: only the node's door reaches it (lib/node-door.ts).
       '--host',
-      ENGINE_API_HOST,
+      engineApiHost(l),
       '--port',
       String(l.port),
       '--served-model-name',

@@ -2,7 +2,7 @@
  * llmgw's own sim engine (lib/sim/server.ts, run as `sim-engine`): a real process with the same HTTP API and
  * the same shape of multi-node flags as the real engines, carried by every agent. It needs no GPU.
  */
-import { ENGINE_API_HOST } from '../node-door';
+import { engineApiHost } from '../node-door';
 import { defineEngine, parseDottedVersion, type EngineBuilder } from './spec';
 
 /** The sim engine's version: what `sim-engine --version` prints, and what server.yaml names under engines.sim. */
@@ -16,7 +16,7 @@ const simCommand: EngineBuilder<'sim'> = (l) => ({
     l.model,
     // The HTTP API on loopback: only the node's door reaches it (lib/node-door.ts).
     '--host',
-    ENGINE_API_HOST,
+    engineApiHost(l),
     '--port',
     String(l.port),
     '--rank',

@@ -5,7 +5,7 @@
  * `--nnodes N --node-rank R --master-addr HEAD`, the workers with `--headless` (no API server), tensor
  * parallel within a node and pipeline parallel across nodes (tp = GPUs per node, pp = nodes, as that page advises).
  */
-import { ENGINE_API_HOST } from '../node-door';
+import { engineApiHost } from '../node-door';
 import { modelPath, type ShardLaunch } from './launch';
 import { defineEngine, flagValue, parseDottedVersion, releaseVersion, type ProgramArgs } from './spec';
 
@@ -19,7 +19,7 @@ export function vllmCommand(l: ShardLaunch): ProgramArgs<'vllm'> {
       modelPath(l),
       // Headless ranks start no API server: host, port and the served name are rank 0's alone. The API on
       // loopback: only the node's door reaches it (lib/node-door.ts).
-      ...(l.rank === 0 ? ['--host', ENGINE_API_HOST, '--port', String(l.port), '--served-model-name', l.model] : []),
+      ...(l.rank === 0 ? ['--host', engineApiHost(l), '--port', String(l.port), '--served-model-name', l.model] : []),
       '--tensor-parallel-size',
       String(l.profile.gpusPerNode),
       ...(multi

@@ -84,7 +84,7 @@ beforeAll(async () => {
   lan = await startTestNetwork();
   other = await lan.startHost({ nodeId: 'node-b', authorizedKeys: [] });
   enginePort = await freePort();
-  // The command the agent runs for rank 0 of a single-node sim replica on a node whose address is lan.gateway.
+  // The command an agent with a door runs for rank 0 of a single-node sim replica on a node at lan.gateway.
   const cmd = buildEngineCommand(
     {
       model: MODEL,
@@ -94,6 +94,7 @@ beforeAll(async () => {
       world: 1,
       host: lan.gateway,
       port: enginePort,
+      behindDoor: true, // an agent with --door
       distHost: lan.gateway,
       distPort: 0,
     },

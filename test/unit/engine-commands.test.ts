@@ -25,6 +25,7 @@ function single(engine: EngineName, args: string[] = []): ShardLaunch {
     world: 1,
     host: '10.0.0.1',
     port: 20000,
+    behindDoor: true, // the node runs a door (the test at the end: without one)
     distHost: '10.0.0.1',
     distPort: 0,
     fabric: null,
@@ -43,6 +44,7 @@ function rankOf(engine: EngineName, rank: number, args: string[] = []): ShardLau
     world: 3,
     host: HOSTS[rank] ?? '',
     port: 20000 + rank * 10,
+    behindDoor: true,
     distHost: HOSTS[0] ?? '',
     distPort: 20001,
     fabric: 'ib-a',
@@ -237,4 +239,11 @@ describe('every engine', () => {
       expect([engine, buildEngineCommand({ ...single(engine), gpus: undefined }).env]).toEqual([engine, {}]);
     }
   });
+});
+
+test('without a door (llmgw agent with no --door) every engine API listens on the node address, as gateways reach it', () => {
+  for (const engine of ['sim', 'llamacpp', 'vllm', 'sglang'] as EngineName[]) {
+    const { args } = buildEngineCommand({ ...single(engine), behindDoor: false });
+    expect(args[args.indexOf('--host') + 1]).toBe('10.0.0.1');
+  }
 });

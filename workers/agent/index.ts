@@ -110,6 +110,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
   const activities = {
     ...createNodeActivities({
       nodeId: opts.nodeId,
+      behindDoor: door !== null && door !== undefined,
       engineArgv: (engine, program) => engines.programs(engine, program) ?? [],
       engines,
       inventory,

@@ -1,5 +1,5 @@
 /** The control role: MySQL, the control worker (all workflows + control activities) and the control plane API, in one process. */
-import { doorAgentFromFiles } from '../../lib/door-agent';
+import { doorAgentFromFiles, type DoorAgent } from '../../lib/door-agent';
 import { existsSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -120,7 +120,10 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   // Recorded either way (the gateway lists the catalog's models); applied below when asked to.
   if (!opts.applyCatalog) for (const spec of config.catalog) await store.upsertModel(spec, true);
 
-  const doorAgent = doorAgentFromFiles(config.tls, config.gateway.timeouts.connectMs);
+  // Made at first need, from the files as they are then: a gateway certificate put in place after start is used.
+  let doorAgent: DoorAgent | null = null;
+  const doorAgentNow = (): DoorAgent | null =>
+    (doorAgent ??= doorAgentFromFiles(config.tls, config.gateway.timeouts.connectMs));
   const worker = await Worker.create({
     connection: native,
     namespace: config.temporal.namespace,
@@ -133,7 +136,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       drainGraceS: config.drain.graceS,
       gatewayRefreshMs: config.gateway.refreshMs,
       // A replica behind a node's door answers /health to a gateway certificate only.
-      doorAgent,
+      doorAgent: doorAgentNow,
     }),
   });
   const running = worker.run();
