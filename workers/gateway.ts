@@ -47,7 +47,12 @@ export function controlPlaneUrls(config: ServerConfig): string[] {
  * Route push when the gateway has its certificate (tls.gatewayCert/gatewayKey), else null: it polls MySQL every
  * refreshMs as before, and says so once, with the fix.
  */
-function routePush(config: ServerConfig, routing: RoutingTable, log: GatewayLog | undefined): RoutePush | null {
+function routePush(
+  config: ServerConfig,
+  routing: RoutingTable,
+  log: GatewayLog | undefined,
+  onApplied: () => void,
+): RoutePush | null {
   const { tls } = config;
   const read = (file: string): string | null => {
     try {
@@ -79,6 +84,7 @@ function routePush(config: ServerConfig, routing: RoutingTable, log: GatewayLog 
     urls: controlPlaneUrls(config),
     tls: { caPem, certPem, keyPem },
     refreshMs: config.gateway.refreshMs,
+    onApplied,
     ...(log ? { log } : {}),
   });
 }
@@ -112,7 +118,12 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     defaultLimit: gateway.admission.defaultMaxConcurrent,
     probeSlots: (r) => probeSlots(r, doorAgent),
   });
-  const push = routePush(config, routing, log);
+  const drains = new DrainStore(pool);
+  const gatewayId = newGatewayId();
+  const logOpt = opts.log ? { log: opts.log } : {};
+  // Written as soon as a pushed change is applied, so the control plane (ctl deploy) sees what this gateway routes.
+  const reporter = new InflightReporter({ source: routing, sink: drains, gatewayId, ...logOpt });
+  const push = routePush(config, routing, log, () => reporter.poke());
   // Keys from MySQL (and server.yaml's static ones): no key, no inference. Changes are read every quarter second.
   const keyStore = new KeyStore(pool);
   const keys = new KeyTable((since) => keyStore.changedSince(since), { staticKeys: gateway.apiKeys, log });
@@ -140,11 +151,7 @@ export async function startGatewayRole(opts: { config: ServerConfig; log?: Gatew
     await pool.end();
     throw err;
   });
-  const drains = new DrainStore(pool);
   await drains.pruneGateways(FORGET_GATEWAYS_AFTER_MS).catch(() => 0);
-  const gatewayId = newGatewayId();
-  const logOpt = opts.log ? { log: opts.log } : {};
-  const reporter = new InflightReporter({ source: routing, sink: drains, gatewayId, ...logOpt });
   reporter.start();
   const statsReporter = new StatsReporter({ stats, sink: new ModelStatsStore(pool), gatewayId, ...logOpt });
   statsReporter.start();

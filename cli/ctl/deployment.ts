@@ -6,6 +6,7 @@ import type { ReplicaRecord } from '../../lib/types';
 import { scaleUpdate } from '../../workflows/contracts/model';
 import { UsageError } from '../args';
 import type { ControlApi } from '../control-api';
+import { followRouting } from './views/routing-wait';
 import { temporalClient, temporalSdk, workflowLink } from '../temporal';
 import { catalogModel, getJson } from './verb';
 import { formatFetch, weightsFetches } from './views/weights';
@@ -14,7 +15,15 @@ import { formatFetch, weightsFetches } from './views/weights';
 export async function deployModel(
   config: ServerConfig,
   api: ControlApi,
-  o: { model: string; replicas: number | undefined; wait: boolean; timeoutS: number; out: (s: string) => void },
+  o: {
+    model: string;
+    replicas: number | undefined;
+    wait: boolean;
+    timeoutS: number;
+    /** how long the gateways may take to route the ready replicas, s */
+    routeTimeoutS: number;
+    out: (s: string) => void;
+  },
 ): Promise<void> {
   await catalogModel(api, o.model);
   const { client, close } = await temporalClient(config);
@@ -35,6 +44,7 @@ export async function deployModel(
     await followReplicas(api, o.model, o.timeoutS * 1000, o.out, () =>
       weightsFetches(client, { model: o.model }).then((fs) => fs.map((f) => formatFetch(f))),
     );
+    await followRouting(api, o.model, o.routeTimeoutS * 1000, o.out);
   } finally {
     await close();
   }
@@ -83,6 +93,6 @@ async function followReplicas(
       throw new Error(
         `${model}: ${ready} of ${desired} replicas ready after ${timeoutMs / 1000}s; see the reasons above and in the Temporal UI (the deployment keeps trying)`,
       );
-    await new Promise((r) => setTimeout(r, 500));
+    await new Promise((r) => setTimeout(r, 250));
   }
 }

@@ -16,6 +16,7 @@ export const scale: CtlVerb = {
       replicas,
       wait: !values['no-wait'],
       timeoutS: intOption(values.timeout, '--timeout', 300),
+      routeTimeoutS: intOption(values['route-timeout'], '--route-timeout', 30),
       out,
     });
   },

@@ -13,6 +13,7 @@ export const CTL_OPTIONS = {
   replicas: { type: 'string' },
   'no-wait': { type: 'boolean' },
   timeout: { type: 'string' },
+  'route-timeout': { type: 'string' },
   reason: { type: 'string' },
   cancel: { type: 'boolean' },
   'allow-downtime': { type: 'boolean' },
@@ -27,6 +28,7 @@ export interface CtlValues {
   replicas?: string;
   'no-wait'?: boolean;
   timeout?: string;
+  'route-timeout'?: string;
   reason?: string;
   cancel?: boolean;
   'allow-downtime'?: boolean;

@@ -4,6 +4,7 @@
  */
 import type { AssignedShard } from '../../activities/node/gc';
 import type { CatalogAction } from '../../lib/catalog';
+import type { GatewayLag } from '../../lib/store/drain';
 import type { RouteChange } from '../../lib/store/route-changes';
 import type { EngineName, ModelSpec, NodeId, NodeInventory, NodeRecord } from '../../lib/types';
 
@@ -143,6 +144,16 @@ export type ModelListEntry = ModelSpec & {
     profiles: Record<string, number>;
   };
 };
+
+/**
+ * GET /v1/models/:name/routing: the model's ready replicas and, for each live gateway (one that wrote its report
+ * within GATEWAY_LIVE_MS), those it does not route yet. `ctl deploy` waits until no gateway misses one.
+ */
+export interface ModelRoutingAnswer {
+  model: string;
+  ready: string[];
+  gateways: GatewayLag[];
+}
 
 /** POST /v1/catalog/apply: a server.yaml's catalog (and its engines, which its profiles are checked against). */
 export interface CatalogApplyRequest {

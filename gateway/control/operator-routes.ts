@@ -4,10 +4,18 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { LlmgwError } from '../../lib/errors';
+import { DrainStore, lagsOf } from '../../lib/store/drain';
 import { PageAuthStore } from '../../lib/store/page-auth';
 import type { NodeRecord } from '../../lib/types';
 import { answerErrors } from '../errors';
-import type { CordonAnswer, DrainCancelAnswer, ModelListEntry, PageKeyCreated, RevokeAnswer } from './contract';
+import type {
+  CordonAnswer,
+  DrainCancelAnswer,
+  ModelListEntry,
+  ModelRoutingAnswer,
+  PageKeyCreated,
+  RevokeAnswer,
+} from './contract';
 import { errorSchema } from './identity';
 import { knownNode as knownNodeOf, listEntry, nodeList, revokeNode, setCordon } from './node-actions';
 import type { ControlAppOptions } from './routes';
@@ -101,6 +109,27 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
     async (req) => ({ replicas: await store.listReplicas(req.query.model) }),
   );
   app.get('/v1/models', async () => ({ models: await modelList(store) }));
+  // What ctl deploy waits on: each live gateway's last report (written as soon as it applies a pushed change).
+  const drains = new DrainStore(store.pool);
+  app.get<{ Params: { name: string } }>(
+    '/v1/models/:name/routing',
+    {
+      schema: {
+        params: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['name'],
+          properties: { name: { type: 'string', minLength: 1, maxLength: 128 } },
+        },
+        response: { 400: errorSchema },
+      },
+    },
+    async (req): Promise<ModelRoutingAnswer> => {
+      const [replicas, reports] = await Promise.all([store.listReplicas(req.params.name), drains.liveReports()]);
+      const ready = replicas.filter((r) => r.state === 'ready').map((r) => r.id);
+      return { model: req.params.name, ready, gateways: lagsOf(reports, ready) };
+    },
+  );
   app.get('/v1/events', async () => ({ events: await store.recentEvents(100) }));
   // Keys for the cluster page (docs/cluster-page.md): shown once at creation, stored as their SHA-256.
   const keys = new PageAuthStore(store.pool);

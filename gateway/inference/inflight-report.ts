@@ -40,6 +40,8 @@ export class InflightReporter {
   private last = '';
   private lastAt = 0;
   private failing = false;
+  /** A poke came while a write was under way: check again once it is done. */
+  private again = false;
   private readonly log: NonNullable<InflightReporterOptions['log']>;
 
   constructor(private readonly o: InflightReporterOptions) {
@@ -53,6 +55,16 @@ export class InflightReporter {
     this.timer = setInterval(() => void this.tick(), this.o.periodMs ?? 1000);
     // The report alone must not keep the process alive.
     this.timer.unref();
+  }
+
+  /**
+   * Checks now, not at the next period: the routing table just changed (a pushed route change), and `ctl deploy`
+   * waits until every live gateway's report routes the new replica. A poke during a write checks again after it.
+   */
+  poke(): void {
+    if (!this.timer) return;
+    if (this.writing) this.again = true;
+    else void this.tick();
   }
 
   /** One check: writes the report if it is due (never two writes at once); resolves when done. Failures are logged, not thrown. */
@@ -83,7 +95,13 @@ export class InflightReporter {
           this.failing = true;
         },
       )
-      .finally(() => void (this.writing = null));
+      .finally(() => {
+        this.writing = null;
+        if (this.again) {
+          this.again = false;
+          if (this.timer) void this.tick();
+        }
+      });
     return this.writing;
   }
 

@@ -26,6 +26,8 @@ export interface RoutePushOptions {
   retryMaxMs?: number;
   /** How long a control plane may take to answer a subscription, ms (default 10 s) */
   helloMs?: number;
+  /** Called after each pushed change or resync is applied (the gateway's in-flight report is written at once) */
+  onApplied?: () => void;
 }
 
 /** Where the table's changes come from now. */
@@ -196,6 +198,7 @@ export class RoutePush {
         this.rearm();
         this.o.table.apply(line.change);
         this.changes++;
+        this.o.onApplied?.();
         return;
       case 'ping':
         this.rearm();
@@ -205,6 +208,7 @@ export class RoutePush {
         this.log('route push: reading the routing table whole', { level: 'info', reason: line.reason });
         try {
           await this.o.table.refresh();
+          this.o.onApplied?.();
         } catch (err) {
           fail(`resync read failed: ${(err as Error).message}`);
         }

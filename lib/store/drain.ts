@@ -42,6 +42,22 @@ export function holdersOf(reports: LiveReport[], replicaId: string): Holders {
   return { inFlight, gateways };
 }
 
+/** One live gateway's view of a model's ready replicas: those it does not route yet (empty: it routes them all). */
+export interface GatewayLag {
+  gatewayId: string;
+  /** how old its last report is, by MySQL's clock */
+  ageMs: number;
+  missing: string[];
+}
+
+/** For each live gateway, which of `ready` its last report does not route. */
+export function lagsOf(reports: LiveReport[], ready: string[]): GatewayLag[] {
+  return reports.map((r) => {
+    const routed = new Set(r.routed);
+    return { gatewayId: r.gatewayId, ageMs: r.ageMs, missing: ready.filter((id) => !routed.has(id)) };
+  });
+}
+
 /** Reads and writes gateway_inflight, and the times a drain measures. Every time is MySQL's (NOW(3)), never a host's. */
 export class DrainStore {
   constructor(readonly pool: Pool) {}

@@ -4,7 +4,7 @@
  */
 import { InflightReporter, type ReportSink } from '../../gateway/inference/inflight-report';
 import { RoutingTable } from '../../gateway/inference/routing';
-import { holdersOf, type GatewayReport, type LiveReport } from '../../lib/store/drain';
+import { holdersOf, lagsOf, type GatewayReport, type LiveReport } from '../../lib/store/drain';
 
 /** A sink that records reports; `gate` holds each write until released. */
 function fakeSink(): ReportSink & {
@@ -96,6 +96,28 @@ describe('InflightReporter', () => {
     expect(sink.writes).toHaveLength(1);
   });
 
+  test('poke() writes a change at once, not at the next period; one during a write writes again after it; none before start', async () => {
+    const t = await table();
+    const sink = fakeSink();
+    const r = new InflightReporter({ source: t, sink, gatewayId: 'gw-1', periodMs: 60_000, heartbeatMs: 60_000 });
+    r.poke();
+    await new Promise((res) => setImmediate(res));
+    expect(sink.writes).toHaveLength(0);
+    let release = (): void => undefined;
+    sink.gate = new Promise<void>((res) => (release = res));
+    r.start();
+    t.acquire('m-0');
+    r.poke(); // the start's write is under way: this one waits for it, then writes what changed
+    sink.gate = null;
+    release();
+    for (let i = 0; i < 10 && sink.writes.length < 2; i++) await new Promise((res) => setImmediate(res));
+    expect(sink.writes).toEqual([
+      { routed: ['m-0'], inflight: {} },
+      { routed: ['m-0'], inflight: { 'm-0': 1 } },
+    ]);
+    await r.stop();
+  });
+
   test('a failing write is logged once per outage and retried at the next tick; stop() removes the row', async () => {
     const t = await table();
     const sink = fakeSink();
@@ -111,6 +133,20 @@ describe('InflightReporter', () => {
     expect(logs).toHaveLength(2);
     await r.stop();
     expect(sink.forgotten).toEqual(['gw-1']);
+  });
+});
+
+describe('lagsOf', () => {
+  test('names, for each live gateway, the ready replicas its report does not route', () => {
+    const reports: LiveReport[] = [
+      { gatewayId: 'a', ageMs: 100, routed: ['m-0', 'm-1'], inflight: {} },
+      { gatewayId: 'b', ageMs: 200, routed: ['m-0'], inflight: {} },
+    ];
+    expect(lagsOf(reports, ['m-0', 'm-1'])).toEqual([
+      { gatewayId: 'a', ageMs: 100, missing: [] },
+      { gatewayId: 'b', ageMs: 200, missing: ['m-1'] },
+    ]);
+    expect(lagsOf([], ['m-0'])).toEqual([]);
   });
 });
 
