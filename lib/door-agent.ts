@@ -38,6 +38,11 @@ export class DoorAgent extends Agent {
     super({ keepAlive: true, maxCachedSessions: 0, ...o });
   }
 
+  /** Another pool with the same certificate and checks (e.g. one kept-alive connection per door for engine signals). */
+  sibling(o: AgentOptions = {}): DoorAgent {
+    return new DoorAgent(this.creds, this.connectMs, o);
+  }
+
   /** Opens, verifies, then hands the socket to `cb` (Node's Agent waits for the callback). */
   override createConnection(options: ConnectionOptions, cb: (err: Error | null, socket?: Duplex) => void): undefined {
     const expectCn = options.servername ?? '';

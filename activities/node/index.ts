@@ -6,6 +6,8 @@ import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
 import type { EngineProgram } from '../../lib/engines/registry';
+import type { SignalTargets } from '../../lib/engines/signals';
+import { engineApiHost } from '../../lib/node-door';
 import {
   engineShimArgv,
   logTail,
@@ -54,6 +56,8 @@ export interface NodeDeps {
   supervised?: Set<string>;
   /** Filled with replica id -> loopback port of every rank 0 engine running here now (the node's door reads it). */
   serving?: Map<string, number>;
+  /** Told of every rank 0 engine that serves here now, so the agent reads its queue and cache (engine-signals.ts). */
+  signals?: SignalTargets;
   /**
    * The shards the control plane places on this node (the agent asks it over HTTP). With it, a shard whose
    * activity Temporal timed out (heartbeats lost while Temporal was unreachable) keeps its engine serving
@@ -122,6 +126,11 @@ export function createNodeActivities(deps: NodeDeps) {
     liveness,
   } = deps.processes ?? ENGINE_PROCESSES;
   const serving = deps.serving;
+  /** Where the agent reads rank 0's engine: loopback behind a door, else the address it listens on. */
+  const engineBase = (input: RunShardInput): string => {
+    const h = engineApiHost({ host: input.host, behindDoor: deps.behindDoor === true });
+    return `http://${h.includes(':') ? `[${h}]` : h}:${input.port}`;
+  };
   // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
   // that is still winding down, and the earlier one must then leave the engine (and the key) alone.
   const claims = new Map<string, object>();
@@ -310,7 +319,10 @@ export function createNodeActivities(deps: NodeDeps) {
         }
         Object.assign(beat, { pid: st.enginePid, shimPid: st.shimPid, state: 'running', since: st.startedAt });
         ctx.heartbeat(beat);
-        if (input.rank === 0) serving?.set(input.replicaId, input.port);
+        if (input.rank === 0) {
+          serving?.set(input.replicaId, input.port);
+          deps.signals?.track(input.replicaId, input.profile.engine, engineBase(input));
+        }
 
         const stopWatching = new AbortController();
         const outcome = await Promise.race([
@@ -362,6 +374,7 @@ export function createNodeActivities(deps: NodeDeps) {
           claims.delete(key);
           supervised.delete(key);
           if (input.rank === 0 && serving?.get(input.replicaId) === input.port) serving.delete(input.replicaId);
+          if (input.rank === 0) deps.signals?.untrack(input.replicaId, engineBase(input));
         }
       }
     },

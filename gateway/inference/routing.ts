@@ -5,6 +5,7 @@ import { parseDoorEndpoint } from '../../lib/node-door';
 import type { RouteRows } from '../../lib/store/store';
 import { byKey, HashRing, resolveRouting, type ResolvedRouting } from './affinity';
 import { Ejections, type Ejectable } from './ejections';
+import { EngineLoad } from './engine-load';
 import { silentLog, type GatewayLog } from './log';
 
 /** A replica the gateway can send a request to. */
@@ -54,6 +55,11 @@ export interface RoutingOptions {
   /** Asks a new replica's engine how many requests it serves at once (slots.ts); null: it does not say */
   probeSlots?: (replica: RoutableReplica) => Promise<number | null>;
 }
+
+/** A KV cache at least this full makes the least-outstanding pick look on for an equally loaded replica. */
+const KV_FULL = 0.9;
+/** Between equally loaded replicas, one whose KV cache is emptier by more than this is preferred. */
+const KV_MARGIN = 0.1;
 
 /** A replica's concurrency limit when neither the catalog nor the engine gives one. */
 export const DEFAULT_MAX_CONCURRENT = 64;
@@ -119,6 +125,8 @@ export class RoutingTable {
   private catalog = new Map<string, ModelRouteFields>();
   /** The newest route change the table holds (RouteRows.cursor, or a pushed change's seq) */
   private cursor = 0;
+  /** The engines' own queue and KV-cache use, polled from the nodes' doors (engine-signals.ts) */
+  readonly engineLoad = new EngineLoad();
 
   constructor(
     private readonly load: () => Promise<RouteRows>,
@@ -377,6 +385,8 @@ export class RoutingTable {
    * holding its limit of requests is not chosen; `busy` when every one does (a retry ignores limits: its request
    * was admitted already). With `key` (affinity.ts: a session or prompt-prefix hash) and a keyed policy, the key's
    * replica on the hash ring, or the next one with room; least outstanding when none has room or there is no key.
+   * Outstanding is this gateway's requests in flight plus, while its engine's signal is fresh, the requests the
+   * engine says wait in its queue; between equals, an engine whose KV cache is clearly emptier (engine-load.ts).
    */
   pick(model: string, exclude?: Set<string>, admit = false, key: number | null = null): PickResult {
     const routes = this.routes.get(model);
@@ -399,17 +409,22 @@ export class RoutingTable {
     // request to the one that just failed it.
     const start = (exclude?.size ? routes.next : routes.next++) % n;
     let best = candidates[start];
-    let bestLoad = this.inFlight.get(best.id) ?? 0;
+    let bestLoad = this.loadOf(best.id);
+    let bestKv = this.engineLoad.kvUsage(best.id);
     // Round robin (for comparison) takes the cursor's replica whatever it holds.
-    for (let i = 1; i < n && bestLoad > 0 && policy !== 'round-robin'; i++) {
+    for (let i = 1; i < n && (bestLoad > 0 || bestKv >= KV_FULL) && policy !== 'round-robin'; i++) {
       const c = candidates[(start + i) % n];
-      const load = this.inFlight.get(c.id) ?? 0;
-      if (load < bestLoad) {
+      const load = this.loadOf(c.id);
+      const kv = this.engineLoad.kvUsage(c.id);
+      // Fewer requests outstanding wins; between equals, a KV cache clearly emptier (the engine's own signal).
+      if (load < bestLoad || (load === bestLoad && kv + KV_MARGIN < bestKv)) {
         best = c;
         bestLoad = load;
+        bestKv = kv;
       }
     }
-    if (admit && bestLoad >= best.limit) {
+    // Admission counts only this gateway's own requests against a replica's limit (the queue is the engine's).
+    if (admit && (this.inFlight.get(best.id) ?? 0) >= best.limit) {
       // Least loaded is full; another with a larger limit may still have room (replicas of different engines).
       const roomy = candidates.find((c) => (this.inFlight.get(c.id) ?? 0) < c.limit);
       if (!roomy) return BUSY;
@@ -421,7 +436,7 @@ export class RoutingTable {
 
   /**
    * Bounded-load consistent hashing (Mirrokni et al.): walking the ring from `key`, the first candidate holding
-   * at most ceil(loadFactor × (the model's requests in flight + 1) / candidates) — and, with `admit`, fewer than
+   * at most ceil(loadFactor × (the model's requests outstanding + 1) / candidates) — and, with `admit`, fewer than
    * its own limit. A replica that left the table is not on the ring; one that failed this request, or is ejected,
    * is passed over, so a dead target costs a step of the walk, not an error. Null when none qualifies.
    */
@@ -439,15 +454,15 @@ export class RoutingTable {
       this.rings.set(model, ring);
     }
     let total = 0;
-    for (const c of candidates) total += this.inFlight.get(c.id) ?? 0;
+    for (const c of candidates) total += this.loadOf(c.id);
     // One more than the share: with a few requests in flight the share rounds to 1, and a key's replica would
     // spill its keys (and their cached prefixes) at its second request while the others idle.
     const cap = Math.ceil((routes.routing.loadFactor * (total + 1)) / candidates.length) + 1;
     const all = candidates.length === routes.ready.length;
     return ring.walk(key, routes.ready, (r) => {
       if (!all && !candidates.includes(r)) return false;
-      const load = this.inFlight.get(r.id) ?? 0;
-      return load < cap && (!admit || load < r.limit);
+      const load = this.loadOf(r.id);
+      return load < cap && (!admit || (this.inFlight.get(r.id) ?? 0) < r.limit);
     });
   }
 
@@ -467,6 +482,23 @@ export class RoutingTable {
   /** True while `id` is skipped for new requests. */
   isEjected(id: string): boolean {
     return this.ejections.has(id);
+  }
+
+  /**
+   * A replica's requests outstanding as the pick weighs them: this gateway's in flight on it, plus the requests its
+   * engine said were waiting (other gateways' and clients' too) while that signal is fresh.
+   */
+  private loadOf(id: string): number {
+    return (this.inFlight.get(id) ?? 0) + this.engineLoad.waiting(id);
+  }
+
+  /** The nodes' doors behind which this table routes replicas, each once: where engine signals are polled. */
+  doors(): { host: string; port: number; node: string }[] {
+    const seen = new Map<string, { host: string; port: number; node: string }>();
+    for (const r of this.routes.values())
+      for (const x of r.ready)
+        if (x.door) seen.set(`${x.host}|${x.port}|${x.door.node}`, { host: x.host, port: x.port, node: x.door.node });
+    return [...seen.values()];
   }
 
   /** Counts one more request in flight on replica `id`. */

@@ -1,4 +1,5 @@
 /** Runs the inference gateway: fastify with request ids, timeouts for long streams, a close with a deadline, and `listen`. */
+import { SignalPoller } from './engine-signals';
 import Fastify from 'fastify';
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { GatewayAdmission, GatewayTimeouts } from '../../config/types';
@@ -84,6 +85,13 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
   const metrics = opts.metrics ? new GatewayMetrics({ routing: opts.routing }) : undefined;
   const routes = opts.routeSource ?? opts.routing;
   await routes.start();
+  // The engines' queues, from the nodes' doors: a weight on the least-outstanding pick, never waited on. Its own
+  // connection per door: a poll never takes, or waits for, a connection a request could use.
+  const signalAgent = opts.doorAgent?.sibling({ maxSockets: 1, maxFreeSockets: 1 }) ?? null;
+  const signals = signalAgent
+    ? new SignalPoller({ table: opts.routing, agent: signalAgent, ...(opts.log ? { log: opts.log } : {}) })
+    : null;
+  signals?.start();
   await opts.keys?.start();
   opts.quota?.start();
   await app.register(
@@ -104,6 +112,8 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
   );
   app.addHook('onClose', async () => {
     routes.stop();
+    signals?.stop();
+    signalAgent?.destroy();
     opts.keys?.stop();
     await opts.quota?.stop();
   });

@@ -29,6 +29,11 @@ export interface NodeDoorOptions {
   /** The replicas this node runs now (for the 404's message). */
   replicas: () => string[];
   /**
+   * The agent's engine signals (replica id -> queue, KV-cache use, age), served at GET /nodes/NODE/signals to
+   * gateways, which poll it to weigh their least-outstanding choice. Absent: that path answers 404.
+   */
+  signals?: () => Record<string, unknown>;
+  /**
    * Whether the control plane still honours a certificate (revocation); answers are kept a minute. It throws when
    * the control plane cannot be asked: the door then goes by the CA's signature alone (and logs it), so the
    * engines keep serving through a control plane outage. Absent: signature, dates and role only.
@@ -123,7 +128,14 @@ export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
     res.end(body);
   };
 
+  const signalsPath = `/nodes/${encodeURIComponent(o.nodeId)}/signals`;
   const forward = (req: IncomingMessage, res: ServerResponse): void => {
+    if (o.signals && req.method === 'GET' && req.url === signalsPath) {
+      // The door's own answer, not an engine's: the last signal of every engine here, read by the agent.
+      const body = JSON.stringify({ node: o.nodeId, replicas: o.signals() });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      return void res.end(body);
+    }
     const path = parseDoorPath(req.url ?? '');
     if (!path)
       return send(

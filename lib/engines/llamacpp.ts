@@ -51,6 +51,8 @@ export function llamacppCommand(l: ShardLaunch): ProgramArgs<LlamacppProgram> {
       // The name the gateway routes by is the one /v1/models answers with.
       '--alias',
       l.model,
+      // GET /metrics: the agent reads the queue (requests_deferred) from it every second (lib/engines/signals.ts).
+      ...(l.profile.args.includes('--metrics') ? [] : ['--metrics']),
       ...(l.world > 1 ? ['--rpc', rpcList(l)] : []),
       ...l.profile.args,
     ],

@@ -25,6 +25,8 @@ export function sglangCommand(l: ShardLaunch): ProgramArgs<'python'> {
       String(l.port),
       '--served-model-name',
       l.model,
+      // GET /metrics: the agent reads the queue (num_queue_reqs) from it every second (lib/engines/signals.ts).
+      ...(l.profile.args.includes('--enable-metrics') ? [] : ['--enable-metrics']),
       '--tp-size',
       String(l.profile.gpusPerNode * l.world),
       ...(l.world > 1

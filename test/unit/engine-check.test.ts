@@ -65,6 +65,7 @@ describe('the widest command', () => {
       '--host',
       '--port',
       '--alias',
+      '--metrics',
       '--rpc',
       '--ctx-size',
       '--threads',
@@ -79,6 +80,7 @@ describe('the widest command', () => {
       '--host',
       '--port',
       '--served-model-name',
+      '--enable-metrics',
       '--tp-size',
       '--nnodes',
       '--node-rank',
@@ -163,7 +165,7 @@ describe('against the real help of the pinned versions (test/fixtures/engine-hel
       helpOf: (p) => (p === 'ggml-rpc-server' ? rpcServer : llamaServer),
     });
     expect(report).not.toContain('warning');
-    expect([failed, report]).toEqual([false, expect.stringContaining('llama-server: all 7 flags documented')]);
+    expect([failed, report]).toEqual([false, expect.stringContaining('llama-server: all 8 flags documented')]);
   });
   for (const engine of ['vllm', 'sglang'] as const) {
     const help = real(`${engine}-${PINNED_ENGINES[engine]}.txt`);

@@ -4,6 +4,7 @@
  * engines a previous agent left that no shard wants. This file composes the parts; each lives beside it
  * (discovery, control-planes, control-client, renewal, weights, worker).
  */
+import { EngineSignals } from './engine-signals';
 import { join } from 'node:path';
 import { createNodeActivities } from '../../activities/node';
 import { createEngineSetup } from '../../activities/node/engine-setup';
@@ -57,6 +58,8 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
   });
   // The node's door, before registering: its port is part of the inventory (placement routes replicas through it).
   const serving = new Map<string, number>();
+  // Each rank 0 engine's queue and KV-cache use, read twice a second; the door serves them to gateways.
+  const signals = new EngineSignals({ log: opts.log });
   const door = opts.door
     ? await startAgentDoor({
         nodeId: opts.nodeId,
@@ -64,6 +67,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
         tls: opts.tls,
         control,
         serving,
+        signals: () => signals.snapshot(),
         log: opts.log,
       }).catch(async (err: unknown) => {
         await control.close();
@@ -71,8 +75,11 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
       })
     : null;
   if (door) inventory.door = { port: door.port };
+  // Gathered only where a door serves them: it is the gateways' one way to this node's engines.
+  if (door) signals.start();
   const afterCrash = previousAgentCrashed(opts.stateDir);
   const reg = await register(control, opts, inventory, () => closing, afterCrash).catch(async (err: unknown) => {
+    signals.stop();
     await door?.close();
     await control.close();
     throw err;
@@ -118,6 +125,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
       stopEnginesOnExit: opts.stopEnginesOnExit,
       supervised,
       serving,
+      ...(door ? { signals } : {}),
       assigned: () => assignedShards(control, opts.nodeId),
       stopping: stopping.signal,
       ...(opts.simulated ? { processes: opts.simulated.processes } : {}),
@@ -184,6 +192,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
       await worker.stop();
       markCleanStop(opts.stateDir);
       await weights?.close();
+      signals.stop();
       await door?.close();
       await worker.disconnect();
       await control.close();

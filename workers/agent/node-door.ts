@@ -15,6 +15,8 @@ export async function startAgentDoor(o: {
   tls: TlsCredentials;
   control: ControlPlanes;
   serving: Map<string, number>;
+  /** The engines' last signals (engine-signals.ts), served to gateways at GET /nodes/NODE/signals */
+  signals?: () => Record<string, unknown>;
   log: (msg: string, fields?: Record<string, unknown>) => void;
 }): Promise<NodeDoor> {
   return startNodeDoor({
@@ -24,6 +26,7 @@ export async function startAgentDoor(o: {
     port: o.listen.port,
     replicaPort: (id) => o.serving.get(id) ?? null,
     replicas: () => [...o.serving.keys()],
+    ...(o.signals ? { signals: o.signals } : {}),
     honoured: async (serial) => {
       const res = await o.control.fetch(`/v1/agent/certificate-status?serial=${serial}`);
       if (res.status !== 200) throw new Error(`certificate-status answered ${res.status}`);
