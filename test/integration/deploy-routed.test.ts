@@ -12,6 +12,7 @@ import { stringify } from 'yaml';
 import { ctlCommand } from '../../cli/ctl/index';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
+import { doorAgentFromFiles, doorGet, type DoorAgent } from '../../lib/door-agent';
 import { DrainStore } from '../../lib/store/drain';
 import { workflowIds } from '../../lib/names';
 import { parseNodeId, type ModelSpec } from '../../lib/types';
@@ -111,6 +112,8 @@ describe('ctl deploy returns when the gateways route it (real control plane, age
       cpuinfo: '/proc/cpuinfo',
       fabrics: [],
       advertiseHost: '127.0.0.1',
+      // The node's door: the replica is routed through it, and it serves the engine's signals the agent reads.
+      door: { host: '127.0.0.1', port: 0 },
       engineSetup: { enginesDir: join(dir, 'installs'), bins: {} },
       stateDir: join(dir, 'state'),
       stopEnginesOnExit: true,
@@ -158,6 +161,35 @@ describe('ctl deploy returns when the gateways route it (real control plane, age
       expect(res.status).toBe(200);
     }
   }, 180_000);
+
+  test("the agent reads its replica's engine signals and the node's door serves them to a gateway certificate", async () => {
+    const doorAgent = doorAgentFromFiles(config.tls, 2000);
+    expect(doorAgent).not.toBeNull();
+    try {
+      const port = (agent as NodeAgent).inventory.door?.port as number;
+      const replicas = (await cp.store.listReplicas(MODEL.name)).filter((r) => r.state === 'ready').map((r) => r.id);
+      const signals = await waitFor(
+        async () => {
+          const r = await doorGet(
+            doorAgent as DoorAgent,
+            { host: '127.0.0.1', port, node: NODE, replica: '', base: `/nodes/${NODE}` },
+            '/signals',
+            2000,
+          );
+          const body = JSON.parse(r.body) as { replicas: Record<string, { waiting: number; ageMs: number }> };
+          return replicas.every((id) => body.replicas[id]) && body.replicas;
+        },
+        { timeoutMs: 5000, what: "every ready replica's signal at the door" },
+      );
+      for (const id of replicas) {
+        expect(signals[id]?.waiting).toBe(0);
+        // Fresh as the gateways count it (they drop a signal older than 3 s); the agent reads every 500 ms.
+        expect(signals[id]?.ageMs).toBeLessThan(3000);
+      }
+    } finally {
+      doorAgent?.destroy();
+    }
+  });
 
   test('a gateway whose table is behind is named with what to do; --no-wait does not wait; without it deploy returns at once', async () => {
     const drains = new DrainStore(cp.store.pool);
