@@ -150,6 +150,28 @@ export class GatewayMetrics {
       },
     });
     new Gauge({
+      name: 'llmgw_gateway_engine_waiting',
+      help: "Requests each replica's engine reports waiting (its queue), as this gateway weighs it: fresh signals only",
+      labelNames: ['model', 'replica'],
+      registers: [r],
+      collect(): void {
+        this.reset();
+        for (const [replica, s] of routing.engineLoad.entries())
+          this.set({ model: routing.modelOf(replica) ?? '', replica }, s.waiting);
+      },
+    });
+    new Gauge({
+      name: 'llmgw_gateway_engine_kv_usage',
+      help: "Share of each replica's engine KV cache in use (0..1), as this gateway weighs it: fresh signals only",
+      labelNames: ['model', 'replica'],
+      registers: [r],
+      collect(): void {
+        this.reset();
+        for (const [replica, s] of routing.engineLoad.entries())
+          this.set({ model: routing.modelOf(replica) ?? '', replica }, s.kvUsage);
+      },
+    });
+    new Gauge({
       name: 'llmgw_gateway_replica_limit',
       help: "Each routed replica's concurrency limit (catalog maxConcurrent, engine slots or the default)",
       labelNames: ['model', 'replica'],

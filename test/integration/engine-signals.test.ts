@@ -140,7 +140,7 @@ beforeAll(async () => {
       models: [MODEL],
       replicas: ['m-0', 'm-1'].map((id) => ready(id, MODEL, nodeDoorEndpoint('127.0.0.1', door.port, NODE, id))),
     },
-    { doorAgent, accessLog: true },
+    { doorAgent, accessLog: true, metrics: true },
   );
 }, 60_000);
 
@@ -179,6 +179,10 @@ test('a replica whose engine reports a long queue gets no new requests; a stale 
     what: "m-0's queue in the gateway's table",
   });
   const seenMs = performance.now() - t0;
+  // What the pick weighs is on the gateway's metrics listener.
+  const prom = await (await fetch(gw.metricsUrl as string)).text();
+  const waiting = /^llmgw_gateway_engine_waiting\{model="sim-sig",replica="m-0"\} (\d+)/m.exec(prom);
+  expect(Number(waiting?.[1])).toBeGreaterThanOrEqual(1);
   expect(await sequential(10)).toEqual({ 'm-1': 10 });
   console.log(
     `engine signals: the gateway saw m-0's queue ${seenMs.toFixed(0)} ms after it formed (agent reads every 500 ms, gateway polls the door every 1 s); load ${loadavg()[0].toFixed(2)}`,
