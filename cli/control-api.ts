@@ -2,13 +2,17 @@
 import { readFileSync } from 'node:fs';
 import type { ServerConfig } from '../config/types';
 import { quoteInput } from '../lib/errors';
-import { TlsClient } from '../lib/tls-client';
+import { HttpsClient, type HttpsResponse } from '../lib/https-client';
+import type { FetchInit } from '../lib/tls-client';
 import { UsageError } from './args';
 
-/** The control plane's base URL and a fetch presenting the operator certificate. */
+/**
+ * The control plane's base URL and a fetch presenting the operator certificate: an HttpsClient's (node:https, as
+ * loading undici cost a ctl run more than the rest of it), or a test's global fetch.
+ */
 export interface ControlApi {
   server: string;
-  fetch: TlsClient['fetch'];
+  fetch: (url: string, init?: FetchInit) => Promise<HttpsResponse>;
 }
 
 function read(config: ServerConfig, key: 'ca' | 'clientCert' | 'clientKey'): string {
@@ -38,11 +42,11 @@ export function controlApi(config: ServerConfig, serverFlag: string | undefined)
     );
   }
   const server = (serverFlag ?? `https://${host}:${port}`).replace(/\/$/, '');
-  let client: TlsClient | undefined;
+  let client: HttpsClient | undefined;
   return {
     server,
     fetch: (url, init) =>
-      (client ??= new TlsClient({
+      (client ??= new HttpsClient({
         caPem: read(config, 'ca'),
         certPem: read(config, 'clientCert'),
         keyPem: read(config, 'clientKey'),
@@ -59,7 +63,7 @@ export async function callControl<T>(
   path: string,
   init: { method?: 'GET' | 'POST'; body?: unknown; timeoutMs?: number } = {},
 ): Promise<T> {
-  let res: Response;
+  let res: HttpsResponse;
   try {
     const body =
       init.body === undefined

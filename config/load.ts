@@ -21,7 +21,7 @@ import {
   type ServerConfig,
 } from './types';
 import { Checker, isObj, quote, suggest, type Obj, type RawIssue, type Rule, type Seg } from './check';
-import { classifySource, SHA256_RE } from '../lib/weights/source';
+import { classifySource, SHA256_RE } from '../lib/weights/classify';
 
 /** One problem in a config file; `line`/`col` are set when the key is in the file. */
 export interface ConfigIssue {

@@ -1,6 +1,6 @@
 /** `llmgw ctl nodes`: every node with its state, GPUs, fabrics, engines, replicas, checks and certificate. */
 import type { GpuShard, NodeCertificate } from '../../gateway/control/contract';
-import { doctorColumn } from '../../lib/doctor';
+import { doctorColumn } from '../../lib/doctor/format';
 import type { NodeRecord } from '../../lib/types';
 import { ago, table } from '../table';
 import { fabricColumn } from './views/fabrics';
