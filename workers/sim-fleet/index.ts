@@ -8,13 +8,15 @@
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { programHelp } from '../../lib/engines/help';
+import { PROJECT_ROOT } from '../../lib/paths';
 import { simEngineArgv } from '../../lib/sim/argv';
 import { parseNodeId } from '../../lib/types';
 import { startAgent } from '../agent';
 import type { Agent } from '../agent/options';
 import { inProcessEngines, type InProcessEngines } from './engines';
 
-const FIXTURES = resolve(__dirname, '../../test/fixtures');
+// The checkout's, also when this runs from the compiled build (dist/build/ has no test/).
+const FIXTURES = resolve(PROJECT_ROOT, 'test/fixtures');
 
 /** What the fleet is made of and where it reports. */
 export interface SimFleetOptions {
