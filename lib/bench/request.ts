@@ -51,8 +51,11 @@ export function makeTarget(url: URL, apiKey: string | undefined, sockets: number
   return { url, headers, agent: keepAliveAgent(url, sockets) };
 }
 
-/** Sends one POST of `body`; resolves (never rejects) once the answer is whole, broken or timed out (`timeoutMs` without data). */
-export function sendOne(t: Target, body: string, stream: boolean, timeoutMs: number): Promise<Outcome> {
+/**
+ * Sends one POST of `body` (bytes when it is sent many times: a large string is encoded again on every send);
+ * resolves (never rejects) once the answer is whole, broken or timed out (`timeoutMs` without data).
+ */
+export function sendOne(t: Target, body: string | Uint8Array, stream: boolean, timeoutMs: number): Promise<Outcome> {
   return new Promise((resolve) => {
     const o: Outcome = {
       ok: false,
@@ -80,7 +83,11 @@ export function sendOne(t: Target, body: string, stream: boolean, timeoutMs: num
     const send = t.url.protocol === 'https:' ? httpsRequest : httpRequest;
     const req = send(
       t.url,
-      { method: 'POST', agent: t.agent, headers: { ...t.headers, 'content-length': Buffer.byteLength(body) } },
+      {
+        method: 'POST',
+        agent: t.agent,
+        headers: { ...t.headers, 'content-length': typeof body === 'string' ? Buffer.byteLength(body) : body.length },
+      },
       (res: IncomingMessage) => {
         o.status = res.statusCode ?? 0;
         res.setEncoding('utf8');

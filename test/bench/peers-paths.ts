@@ -87,7 +87,9 @@ async function nodeChild(
   model: string,
   key: string,
 ): Promise<BenchPath> {
-  const p = launch(process.execPath, [...TSX, join(ROOT, file), ...args], env);
+  // BENCH_CPU_PROF=dir: each child writes a V8 CPU profile there when it exits (node refuses --cpu-prof in NODE_OPTIONS).
+  const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  const p = launch(process.execPath, [...prof, ...TSX, join(ROOT, file), ...args], env);
   let url = '';
   let metricsUrl: string | undefined;
   const deadline = Date.now() + 30_000;

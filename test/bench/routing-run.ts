@@ -11,6 +11,8 @@ import type { RoutingPolicy } from '../../lib/types';
 import { parsePromText, valueOf, type Family } from '../helpers/prom-text';
 import { startEngine, startLlmgw, startNullEngine, type BenchPath } from './peers-paths';
 import { bigBody, makeTrace, type TraceOptions } from './routing-trace';
+import { affinityKey, resolveRouting } from '../../gateway/inference/affinity';
+import { checkRequest } from '../../gateway/inference/request-check';
 
 /** Everything a run needs; `routingDefaults` are the full benchmark's. */
 export interface RoutingBenchOptions extends Omit<TraceOptions, 'model'> {
@@ -86,6 +88,10 @@ export interface BigRow {
   addedP99Ms: number;
   /** share of requests whose added time was at most 2 ms */
   addedWithin2Ms: number;
+  /** in the bench's own process, ms per body (median): the request check's scan, the affinity key, JSON.parse */
+  checkMs: number;
+  keyMs: number;
+  parseMs: number;
 }
 
 const MODEL = 'sim-routing';
@@ -199,6 +205,31 @@ async function runPolicy(
   }
 }
 
+/** The median ms of `f` over `runs` calls, after a warm-up. */
+function medianMs(f: () => unknown, runs = 300): number {
+  for (let i = 0; i < 50; i++) f();
+  const t: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const t0 = performance.now();
+    f();
+    t.push(performance.now() - t0);
+  }
+  return t.sort((a, b) => a - b)[runs >> 1] as number;
+}
+
+/** What the gateway's own work on one long-prompt body costs, measured here, apart from sockets and load. */
+function bodyCosts(body: Buffer): Pick<BigRow, 'checkMs' | 'keyMs' | 'parseMs'> {
+  const checked = checkRequest('/v1/chat/completions', body);
+  if (checked.kind !== 'ok') throw new Error(`the long prompt fails the request check: ${checked.message}`);
+  const how = resolveRouting({ policy: 'prefix' });
+  const src = { body, prompt: checked.prompt, headers: {} };
+  return {
+    checkMs: medianMs(() => checkRequest('/v1/chat/completions', body)),
+    keyMs: medianMs(() => affinityKey(how, src)),
+    parseMs: medianMs(() => JSON.parse(body.toString('utf8'))),
+  };
+}
+
 /** The long-prompt case: a closed loop of `bigConcurrency` sending `bigKb` KB prompts for `bigSeconds`. */
 async function runBig(o: RoutingBenchOptions, log: (line: string) => void): Promise<BigRow> {
   const paths: BenchPath[] = [];
@@ -214,7 +245,8 @@ async function runBig(o: RoutingBenchOptions, log: (line: string) => void): Prom
     );
     paths.push(gw);
     if (!gw.metricsUrl) throw new Error('the gateway printed no metrics URL');
-    const body = bigBody(MODEL, o.bigKb);
+    const body = Buffer.from(bigBody(MODEL, o.bigKb));
+    const costs = bodyCosts(body);
     const target = makeTarget(new URL('/v1/chat/completions', gw.url), o.key, o.bigConcurrency);
     log(`${o.bigKb} KB prompts: ${o.bigConcurrency} concurrent for ${o.bigSeconds} s (1 s warm-up)`);
     const loop = async (until: number, out: Outcome[] | null): Promise<void> => {
@@ -248,6 +280,7 @@ async function runBig(o: RoutingBenchOptions, log: (line: string) => void): Prom
       addedP50Ms: histogramQuantile(before, after, name, 0.5) * 1000,
       addedP99Ms: histogramQuantile(before, after, name, 0.99) * 1000,
       addedWithin2Ms: count > 0 ? (le2(after) - le2(before)) / count : Number.NaN,
+      ...costs,
     };
   } finally {
     await stopAll(paths);
@@ -269,18 +302,20 @@ const f = (x: number, d = 1): string => (Number.isFinite(x) ? x.toFixed(d) : '-'
 
 /** The figures as markdown tables, and the issue's goals judged against them. */
 export function routingReport(o: RoutingBenchOptions, r: { rows: PolicyRow[]; big: BigRow | null }): string {
-  const lines = [
-    `${o.systems} system prompts × ${o.systemTokens} tokens, Zipf ${o.zipf}, ${o.users} users, ${o.replicas} sim replicas ` +
-      `(prefill ${o.prefillTokensPerSecond} tokens/s one prompt at a time, cache ${o.cacheTokens} tokens, decode ${o.decodeTokensPerSecond} tokens/s), ` +
-      `offered ${Math.round(o.load * 100)} % of the cacheless prefill capacity, ${o.durationS} s measured after ${o.warmupS} s`,
-    '',
-    '| routing | sent | ok | shed | failed | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | throughput req/s | cache hit |',
-    '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
-    ...r.rows.map(
-      (x) =>
-        `| ${x.policy} | ${x.sent} | ${x.ok} | ${x.shed} | ${x.failed} | ${f(x.ttftMeanMs)} | ${f(x.ttftP50Ms)} | ${f(x.ttftP99Ms)} | ${f(x.throughput)} | ${f(x.cacheHitRate * 100, 0)} % |`,
-    ),
-  ];
+  const lines = !r.rows.length
+    ? []
+    : [
+        `${o.systems} system prompts × ${o.systemTokens} tokens, Zipf ${o.zipf}, ${o.users} users, ${o.replicas} sim replicas ` +
+          `(prefill ${o.prefillTokensPerSecond} tokens/s one prompt at a time, cache ${o.cacheTokens} tokens, decode ${o.decodeTokensPerSecond} tokens/s), ` +
+          `offered ${Math.round(o.load * 100)} % of the cacheless prefill capacity, ${o.durationS} s measured after ${o.warmupS} s`,
+        '',
+        '| routing | sent | ok | shed | failed | TTFT mean ms | TTFT p50 ms | TTFT p99 ms | throughput req/s | cache hit |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+        ...r.rows.map(
+          (x) =>
+            `| ${x.policy} | ${x.sent} | ${x.ok} | ${x.shed} | ${x.failed} | ${f(x.ttftMeanMs)} | ${f(x.ttftP50Ms)} | ${f(x.ttftP99Ms)} | ${f(x.throughput)} | ${f(x.cacheHitRate * 100, 0)} % |`,
+        ),
+      ];
   const by = new Map(r.rows.map((x) => [x.policy, x]));
   const rr = by.get('round-robin');
   const least = by.get('least');
@@ -296,10 +331,12 @@ export function routingReport(o: RoutingBenchOptions, r: { rows: PolicyRow[]; bi
   if (r.big) {
     const b = r.big;
     lines.push(
-      '',
+      ...(lines.length ? [''] : []),
       `| ${b.kb} KB prompts | concurrent | ok | failed | req/s | client p50 ms | client p99 ms | gateway added p50 ms | added p99 ms | added ≤ 2 ms |`,
       '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
       `| prefix routing | ${b.concurrency} | ${b.ok} | ${b.failed} | ${f(b.reqPerS, 0)} | ${f(b.clientP50Ms)} | ${f(b.clientP99Ms)} | ${f(b.addedP50Ms, 2)} | ${f(b.addedP99Ms, 2)} | ${f(b.addedWithin2Ms * 100, 1)} % |`,
+      '',
+      `per body, in the bench's process (median): request check ${f(b.checkMs, 3)} ms, affinity key ${f(b.keyMs, 3)} ms; JSON.parse would take ${f(b.parseMs, 3)} ms`,
       '',
       `goals: added p99 ≤ 2 ms (${f(b.addedP99Ms, 2)} ms), ≥ 1,000 req/s (${f(b.reqPerS, 0)})`,
     );

@@ -25,7 +25,8 @@ npm run bench:routing -- [options]
   --duration S             seconds measured (default ${d.durationS}), after --warmup S (default ${d.warmupS})
   --prefill N              each engine's prefill, tokens/s, one prompt at a time (default ${d.prefillTokensPerSecond})
   --cache-tokens N         each engine's prefix cache (default ${d.cacheTokens}: 8 of the 2k-token prompts)
-  --policies a,b           any of round-robin, least, session, prefix (default all)
+  --policies a,b           any of round-robin, least, session, prefix (default all; --policies none: only the
+                           long-prompt case)
   The long-prompt case (engines that do no work, prefix routing):
   --big-kb N               prompt size (default ${d.bigKb}); --big-concurrency N (default ${d.bigConcurrency});
   --big-seconds S          (default ${d.bigSeconds}; 0 skips it)
@@ -60,7 +61,8 @@ async function main(): Promise<void> {
     if (!Number.isFinite(n) || n < 0) throw new Error(`--${k}: expected a number >= 0, got ${JSON.stringify(raw)}`);
     return n;
   };
-  const policies = (v.policies ?? d.policies.join(',')).split(',').map((p) => p.trim());
+  const list = v.policies ?? d.policies.join(',');
+  const policies = list === 'none' ? [] : list.split(',').map((p) => p.trim());
   for (const p of policies)
     if (!ROUTING_POLICIES.includes(p as never))
       throw new Error(`--policies: ${JSON.stringify(p)} is not one of ${ROUTING_POLICIES.join(', ')}`);

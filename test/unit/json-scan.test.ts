@@ -85,6 +85,70 @@ describe('scanJsonObject', () => {
     }
   });
 
+  test('agrees with JSON.parse on long strings (skimmed, not read byte by byte) at every alignment', () => {
+    // Long strings are skimmed a word at a time between the quotes and backslashes memchr finds: a stop byte in
+    // any of a word's four places, at any offset of the body in its memory, must still end or refuse the string.
+    const text = 'lorem ipsum dolor sit amet, '.repeat(12);
+    const inserts = [
+      '"',
+      '\\',
+      '\\n',
+      '\\"',
+      '\\u00e9',
+      '\\x',
+      '\\u12g4',
+      '\\n\\t',
+      '\\n\\x',
+      '\\n"',
+      '\\n\n',
+      '\n',
+      '\t',
+      '\u001f',
+      '\u007f',
+      'é',
+      '😀',
+      ' ',
+    ];
+    const memory = Buffer.alloc(4096);
+    let cases = 0;
+    for (const ins of inserts)
+      for (let at = 0; at < 80; at += 7)
+        for (let offset = 0; offset < 4; offset++) {
+          const content = text.slice(0, 40 + at) + ins + text.slice(40 + at);
+          const body = `{"model":"m","messages":[{"role":"user","content":"${content}"}],"n":1}`;
+          const len = memory.write(body, offset);
+          const bytes = memory.subarray(offset, offset + len);
+          let parsed: { messages?: unknown } | undefined;
+          try {
+            parsed = JSON.parse(body) as { messages?: unknown };
+          } catch {
+            parsed = undefined;
+          }
+          const r = scanJsonObject(bytes, WANTED, 128);
+          expect({ body, ok: r.kind }).toEqual({ body, ok: parsed ? 'ok' : 'error' });
+          if (r.kind === 'ok') expect(sliceValue(bytes, r.fields.get('messages') as never)).toEqual(parsed?.messages);
+          cases++;
+        }
+    expect(cases).toBe(inserts.length * 12 * 4);
+  });
+
+  test('refuses a control character anywhere in a 220 KB prompt, naming where the string began', () => {
+    const content = 'w1 w22 w333 '.repeat(20_000);
+    const head = '{"model":"m","messages":[{"role":"user","content":';
+    for (const at of [0, 1, 2, 3, 4097, content.length - 1]) {
+      const bad = `${content.slice(0, at)}\u0001${content.slice(at + 1)}`;
+      expect(scan(`${head}"${bad}"}]}`)).toEqual({
+        kind: 'error',
+        message: `the request body is not valid JSON: unexpected "\\"" at byte ${head.length}`,
+      });
+    }
+    expect(scan(`${head}"${content}"}]}`).kind).toBe('ok');
+    expect(scan(`${head}"${content}`)).toEqual({
+      kind: 'error',
+      message: `the request body is not valid JSON: unexpected "\\"" at byte ${head.length}`,
+    });
+  });
+
   test('refuses nesting deeper than the bound at the first byte past it, whatever follows', () => {
     expect(scan(`{"a":${'['.repeat(127)}${']'.repeat(127)}}`).kind).toBe('ok');
     expect(scan(`{"a":${'['.repeat(128)}${']'.repeat(128)}}`)).toEqual({
