@@ -54,8 +54,8 @@ const SHORT = 32;
  * time for a control character (JSON forbids them raw in a string).
  */
 interface Skim {
-  /** the body's 4-aligned span as words */
-  w: Int32Array;
+  /** the body's 4-aligned span as words (made at the first long string: a small body never pays for it) */
+  w: Int32Array | null;
   /** the body's index of w[0]'s first byte */
   at: number;
   /** the next '"' and '\\' at or after where the scan last looked (the body's length for none) */
@@ -63,19 +63,20 @@ interface Skim {
   escape: number;
 }
 
-function skimOf(b: Buffer): Skim {
-  const head = (4 - (b.byteOffset & 3)) & 3;
-  const count = Math.max(0, (b.length - head) >> 2);
-  return { w: new Int32Array(b.buffer, b.byteOffset + head, count), at: head, quote: -1, escape: -1 };
+/** The body's bytes as 32-bit words, from its first 4-aligned byte. */
+function wordsOf(b: Uint8Array, s: Skim): Int32Array {
+  s.at = (4 - (b.byteOffset & 3)) & 3;
+  s.w = new Int32Array(b.buffer, b.byteOffset + s.at, Math.max(0, (b.length - s.at) >> 2));
+  return s.w;
 }
 
 /** The first index in [i, stop) whose byte is a control character, or stop. */
 function controlAt(b: Uint8Array, s: Skim, i: number, stop: number): number {
+  const w = s.w ?? wordsOf(b, s);
   while (i < stop && (i - s.at) & 3) {
     if ((b[i] as number) < 0x20) return i;
     i++;
   }
-  const w = s.w;
   let k = (i - s.at) >> 2;
   const m = Math.min(w.length, (stop - s.at) >> 2);
   // A byte's high bit is set where a byte is < 0x20 (exactly for the first such byte): the word holds one.
@@ -170,7 +171,7 @@ export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDep
   const n = b.length;
   const fields = new Map<string, JsonSlice>();
   const stack = maxDepth + 1 <= STACK.length ? STACK : new Uint8Array(maxDepth + 1);
-  const skim = skimOf(b);
+  const skim: Skim = { w: null, at: 0, quote: -1, escape: -1 };
   const fail = (message: string): ScanResult => ({ kind: 'error', message });
   const unexpected = (i: number): ScanResult =>
     fail(
