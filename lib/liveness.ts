@@ -34,12 +34,22 @@ export const NODE_SWEEP_MS = 1000;
 export const ENGINE_PROBE_MS = 1000;
 
 /**
- * A shard's Temporal heartbeat timeout: a backstop only. A lost node is found by the control plane in seconds
- * (above) and its replicas told at once; this fires only when a node's worker stopped reporting while its
- * agent and engines look alive (a wedged worker), and must outlast a Temporal or control-plane restart (a
- * 30 s outage, then reconnection backoff) so such a restart times out no shard.
+ * How often a running shard heartbeats Temporal. Each heartbeat is a Temporal action (a persistence write, through
+ * the door), paid per shard for as long as it runs, so it is rare: nothing waits on it. An engine's death fails the
+ * shard at once (the agent sees the exit), a lost node is the control plane's to find (above), and a stop reaches the
+ * shard by the `stopShard` activity on its node's queue, not in a heartbeat's answer. Every second before issue 24:
+ * 2.1 Temporal requests a second per shard; now one per 30 s.
  */
-export const SHARD_HEARTBEAT_TIMEOUT_S = 90;
+export const SHARD_HEARTBEAT_S = 30;
+
+/**
+ * A shard's Temporal heartbeat timeout: a backstop only. A lost node is found by the control plane in seconds
+ * (above) and its replicas told at once; this fires only when a node's worker stopped reporting while its agent
+ * and engines look alive (a wedged worker), and must outlast a Temporal or control-plane restart (a 30 s outage,
+ * then reconnection backoff) so such a restart times out no shard. Five heartbeats: four in a row may be lost (an
+ * outage of 90-120 s, as long as the 89 s the 90 s timeout allowed when shards heartbeat every second).
+ */
+export const SHARD_HEARTBEAT_TIMEOUT_S = 5 * SHARD_HEARTBEAT_S;
 
 /**
  * How long a shard scheduled again (after its agent stopped or its heartbeat timed out) may wait for an agent to

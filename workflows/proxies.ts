@@ -159,10 +159,11 @@ export function nodeWeights(nodeId: string): WeightsActivities {
 }
 
 /**
- * A shard runs for as long as the replica does. Its heartbeat timeout is a backstop (lib/liveness.ts): a lost
- * node is reported to the replica by the control plane within seconds, and a dead engine fails the shard at once.
- * Cancelling it waits until the agent reports its engine gone, so 'stopped' (and a rebuild's new placement)
- * never overlaps a live engine; the node worker flushes heartbeats every second, which is how fast a cancel arrives.
+ * A shard runs for as long as the replica does. Its heartbeat (every SHARD_HEARTBEAT_S) and heartbeat timeout are a
+ * backstop (lib/liveness.ts): a lost node is reported to the replica by the control plane within seconds, and a
+ * dead engine fails the shard at once. The replica stops it with stopShard (nodeStop below), which completes it;
+ * a cancel is the fallback, and waits until the agent reports its engine gone (the cancel arrives with the next
+ * heartbeat), so 'stopped' (and a rebuild's new placement) never overlaps a live engine.
  */
 export function nodeShards(nodeId: string): NodeActivities {
   return proxyActivities<NodeActivities>({
@@ -171,6 +172,20 @@ export function nodeShards(nodeId: string): NodeActivities {
     scheduleToStartTimeout: `${SHARD_PICKUP_S}s`,
     heartbeatTimeout: `${SHARD_HEARTBEAT_TIMEOUT_S}s`,
     cancellationType: ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+    retry: { maximumAttempts: 1 },
+  });
+}
+
+/**
+ * stopShard on a node: its agent stops the shard's engine (SIGTERM, then SIGKILL after the agent's stop grace,
+ * 15 s) and answers once it is gone. Not retried: an agent that does not take it within SHARD_PICKUP_S (down, or
+ * too old to know stopShard) or fails it leaves the replica to cancel the runShard instead, as before stopShard.
+ */
+export function nodeStop(nodeId: string): NodeActivities {
+  return proxyActivities<NodeActivities>({
+    taskQueue: nodeQueue(nodeId),
+    scheduleToStartTimeout: `${SHARD_PICKUP_S}s`,
+    startToCloseTimeout: '2m',
     retry: { maximumAttempts: 1 },
   });
 }

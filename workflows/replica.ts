@@ -32,7 +32,7 @@ import {
   type ReplicaInput,
   type ReplicaStatus,
 } from './contracts/replica';
-import { control, inflightWait, nodeListen, nodeShards, nodeWeights, serving } from './proxies';
+import { control, inflightWait, nodeListen, nodeShards, nodeStop, nodeWeights, serving } from './proxies';
 
 /** How long a stopping replica kept its engines after leaving the routing table, before it waited for the gateways' in-flight reports. */
 const DRAIN_MS = 2000;
@@ -40,6 +40,11 @@ const DRAIN_MS = 2000;
 const INFLIGHT_WAIT_PATCH = 'stop-waits-for-inflight';
 /** Marks histories where a workers-first engine's rank 0 starts only once each worker listens (waitListening). */
 const RANK_ORDER_PATCH = 'workers-listen-before-rank-0';
+/**
+ * Marks histories whose stop and rebuild stop each shard with stopShard on its node (the runShard then completes)
+ * before cancelling what is left, instead of cancelling the runShards (a cancel reaches one only with its heartbeat).
+ */
+const STOP_SHARD_PATCH = 'stop-shard-by-activity';
 const WAIT_RETRY = '10s';
 const CRASH_BACKOFF_MAX_MS = 60_000;
 /** A replica that served for this long before failing resets its crash count. */
@@ -145,6 +150,12 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     const scopes = placement.shards.map(() => new CancellationScope());
     const shards: Promise<void>[] = [];
     const shardNodes: (string | null)[] = [];
+    // Per shard: its runShard was scheduled (a stop asks its node), its launch ended (nothing to stop).
+    const scheduled = placement.shards.map(() => false);
+    const ended = placement.shards.map(() => false);
+    // Every node of this placement the control plane found gone, also after a failure (a stop waits for none of them).
+    const gone = new Set<string>();
+    const generation = status.rebuilds;
     let failure: Outcome | null = null;
     const startedAt = Date.now();
     // A shard's timeout is its node's (the node is excluded from the rebuild's placement); the health check's
@@ -164,7 +175,9 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       };
     // The control plane found a node of this placement gone (no agent, no door call, engines unreachable).
     lostNode = (nodeId, why) => {
-      if (failure?.kind === 'failed' || !placement.shards.some((s) => s.nodeId === nodeId)) return;
+      if (!placement.shards.some((s) => s.nodeId === nodeId)) return;
+      gone.add(nodeId);
+      if (failure?.kind === 'failed') return;
       lost.add(nodeId);
       failure = { kind: 'failed', message: `${nodeId}: ${why}`, timedOutNode: nodeId };
     };
@@ -193,7 +206,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
           ),
       );
     };
-    const launch = (s: ShardPlan, weightsFetched: () => void) => async (): Promise<void> => {
+    const launch = (s: ShardPlan, i: number, weightsFetched: () => void) => async (): Promise<void> => {
       // A URL source is fetched into the node's cache first (resumable, coalesced, from a peer that holds it);
       // sim:// sources and engine-side ids fetch nothing, and schedule nothing.
       let modelPath: string | undefined;
@@ -212,6 +225,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       for (;;) {
         const since = Date.now();
         const restartsBefore = agentRestarts.get(s.nodeId) ?? 0;
+        scheduled[i] = true;
         try {
           const run = nodeShards(s.nodeId).runShard({
             replicaId: input.replicaId,
@@ -261,8 +275,16 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     placement.shards.forEach((s, i) => {
       let done = (): void => undefined;
       fetched.push(new Promise<void>((r) => void (done = r)));
-      const p = (scopes[i] as CancellationScope).run(launch(s, done));
+      const p = (scopes[i] as CancellationScope).run(launch(s, i, done));
       p.catch(onShardError(s.nodeId));
+      p.then(
+        () => {
+          ended[i] = true;
+          // A runShard completes only when stopShard stopped it: outside a stop, its engine is gone all the same.
+          if (!stopRequested) failure ??= { kind: 'failed', message: `${s.nodeId}: shard stopped`, timedOutNode: null };
+        },
+        () => void (ended[i] = true),
+      );
       shards.push(p);
       shardNodes.push(s.nodeId);
     });
@@ -274,11 +296,38 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     });
     shards.push(health.then(() => void (failure ??= { kind: 'served' }), onShardError(null)));
     shardNodes.push(null);
+    const healthDone = shards[shards.length - 1] as Promise<void>;
     // A shard on a lost node is not waited for: no agent there will ever report its cancellation.
     const stopAll = async (): Promise<void> => {
       healthScope.cancel();
       scopes.forEach((sc) => sc.cancel());
       await Promise.allSettled(shards.filter((_, i) => !lost.has(shardNodes[i] ?? '')));
+    };
+    // Shard i's engine goes, then its launch ends: stopShard on its node has the agent stop the engine (its runShard
+    // then completes); what that did not end — a run not picked up yet, a weights fetch, an agent that did not take
+    // the stop — is cancelled (a runShard's cancel waits for its engine to be gone). A lost node is not waited for.
+    const stopShard = async (i: number): Promise<void> => {
+      const s = placement.shards[i] as ShardPlan;
+      const isGone = (): boolean => gone.has(s.nodeId);
+      if (scheduled[i] && !ended[i] && !isGone()) {
+        await CancellationScope.nonCancellable(() =>
+          Promise.race([
+            nodeStop(s.nodeId).stopShard({ replicaId: input.replicaId, generation, rank: s.rank }),
+            condition(isGone),
+          ]),
+        ).catch(() => undefined);
+      }
+      (scopes[i] as CancellationScope).cancel();
+      await Promise.race([(shards[i] as Promise<void>).catch(() => undefined), condition(isGone)]);
+    };
+    // Rank 0 first when `rankZeroFirst` (a stop: it drains its in-flight requests and exits, then the worker ranks).
+    const stopShards = async (rankZeroFirst: boolean): Promise<void> => {
+      healthScope.cancel();
+      if (rankZeroFirst) await stopShard(0);
+      await Promise.all([
+        ...placement.shards.map((_, i) => (rankZeroFirst && i === 0 ? Promise.resolve() : stopShard(i))),
+        healthDone,
+      ]);
     };
 
     await condition(() => stopRequested || failure !== null);
@@ -296,17 +345,21 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       if (patched(INFLIGHT_WAIT_PATCH))
         await inflightWait.waitInflight({ replicaId: input.replicaId, model: input.model });
       else await sleep(DRAIN_MS);
-      healthScope.cancel();
-      // Rank 0 drains its in-flight requests and exits; then the worker ranks.
-      scopes[0]?.cancel();
-      await Promise.allSettled(shards.slice(0, 1));
-      await stopAll();
+      if (patched(STOP_SHARD_PATCH)) await stopShards(true);
+      else {
+        healthScope.cancel();
+        // Rank 0 drains its in-flight requests and exits; then the worker ranks.
+        scopes[0]?.cancel();
+        await Promise.allSettled(shards.slice(0, 1));
+        await stopAll();
+      }
       break;
     }
     if (outcome.kind === 'failed') {
       // Unroutable at once, then stop what is left and build it again.
       await record('rebuilding', outcome.message, `shard failed: ${outcome.message}`, null);
-      await stopAll();
+      if (patched(STOP_SHARD_PATCH)) await stopShards(false);
+      else await stopAll();
       await control.releaseReplica(input.replicaId);
       if (outcome.timedOutNode) exclude.add(outcome.timedOutNode);
       status.rebuilds++;

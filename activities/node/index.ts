@@ -18,6 +18,7 @@ import {
 } from '../../lib/engine-state';
 import type { EngineName, EngineStatus, NodeInventory } from '../../lib/types';
 import { hasCode, type ErrorCode, type LlmgwError } from '../../lib/errors';
+import { SHARD_HEARTBEAT_S } from '../../lib/liveness';
 import { createEngineSetup, type EngineSetup, type EnsureEnginesInput } from './engine-setup';
 import { ENGINE_PROCESSES, type EngineProcesses } from './engines';
 import { isAssigned, type AssignedShard } from './gc';
@@ -77,6 +78,22 @@ export interface RunShardInput extends ShardLaunch {
   generation?: number;
 }
 
+/** Which shard `stopShard` stops: one rank of one generation of a replica (its engine's key). */
+export interface StopShardInput {
+  replicaId: string;
+  generation?: number;
+  rank: number;
+}
+
+/**
+ * What `stopShard` found: the engine stopped by the runShard that supervised it (which then completed), stopped by
+ * `stopShard` itself (recorded in the state dir, no runShard here: an agent that restarted and has not adopted it
+ * yet), or no engine at all (never started, already gone).
+ */
+export interface StopShardResult {
+  engine: 'stopped' | 'stopped-unsupervised' | 'none';
+}
+
 /** What each heartbeat of a running shard carries (shown in the Temporal UI): what identifies the process. */
 export interface ShardHeartbeat {
   /** The engine's pid (undefined until it runs). */
@@ -94,6 +111,16 @@ export interface ShardHeartbeat {
 }
 
 const TAIL_LINES = 15;
+/** How long a stopped shard's key is remembered, so a run of it that reaches this agent after its stop does nothing. */
+const STOPPED_KEEP_MS = 3600_000;
+
+/** The runShard that supervises a key now, and how `stopShard` tells it to stop its engine. */
+interface Claim {
+  stop: AbortController;
+  /** Resolves once that runShard has ended (its engine gone, stopped or left for the next agent). */
+  ended: Promise<void>;
+  end: () => void;
+}
 
 /** True when a cancellation comes from this worker shutting down, not from the workflow. */
 function isWorkerShutdown(err: unknown): boolean {
@@ -133,7 +160,11 @@ export function createNodeActivities(deps: NodeDeps) {
   };
   // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
   // that is still winding down, and the earlier one must then leave the engine (and the key) alone.
-  const claims = new Map<string, object>();
+  const claims = new Map<string, Claim>();
+  // Shards stopShard stopped, by `<workflow run>/<key>`, when: a run of one that reaches this agent later (scheduled
+  // before the stop, picked up after it) starts nothing. Per workflow run, as a replica id and its generation come
+  // back when a model is scaled down and up again.
+  const stoppedShards = new Map<string, number>();
   // Ends early when the agent stops; the abort listener goes with each sleep (a long wait sleeps every second).
   const sleep = (ms: number): Promise<void> =>
     new Promise((r) => {
@@ -162,14 +193,15 @@ export function createNodeActivities(deps: NodeDeps) {
     }
   };
 
-  /** After a server-side timeout: waits until the engine is adopted, let go, gone, or the agent stops. */
+  /** After a server-side timeout: waits until the engine is adopted, let go, stopped, gone, or the agent stops. */
   async function outliveTimeout(
     key: string,
-    token: object,
+    token: Claim,
     st: EngineState,
-  ): Promise<'adopted' | 'released' | 'exited' | 'stopping'> {
+  ): Promise<'adopted' | 'released' | 'stopped' | 'exited' | 'stopping'> {
     for (;;) {
       if (claims.get(key) !== token) return 'adopted';
+      if (token.stop.signal.aborted) return 'stopped';
       if (!liveness(st).engine) return 'exited';
       if (deps.stopping?.aborted) return 'stopping';
       try {
@@ -216,10 +248,12 @@ export function createNodeActivities(deps: NodeDeps) {
 
     /**
      * Runs one shard's engine for as long as the replica wants it, adopting the one a previous agent left
-     * running under the same key. Heartbeats every second; fails with `LLMGW_ENGINE_EXITED` (exit code, output
-     * tail; no retry, the replica rebuilds) when the engine dies, also while no agent watched it. Cancelled by
-     * the workflow: stops the engine, then throws the CancelledFailure. Cancelled because this worker shuts
-     * down: leaves the engine running and fails with `LLMGW_AGENT_STOPPED` (unless stopEnginesOnExit).
+     * running under the same key. Heartbeats every SHARD_HEARTBEAT_S (a backstop: nothing waits on it; a fifth of
+     * a shorter heartbeat timeout); fails with `LLMGW_ENGINE_EXITED` (exit code, output tail; no retry, the
+     * replica rebuilds) when the engine dies, also while no agent watched it. Told to stop by `stopShard`: stops the engine, then completes. Cancelled
+     * by the workflow (its fallback when stopShard could not run; the cancel arrives with the next heartbeat):
+     * stops the engine, then throws the CancelledFailure. Cancelled because this worker shuts down: leaves the
+     * engine running and fails with `LLMGW_AGENT_STOPPED` (unless stopEnginesOnExit).
      */
     async runShard(input: RunShardInput): Promise<void> {
       const ctx = Context.current();
@@ -234,6 +268,10 @@ export function createNodeActivities(deps: NodeDeps) {
       const key = shardKey(input.replicaId, generation, input.rank);
       const where = `engine ${cmd.engine} for ${input.replicaId} rank ${input.rank} on ${deps.nodeId}`;
       const fields = { replica: input.replicaId, rank: input.rank, key, port: input.port };
+      if (stoppedShards.has(stopMark(key))) {
+        log('shard already stopped by its replica: nothing started', fields);
+        return;
+      }
       const beat: ShardHeartbeat = {
         pid: undefined,
         shimPid: undefined,
@@ -244,11 +282,18 @@ export function createNodeActivities(deps: NodeDeps) {
         command: `${cmd.engine} ${cmd.args.join(' ')}`,
         ...(input.gpus ? { gpus: input.gpus } : {}),
       };
-      const token = {};
+      let end = (): void => undefined;
+      const token: Claim = {
+        stop: new AbortController(),
+        ended: new Promise<void>((r) => void (end = r)),
+        end: () => end(),
+      };
       claims.set(key, token);
       supervised.add(key);
       ctx.heartbeat(beat);
-      const timer = setInterval(() => ctx.heartbeat(beat), 1000);
+      // Every SHARD_HEARTBEAT_S, or five times within a shorter heartbeat timeout (tests schedule shards with 3 s).
+      const beatMs = Math.min(SHARD_HEARTBEAT_S * 1000, (ctx.info.heartbeatTimeoutMs || Infinity) / 5);
+      const timer = setInterval(() => ctx.heartbeat(beat), beatMs);
       const exitedFailure = (e: EngineExit, pid: number | undefined, unwatched: boolean): ApplicationFailure => {
         const tail = logTail(stateDir, key, TAIL_LINES);
         removeEngineFiles(stateDir, key, { keepLog: true });
@@ -331,9 +376,17 @@ export function createNodeActivities(deps: NodeDeps) {
             () => ({ kind: 'cancelled' as const, err: undefined as unknown }),
             (err: unknown) => ({ kind: 'cancelled' as const, err }),
           ),
+          aborted(token.stop.signal).then(() => ({ kind: 'stop' as const })),
         ]);
         stopWatching.abort();
         if (outcome.kind === 'exited' && outcome.exit) throw exitedFailure(outcome.exit, st.enginePid, false);
+        if (outcome.kind === 'stop') {
+          // stopShard: the replica stops this shard. The engine goes, then the activity completes.
+          await stopEngine(st, stopGraceMs);
+          removeEngineFiles(stateDir, key, { keepLog: true });
+          log('shard stopped', fields);
+          return;
+        }
         const err = outcome.kind === 'cancelled' ? outcome.err : undefined;
         if (isWorkerShutdown(err) && !stopOnExit) {
           log('shard left running for the next agent', { ...fields, pid: st.enginePid, shimPid: st.shimPid });
@@ -353,12 +406,12 @@ export function createNodeActivities(deps: NodeDeps) {
             'shard timed out on the Temporal server; engine keeps serving until the replica adopts it again or lets it go',
             { ...fields, pid: st.enginePid, reason: why.timedOut ? 'timed out' : 'not found' },
           );
-          const end = await outliveTimeout(key, token, st);
-          if (end === 'released' || (end === 'stopping' && stopOnExit)) {
+          const ended = await outliveTimeout(key, token, st);
+          if (ended === 'released' || ended === 'stopped' || (ended === 'stopping' && stopOnExit)) {
             await stopEngine(st, stopGraceMs);
             removeEngineFiles(stateDir, key, { keepLog: true });
           }
-          log(`timed-out shard's engine ${end}`, { ...fields, pid: st.enginePid });
+          log(`timed-out shard's engine ${ended}`, { ...fields, pid: st.enginePid });
           throw err instanceof Error ? err : new CancelledFailure('shard timed out');
         }
         // A later run of this shard adopted the engine: it is that run's now.
@@ -376,9 +429,57 @@ export function createNodeActivities(deps: NodeDeps) {
           if (input.rank === 0 && serving?.get(input.replicaId) === input.port) serving.delete(input.replicaId);
           if (input.rank === 0) deps.signals?.untrack(input.replicaId, engineBase(input));
         }
+        token.end();
       }
+    },
+
+    /**
+     * Stops one shard's engine and answers once it is gone: the replica's way to stop a shard (a stop, a rebuild, a
+     * drain's move), instead of cancelling its runShard, whose cancel would arrive only with its next heartbeat. The
+     * runShard supervising the engine here stops it and completes; an engine recorded in the state dir that no
+     * runShard supervises (its agent restarted and has not adopted it yet) is stopped here. A run of the shard that
+     * reaches this agent afterwards starts nothing. Idempotent.
+     */
+    async stopShard(input: StopShardInput): Promise<StopShardResult> {
+      const key = shardKey(input.replicaId, input.generation ?? 0, input.rank);
+      const now = Date.now();
+      for (const [k, at] of stoppedShards) if (now - at > STOPPED_KEEP_MS) stoppedShards.delete(k);
+      stoppedShards.set(stopMark(key), now);
+      const fields = { replica: input.replicaId, rank: input.rank, key };
+      const claim = claims.get(key);
+      if (claim) {
+        log('stopping shard', fields);
+        claim.stop.abort();
+        await claim.ended;
+        return { engine: 'stopped' };
+      }
+      const found = findEngine(stateDir, key);
+      if (found.kind !== 'live') return { engine: 'none' };
+      log('stopping shard (no runShard supervises its engine here)', { ...fields, pid: found.state.enginePid });
+      // Kept from the orphan collection meanwhile (it leaves supervised keys alone).
+      supervised.add(key);
+      try {
+        await stopEngine(found.state, stopGraceMs);
+        removeEngineFiles(stateDir, key, { keepLog: true });
+      } finally {
+        if (!claims.has(key)) supervised.delete(key);
+      }
+      log('shard stopped', fields);
+      return { engine: 'stopped-unsupervised' };
     },
   };
 }
 
 export type NodeActivities = ReturnType<typeof createNodeActivities>;
+
+/** A stopped shard's mark: the workflow run that stopped it (and runs it) and its key. */
+function stopMark(key: string): string {
+  return `${Context.current().info.workflowExecution?.runId ?? ''}/${key}`;
+}
+
+/** Resolves when `signal` is aborted (at once if it already is). */
+function aborted(signal: AbortSignal): Promise<void> {
+  return signal.aborted
+    ? Promise.resolve()
+    : new Promise((r) => signal.addEventListener('abort', () => r(), { once: true }));
+}

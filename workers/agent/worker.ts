@@ -31,8 +31,10 @@ export const NODE_WORKER_OPTIONS = {
   // A stopping agent cancels its shards at once: each leaves its engine for the next agent (LLMGW_AGENT_STOPPED)
   // or, with --stop-engines-on-exit, gives it its SIGTERM grace. (A grace here would only delay that cancel.)
   shutdownGraceTime: 0,
-  // A cancel reaches a shard only in a heartbeat's answer; the default throttle (80% of the 10 s timeout)
-  // left a stopped replica's engine running for 4-5 s after its workflow ended.
+  // A cancel reaches an activity only in a heartbeat's answer: a weights fetch, a listen wait or an install that
+  // heartbeats every second or two is cancelled within a second (the default throttle, 80% of the heartbeat
+  // timeout, would take up to 24 s). runShard heartbeats only every SHARD_HEARTBEAT_S (30 s) and is stopped by
+  // stopShard, not by a cancel, so this throttle does not multiply its heartbeats.
   maxHeartbeatThrottleInterval: '1s',
 } as const;
 
