@@ -19,7 +19,14 @@ import {
 import { MockActivityEnvironment } from '@temporalio/testing';
 import { DefaultLogger, NativeConnection, Worker, bundleWorkflowCode } from '@temporalio/worker';
 import type { FastifyInstance } from 'fastify';
-import { createNodeActivities, type NodeDeps, type RunShardInput, type ShardHeartbeat } from '../../activities/node';
+import {
+  createNodeActivities,
+  type NodeDeps,
+  type RunShardInput,
+  type ShardHeartbeat,
+  type StopShardInput,
+  type StopShardResult,
+} from '../../activities/node';
 import { collectOrphans } from '../../activities/node/gc';
 import type { DevServer } from '../../cli/cluster/temporal-dev';
 import { buildControlServer } from '../../gateway/control/server';
@@ -84,10 +91,29 @@ const killAll = (): void => {
 };
 afterAll(killAll);
 
+/** The workflow run of the mock activity contexts (a replica's): stopShard marks a shard stopped for its run. */
+const MOCK_RUN_ID = '00000000-0000-0000-0000-00000000000a';
+
+/** One stopShard in a mock activity context of the same workflow run as runInMock's. */
+function stopInMock(acts: ReturnType<typeof createNodeActivities>, input: StopShardInput): Promise<StopShardResult> {
+  const env = new MockActivityEnvironment(
+    { workflowExecution: { workflowId: 'test', runId: MOCK_RUN_ID } },
+    { logger: new DefaultLogger('ERROR') },
+  );
+  return env.run(acts.stopShard, input);
+}
+
 /** One runShard in a mock activity context: its heartbeats, its outcome (never an unhandled rejection). */
-function runInMock(deps: NodeDeps | ReturnType<typeof createNodeActivities>, input: RunShardInput) {
+function runInMock(
+  deps: NodeDeps | ReturnType<typeof createNodeActivities>,
+  input: RunShardInput,
+  workflowRunId = MOCK_RUN_ID,
+) {
   // Quiet: the failures are what these tests expect.
-  const env = new MockActivityEnvironment({ heartbeatTimeoutMs: 10_000 }, { logger: new DefaultLogger('ERROR') });
+  const env = new MockActivityEnvironment(
+    { heartbeatTimeoutMs: 10_000, workflowExecution: { workflowId: 'test', runId: workflowRunId } },
+    { logger: new DefaultLogger('ERROR') },
+  );
   const beats: ShardHeartbeat[] = [];
   env.on('heartbeat', (d: ShardHeartbeat) => beats.push({ ...d }));
   const acts = 'runShard' in deps ? deps : createNodeActivities(deps);
@@ -129,6 +155,48 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     expect([beat.pid, beat.shimPid].filter((p) => pidAlive(p ?? 0))).toEqual([]);
     expect(await health(port)).toBe(0);
     expect(readEngineState(stateDir, 'cancel-0.g0.r0')).toBeNull();
+  });
+
+  test('stopShard stops the engine its runShard supervises and answers once it is gone; the runShard completes, a late run of it starts nothing', async () => {
+    const acts = createNodeActivities(deps);
+    const port = await freePort();
+    const run = runInMock(acts, shardInput('stop-0', port));
+    const beat = await run.running();
+    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 10_000, what: 'the engine to serve' });
+    expect(await stopInMock(acts, { replicaId: 'stop-0', generation: 0, rank: 0 })).toEqual({ engine: 'stopped' });
+    expect([beat.pid, beat.shimPid].filter((p) => pidAlive(p ?? 0))).toEqual([]);
+    expect(await run.outcome).toBeNull(); // completed, not cancelled
+    expect(await health(port)).toBe(0);
+    expect(readEngineState(stateDir, 'stop-0.g0.r0')).toBeNull();
+
+    // A run of the same shard scheduled before the stop and picked up after it (same workflow run): nothing starts.
+    const late = runInMock(acts, shardInput('stop-0', port));
+    expect(await late.outcome).toBeNull();
+    expect(late.beats).toEqual([]);
+    expect(await health(port)).toBe(0);
+    // The same replica id and generation in a new workflow run (scaled down, then up again) starts as usual.
+    const again = runInMock(acts, shardInput('stop-0', port), '00000000-0000-0000-0000-00000000000b');
+    expect((await again.running()).adopted).toBe(false);
+    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 10_000, what: 'the new run to serve' });
+    again.cancel();
+    expect((await again.outcome)?.name).toBe('CancelledFailure');
+  });
+
+  test('stopShard stops an engine no runShard supervises (its agent stopped, the next one has not adopted it)', async () => {
+    const port = await freePort();
+    const first = runInMock(deps, shardInput('stop-1', port, 1));
+    const beat = await first.running();
+    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 10_000, what: 'the engine to serve' });
+    first.shutDown();
+    expect((await first.outcome)?.type).toBe('LLMGW_AGENT_STOPPED');
+    expect(await health(port)).toBe(200);
+    const next = createNodeActivities(deps); // the next agent
+    expect(await stopInMock(next, { replicaId: 'stop-1', generation: 1, rank: 0 })).toEqual({
+      engine: 'stopped-unsupervised',
+    });
+    expect([beat.pid, beat.shimPid].filter((p) => pidAlive(p ?? 0))).toEqual([]);
+    expect(readEngineState(stateDir, 'stop-1.g1.r0')).toBeNull();
+    expect(await stopInMock(next, { replicaId: 'stop-1', generation: 1, rank: 0 })).toEqual({ engine: 'none' });
   });
 
   test('a worker shutdown leaves the engine serving; the next runShard adopts it (same pid) and reports its death', async () => {

@@ -57,8 +57,21 @@ const COVERS: Record<string, string[]> = {
   'model-retired.json': ['WORKFLOW_EXECUTION_SIGNALED', 'ACTIVITY_TASK_COMPLETED', 'WORKFLOW_EXECUTION_COMPLETED'],
   // (remove-node.test.ts) a node drained by its child drain, its agent stopped, revoked, forgotten, its VM removed
   'remove-node.json': ['CHILD_WORKFLOW_EXECUTION_COMPLETED', 'ACTIVITY_TASK_COMPLETED', 'WORKFLOW_EXECUTION_COMPLETED'],
+  // (replica.test.ts, after the stop-shard-by-activity patch) a rank died and the rebuild stopped the other with
+  // stopShard; then stopped, rank 0 first, each runShard completing after its stopShard
+  'replica-stop-shard.json': [
+    'MARKER_RECORDED',
+    'ACTIVITY_TASK_FAILED',
+    'ACTIVITY_TASK_COMPLETED',
+    'WORKFLOW_EXECUTION_SIGNALED',
+    'WORKFLOW_EXECUTION_COMPLETED',
+  ],
   // (llama-multinode.test.ts) llama.cpp over two nodes: rank 0 started after waitListening, a worker killed, rebuilt
   'replica-workers-first.json': ['MARKER_RECORDED', 'ACTIVITY_TASK_FAILED', 'ACTIVITY_TASK_COMPLETED'],
+};
+/** Activities a recording must schedule, where its event types alone do not show the path. */
+const SCHEDULES: Record<string, string[]> = {
+  'replica-stop-shard.json': ['runShard', 'stopShard'],
 };
 const files = readdirSync(HISTORIES)
   .filter((f) => f.endsWith('.json'))
@@ -76,6 +89,10 @@ describe('recorded workflow histories replay on the current code', () => {
     );
     // A recording proves only the paths it took: each must hold the interesting ones.
     expect(types).toEqual(expect.arrayContaining(COVERS[file] ?? []));
+    const scheduled = (
+      history as { events: { activityTaskScheduledEventAttributes?: { activityType?: { name?: string } } }[] }
+    ).events.map((e) => e.activityTaskScheduledEventAttributes?.activityType?.name);
+    expect(scheduled).toEqual(expect.arrayContaining(SCHEDULES[file] ?? []));
     await Worker.runReplayHistory(
       { workflowBundle: { codePath: await workflowBundlePath() } },
       history,
