@@ -161,9 +161,9 @@ export function nodeWeights(nodeId: string): WeightsActivities {
 /**
  * A shard runs for as long as the replica does. Its heartbeat (every SHARD_HEARTBEAT_S) and heartbeat timeout are a
  * backstop (lib/liveness.ts): a lost node is reported to the replica by the control plane within seconds, and a
- * dead engine fails the shard at once. The replica stops it with stopShard (nodeStop below), which completes it;
- * a cancel is the fallback, and waits until the agent reports its engine gone (the cancel arrives with the next
- * heartbeat), so 'stopped' (and a rebuild's new placement) never overlaps a live engine.
+ * dead engine fails the shard at once. The replica stops it with stopShard (nodeStop below), which completes it,
+ * and a cancel beside it; either way it ends only once the agent has its engine gone (WAIT_CANCELLATION_COMPLETED),
+ * so 'stopped' (and a rebuild's new placement) never overlaps a live engine.
  */
 export function nodeShards(nodeId: string): NodeActivities {
   return proxyActivities<NodeActivities>({
@@ -178,8 +178,8 @@ export function nodeShards(nodeId: string): NodeActivities {
 
 /**
  * stopShard on a node: its agent stops the shard's engine (SIGTERM, then SIGKILL after the agent's stop grace,
- * 15 s) and answers once it is gone. Not retried: an agent that does not take it within SHARD_PICKUP_S (down, or
- * too old to know stopShard) or fails it leaves the replica to cancel the runShard instead, as before stopShard.
+ * 15 s) and answers once it is gone. Not retried, and not waited for: the replica waits for the runShard to end,
+ * which its cancel also brings about, a heartbeat later, where the agent is down or too old to know stopShard.
  */
 export function nodeStop(nodeId: string): NodeActivities {
   return proxyActivities<NodeActivities>({

@@ -42,7 +42,7 @@ const INFLIGHT_WAIT_PATCH = 'stop-waits-for-inflight';
 const RANK_ORDER_PATCH = 'workers-listen-before-rank-0';
 /**
  * Marks histories whose stop and rebuild stop each shard with stopShard on its node (the runShard then completes)
- * before cancelling what is left, instead of cancelling the runShards (a cancel reaches one only with its heartbeat).
+ * beside the cancel, instead of the cancel alone (a cancel reaches a runShard only with its heartbeat).
  */
 const STOP_SHARD_PATCH = 'stop-shard-by-activity';
 const WAIT_RETRY = '10s';
@@ -303,20 +303,18 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       scopes.forEach((sc) => sc.cancel());
       await Promise.allSettled(shards.filter((_, i) => !lost.has(shardNodes[i] ?? '')));
     };
-    // Shard i's engine goes, then its launch ends: stopShard on its node has the agent stop the engine (its runShard
-    // then completes); what that did not end — a run not picked up yet, a weights fetch, an agent that did not take
-    // the stop — is cancelled (a runShard's cancel waits for its engine to be gone). A lost node is not waited for.
+    // Shard i's engine goes, then its launch ends. stopShard on its node has the agent stop the engine, and its
+    // runShard completes; a cancel goes out at once beside it, for what stopShard does not end: a run no agent has
+    // picked up (the server cancels it at once), a weights fetch, a runShard on an agent that does not take the stop
+    // (its cancel arrives with its next heartbeat, and it too ends only once its engine is gone). The wait is for the
+    // shard's own end, never for stopShard (an agent that is down would hold it). A lost node is not waited for.
     const stopShard = async (i: number): Promise<void> => {
       const s = placement.shards[i] as ShardPlan;
       const isGone = (): boolean => gone.has(s.nodeId);
-      if (scheduled[i] && !ended[i] && !isGone()) {
-        await CancellationScope.nonCancellable(() =>
-          Promise.race([
-            nodeStop(s.nodeId).stopShard({ replicaId: input.replicaId, generation, rank: s.rank }),
-            condition(isGone),
-          ]),
+      if (scheduled[i] && !ended[i] && !isGone())
+        void CancellationScope.nonCancellable(() =>
+          nodeStop(s.nodeId).stopShard({ replicaId: input.replicaId, generation, rank: s.rank }),
         ).catch(() => undefined);
-      }
       (scopes[i] as CancellationScope).cancel();
       await Promise.race([(shards[i] as Promise<void>).catch(() => undefined), condition(isGone)]);
     };

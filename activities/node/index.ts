@@ -88,7 +88,7 @@ export interface StopShardInput {
 /**
  * What `stopShard` found: the engine stopped by the runShard that supervised it (which then completed), stopped by
  * `stopShard` itself (recorded in the state dir, no runShard here: an agent that restarted and has not adopted it
- * yet), or no engine at all (never started, already gone).
+ * yet), or none to stop (never started, already gone, or run by a later run of the replica than the stop's).
  */
 export interface StopShardResult {
   engine: 'stopped' | 'stopped-unsupervised' | 'none';
@@ -116,6 +116,8 @@ const STOPPED_KEEP_MS = 3600_000;
 
 /** The runShard that supervises a key now, and how `stopShard` tells it to stop its engine. */
 interface Claim {
+  /** The workflow run (the replica's) that runs the shard: only its own stopShard stops it. */
+  runId: string;
   stop: AbortController;
   /** Resolves once that runShard has ended (its engine gone, stopped or left for the next agent). */
   ended: Promise<void>;
@@ -284,6 +286,7 @@ export function createNodeActivities(deps: NodeDeps) {
       };
       let end = (): void => undefined;
       const token: Claim = {
+        runId: workflowRunId(),
         stop: new AbortController(),
         ended: new Promise<void>((r) => void (end = r)),
         end: () => end(),
@@ -434,11 +437,11 @@ export function createNodeActivities(deps: NodeDeps) {
     },
 
     /**
-     * Stops one shard's engine and answers once it is gone: the replica's way to stop a shard (a stop, a rebuild, a
-     * drain's move), instead of cancelling its runShard, whose cancel would arrive only with its next heartbeat. The
-     * runShard supervising the engine here stops it and completes; an engine recorded in the state dir that no
-     * runShard supervises (its agent restarted and has not adopted it yet) is stopped here. A run of the shard that
-     * reaches this agent afterwards starts nothing. Idempotent.
+     * Stops one shard's engine and answers once it is gone: how the replica stops a shard (a stop, a rebuild, a
+     * drain's move) without waiting for its runShard's next heartbeat to carry a cancel. The runShard supervising
+     * the engine here stops it and completes; an engine recorded in the state dir that no runShard supervises (its
+     * agent restarted and has not adopted it yet) is stopped here. A run of the shard that reaches this agent
+     * afterwards starts nothing. Only the workflow run that runs the shard stops it. Idempotent.
      */
     async stopShard(input: StopShardInput): Promise<StopShardResult> {
       const key = shardKey(input.replicaId, input.generation ?? 0, input.rank);
@@ -447,6 +450,11 @@ export function createNodeActivities(deps: NodeDeps) {
       stoppedShards.set(stopMark(key), now);
       const fields = { replica: input.replicaId, rank: input.rank, key };
       const claim = claims.get(key);
+      if (claim && claim.runId !== workflowRunId()) {
+        // A stop that waited in the queue (its agent down) while the replica ended and came back under the same id.
+        log("not stopping shard: it belongs to a later run of its replica than the stop's", fields);
+        return { engine: 'none' };
+      }
       if (claim) {
         log('stopping shard', fields);
         claim.stop.abort();
@@ -472,9 +480,14 @@ export function createNodeActivities(deps: NodeDeps) {
 
 export type NodeActivities = ReturnType<typeof createNodeActivities>;
 
+/** The workflow run of the current activity (a replica's run). */
+function workflowRunId(): string {
+  return Context.current().info.workflowExecution?.runId ?? '';
+}
+
 /** A stopped shard's mark: the workflow run that stopped it (and runs it) and its key. */
 function stopMark(key: string): string {
-  return `${Context.current().info.workflowExecution?.runId ?? ''}/${key}`;
+  return `${workflowRunId()}/${key}`;
 }
 
 /** Resolves when `signal` is aborted (at once if it already is). */

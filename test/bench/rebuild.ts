@@ -10,7 +10,10 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { tsToMs } from '@temporalio/common/lib/time';
 import { runCli, startCluster } from '../../cli/cluster/run';
+import { workflowIds } from '../../lib/names';
 import { TlsClient } from '../../lib/tls-client';
 import type { ReplicaRecord } from '../../lib/types';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
@@ -95,6 +98,26 @@ async function main(): Promise<void> {
         `each replacement's own start (placed → serving): ${starts.join(', ')} ms; the rest per replica is the original's 2 s drain and stop`,
     );
     lines.push(`  requests during the drain: ${during.ok - before.ok} ok, ${during.failed - before.failed} failed`);
+    // Each original's stop once no gateway routes it: from its in-flight wait's end to its workflow's end (its
+    // shards stopped, engines gone, released, recorded stopped), from the replica workflow's history.
+    const originals = events
+      .filter((e) => e.kind === 'replica.stopped' && Date.parse(e.at) >= t0)
+      .map((e) => e.replicaId ?? '');
+    const temporal = new Client({ connection: await Connection.connect({ address: cluster.config.temporal.address }) });
+    const stops: number[] = [];
+    for (const id of originals) {
+      const hist = (await temporal.workflow.getHandle(workflowIds.replica(id)).fetchHistory()).events ?? [];
+      const wait = hist.find((e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'waitInflight');
+      const waited = hist.find(
+        (e) => Number(e.activityTaskCompletedEventAttributes?.scheduledEventId ?? -1) === Number(wait?.eventId ?? -2),
+      );
+      const done = hist.find((e) => e.workflowExecutionCompletedEventAttributes);
+      if (waited && done) stops.push(tsToMs(done.eventTime) - tsToMs(waited.eventTime));
+    }
+    await temporal.connection.close();
+    lines.push(
+      `  each original, from its in-flight wait's end to its workflow's end (shards stopped, released, recorded stopped): ${stops.join(', ')} ms`,
+    );
     await ctl('uncordon', 'sim-a');
 
     // Engine kill -9.

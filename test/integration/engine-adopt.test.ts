@@ -157,7 +157,7 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     expect(readEngineState(stateDir, 'cancel-0.g0.r0')).toBeNull();
   });
 
-  test('stopShard stops the engine its runShard supervises and answers once it is gone; the runShard completes, a late run of it starts nothing', async () => {
+  test('stopShard stops the engine its runShard supervises and answers once it is gone; the runShard completes, a late run of it starts nothing; another run of the replica is not touched', async () => {
     const acts = createNodeActivities(deps);
     const port = await freePort();
     const run = runInMock(acts, shardInput('stop-0', port));
@@ -178,6 +178,9 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     const again = runInMock(acts, shardInput('stop-0', port), '00000000-0000-0000-0000-00000000000b');
     expect((await again.running()).adopted).toBe(false);
     await waitFor(async () => (await health(port)) === 200, { timeoutMs: 10_000, what: 'the new run to serve' });
+    // The old run's stop, late (it waited in the queue while the agent was down), leaves the new run's engine alone.
+    expect(await stopInMock(acts, { replicaId: 'stop-0', generation: 0, rank: 0 })).toEqual({ engine: 'none' });
+    expect(await health(port)).toBe(200);
     again.cancel();
     expect((await again.outcome)?.name).toBe('CancelledFailure');
   });
