@@ -3,7 +3,7 @@
  * server, a database on a MariaDB server of the run's own, a control plane, a gateway and `llmgw sim-fleet` (N-1 nodes
  * in one process, one more in a second so it can be killed), deploys N×R sim replicas, holds steady state, and prints
  * per component: CPU seconds per second (/proc/PID/stat), RSS, Temporal requests per second by kind (the dev server's
- * own metrics), MySQL queries per second (SHOW GLOBAL STATUS deltas: the server is the run's own, so server-wide is
+ * own metrics, as its frontend counts them), MySQL queries per second (SHOW GLOBAL STATUS deltas: the server is the run's own, so server-wide is
  * llmgw's), and the time for a placement, a drain of one node and a rebuild after one node's loss. Prints figures,
  * asserts nothing. `npm run bench:scale -- --help`.
  */
@@ -103,10 +103,17 @@ interface Row {
   note: string;
 }
 
+/**
+ * Requests llmgw sent Temporal, by kind: the frontend's count only. The dev server counts each request again in the
+ * service the frontend forwards it to (a heartbeat in history, a poll in matching: service_name), and its own
+ * system workers' polls in the temporal_system namespace; summing every sample, as this did before issue 24's
+ * heartbeat change, counted a shard's one heartbeat a second as 2.0.
+ */
 async function temporalRequests(url: string): Promise<Map<string, number>> {
   const fams = parsePromText(await (await fetch(url)).text());
   const out = new Map<string, number>();
   for (const s of fams.get('service_requests')?.samples ?? []) {
+    if (s.labels.service_name !== 'frontend' || s.labels.namespace === 'temporal_system') continue;
     const op = s.labels.operation ?? '?';
     out.set(op, (out.get(op) ?? 0) + s.value);
   }
@@ -356,7 +363,8 @@ function table(rows: Row[]): string {
       .map(([k, v]) => `${k} ${v.toFixed(1)}`)
       .join(', ');
     const q = r.mysqlQps;
-    return `- ${r.nodes} nodes: Temporal req/s by kind: ${top || '—'}; MySQL/s: select ${f(q.Com_select, 0)}, insert ${f(q.Com_insert, 0)}, update ${f(q.Com_update, 0)}, delete ${f(q.Com_delete, 0)}`;
+    const trps = Object.values(r.temporalRps).reduce((a, b) => a + b, 0);
+    return `- ${r.nodes} nodes: Temporal req/s by kind: ${top || '—'} (${(trps / r.replicas).toFixed(3)} per replica); MySQL/s: select ${f(q.Com_select, 0)}, insert ${f(q.Com_insert, 0)}, update ${f(q.Com_update, 0)}, delete ${f(q.Com_delete, 0)}`;
   });
   return `${lines.join('\n')}\n\n${kinds.join('\n')}\n`;
 }
