@@ -37,8 +37,8 @@ export const ENGINE_PROBE_MS = 1000;
  * How often a running shard heartbeats Temporal. Each heartbeat is a Temporal action (a persistence write, through
  * the door), paid per shard for as long as it runs, so it is rare: nothing waits on it. An engine's death fails the
  * shard at once (the agent sees the exit), a lost node is the control plane's to find (above), and a stop reaches the
- * shard by the `stopShard` activity on its node's queue, not in a heartbeat's answer. Every second before issue 24:
- * 2.1 Temporal requests a second per shard; now one per 30 s.
+ * shard by the `stopShard` activity on its node's queue, not in a heartbeat's answer. Every second before issue 24
+ * (so that a cancel arrived within a second): one Temporal action a second per shard at rest; now one per 30 s.
  */
 export const SHARD_HEARTBEAT_S = 30;
 
