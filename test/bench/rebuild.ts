@@ -13,7 +13,9 @@ import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
 import { tsToMs } from '@temporalio/common/lib/time';
 import { runCli, startCluster } from '../../cli/cluster/run';
+import { listEngineKeys, readEngineState } from '../../lib/engine-state';
 import { workflowIds } from '../../lib/names';
+import { pidAlive } from '../../lib/process';
 import { TlsClient } from '../../lib/tls-client';
 import type { ReplicaRecord } from '../../lib/types';
 import { dropDatabase, testMysqlUrl } from '../helpers/cluster-parts';
@@ -62,6 +64,17 @@ async function main(): Promise<void> {
       )
       .map((l) => Number(l.trim().split(/\s+/)[0]));
   };
+  /** Every engine and shim the node's state dir records (the local cluster's engines/<node>). */
+  const recordedPids = (node: string): number[] => {
+    const dir = join(stateDir, 'engines', node);
+    return listEngineKeys(dir)
+      .map((k) => readEngineState(dir, k))
+      .flatMap((st) => (st ? [st.enginePid, st.shimPid] : []));
+  };
+  const killPid = (pid: number): void => {
+    if (pidAlive(pid)) process.kill(pid, 'SIGKILL');
+  };
+  let lostNode: string | undefined;
   const lines: string[] = [];
   try {
     // Put both sim-small replicas on sim-a (sim-large out of the way), then drain sim-a: two replicas to move.
@@ -147,7 +160,10 @@ async function main(): Promise<void> {
     const nodeReplicas = (await replicas()).filter((r) => r.shards.some((s) => s.nodeId === node)).map((r) => r.id);
     const f1 = load.stats().failed;
     cluster.processes.get(node)?.kill('SIGKILL');
-    for (const p of enginePidsOn(shardPorts)) process.kill(p, 'SIGKILL');
+    // Every engine the node runs, not only sim-small's: a llama-server left answering on it (the local cluster's
+    // tiny-llama) would make the node look alive and take the 30 s agent-lost path instead of node loss.
+    lostNode = node;
+    for (const p of [...enginePidsOn(shardPorts), ...recordedPids(node)]) killPid(p);
     const lost = Date.now();
     await until(`${node}'s replicas to serve elsewhere`, async () => {
       const now = await replicas();
@@ -164,7 +180,7 @@ async function main(): Promise<void> {
     );
     if (process.env.LLMGW_BENCH_EVENTS) lines.push(JSON.stringify(ev));
     lines.push(
-      `  ${nodeReplicas[0]}: heartbeat timeout noticed (rebuilding) at ${first('replica.rebuilding')} ms, placed again at ${first('replica.starting')} ms, serving at ${first('replica.ready')} ms (shard heartbeat timeout: 5 s)`,
+      `  ${nodeReplicas[0]}: node loss acted on (rebuilding) at ${first('replica.rebuilding')} ms, placed again at ${first('replica.starting')} ms, serving at ${first('replica.ready')} ms`,
     );
     const s = await load.stop();
     lines.push(
@@ -173,6 +189,8 @@ async function main(): Promise<void> {
     console.log(lines.join('\n'));
   } finally {
     await cluster.close();
+    // The lost node's agent is gone, so nothing else stops what it left (a recorded engine never rebuilt elsewhere).
+    if (lostNode) recordedPids(lostNode).forEach(killPid);
     await dropDatabase(mysqlUrl);
     rmSync(stateDir, { recursive: true, force: true });
   }
