@@ -4,13 +4,23 @@
  * slot frees (dispatched to it), its deadline passes (503 LLMGW_QUEUE_TIMEOUT) or its client leaves. A full queue
  * answers 429 LLMGW_QUEUE_FULL at once. With room, admission is one counter test and the table's own pick.
  */
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
+import type { ServerResponse } from 'node:http';
+import type { ErrorCode } from '../../lib/errors';
+import type { KeyRecord } from '../../lib/store/keys';
 import type { PickResult, RoutableReplica, RoutingTable } from './routing';
 
 /** Who a request is counted as between keys: its stored key's name, else (a static key) its Authorization header. */
-export function admissionKeyOf(req: FastifyRequest): string {
-  return req.apiKey?.name ?? req.headers.authorization ?? '';
+export function admissionKeyOf(apiKey: KeyRecord | null, authorization: string | undefined): string {
+  return apiKey?.name ?? authorization ?? '';
+}
+
+/** The request a waiter answers: its response, the gateway's own error answer, and giving the response up. */
+export interface WaitingExchange {
+  readonly res: ServerResponse;
+  /** Answers with the gateway's error in OpenAI's shape, with Retry-After. */
+  fail(code: ErrorCode, message: string, retryAfterS?: number): void;
+  /** Nothing is to be answered (the client left). */
+  hijack(): void;
 }
 
 /** Options of the admission queue (server.yaml gateway.admission). */
@@ -130,7 +140,7 @@ export class Admission {
    * Queues a request that found every replica full; resolves once it was forwarded or answered (429 when the queue
    * is full, 503 when its deadline passed). Not with the reply: a reply is a thenable that settles with the answer.
    */
-  wait(model: string, key: string, reply: FastifyReply, forward: Forward): Promise<void> {
+  wait(model: string, key: string, x: WaitingExchange, forward: Forward): Promise<void> {
     let q = this.queues.get(model);
     if (!q) {
       q = new KeyedQueue();
@@ -138,11 +148,10 @@ export class Admission {
     }
     if (q.size >= this.opts.queueMax) {
       this.opts.onReject?.(model, 'queue-full');
-      refuse(
-        reply,
+      x.fail(
         'LLMGW_QUEUE_FULL',
-        1,
         `model ${model} is at capacity: every replica holds its limit of requests and ${q.size} wait already; retry after 1 s`,
+        1,
       );
       return Promise.resolve();
     }
@@ -155,19 +164,18 @@ export class Admission {
       w.timer = setTimeout(() => {
         if (!this.take(queue, w)) return;
         this.opts.onReject?.(model, 'queue-timeout');
-        refuse(
-          reply,
+        x.fail(
           'LLMGW_QUEUE_TIMEOUT',
-          retryS,
           `model ${model}: no replica had room within ${this.opts.queueTimeoutMs} ms; retry after ${retryS} s`,
+          retryS,
         );
         settle();
       }, this.opts.queueTimeoutMs);
       // A client that leaves gives up its place; its request never reaches a replica.
-      reply.raw.once('close', () => {
+      x.res.once('close', () => {
         if (!this.take(queue, w)) return;
         this.opts.onReject?.(model, 'client-left');
-        reply.hijack();
+        x.hijack();
         settle();
       });
     });
@@ -211,8 +219,3 @@ export class Admission {
 }
 
 const BUSY: PickResult = Object.freeze({ kind: 'busy' });
-
-/** Answers a request admission turned away, in OpenAI's error shape, with Retry-After. */
-function refuse(reply: FastifyReply, code: ErrorCode, retryAfterS: number, message: string): void {
-  void reply.code(ERRORS[code].status).header('retry-after', String(retryAfterS)).send(openAiError(code, message));
-}

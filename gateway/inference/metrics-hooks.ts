@@ -1,7 +1,6 @@
 /** Where the gateway app meters the answers it gives itself (proxied answers are metered in proxy.ts). */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { Admission } from './admission';
-import type { GatewayMetrics } from './metrics';
+import type { Inference } from './inference';
 import { PROXIED } from './request-check';
 
 export type { GatewayMetrics } from './metrics';
@@ -19,20 +18,13 @@ const INFERENCE = new Set<string>(PROXIED);
 
 /**
  * Counts the gateway's own answers to inference requests (errors, 429/503 from admission) by model, key and status.
- * An onSend hook runs only when the app itself sends: a proxied answer is hijacked and never passes here.
+ * An onSend hook runs only when the app itself sends: a proxied answer is hijacked and never passes here. (The
+ * server's fast path, fast-path.ts, counts its own answers the same way, through `inference.answered`.)
  */
-export function meterGatewayAnswers(app: FastifyInstance, metrics: GatewayMetrics, admission: Admission): void {
-  metrics.watchQueue(() => admission.queuedByModel());
-  app.decorateRequest('arrivedAt', 0);
-  app.decorateRequest('inferenceModel', '');
+export function meterGatewayAnswers(app: FastifyInstance, inference: Inference): void {
   app.addHook('onSend', (req: FastifyRequest, reply: FastifyReply, payload: unknown, done) => {
-    if (INFERENCE.has(req.routeOptions.url ?? '')) {
-      // A model the table does not know is not a label (a client could make any number of them).
-      const model = req.inferenceModel && metrics.knows(req.inferenceModel) ? req.inferenceModel : '';
-      const key =
-        reply.statusCode === 401 ? 'unauthorized' : (req.apiKey?.name ?? metrics.keyIdOf(req.headers.authorization));
-      metrics.answered(model, key, reply.statusCode);
-    }
+    if (INFERENCE.has(req.routeOptions.url ?? ''))
+      inference.answered(req.inferenceModel, req.apiKey, req.headers.authorization, reply.statusCode);
     done(null, payload);
   });
 }

@@ -1,4 +1,8 @@
-/** Runs the inference gateway: fastify with request ids, timeouts for long streams, a close with a deadline, and `listen`. */
+/**
+ * Runs the inference gateway: a node:http server whose inference routes take the fast path (fast-path.ts) and whose
+ * other routes are fastify's, with request ids, timeouts for long streams, a close with a deadline, and `listen`.
+ */
+import { createServer, type Server } from 'node:http';
 import { SignalPoller } from './engine-signals';
 import Fastify from 'fastify';
 import { DEFAULT_CONFIG } from '../../config/defaults';
@@ -7,6 +11,8 @@ import { closeDeadline } from '../close';
 import { clientErrorHandler } from '../errors';
 import { startMetricsListener } from '../metrics';
 import { buildGatewayApp } from './app';
+import { fastPath, type Handler } from './fast-path';
+import { Inference } from './inference';
 import type { DoorAgent } from '../../lib/door-agent';
 import type { KeyTable } from './keys';
 import type { QuotaKeeper } from './quota';
@@ -64,7 +70,36 @@ export interface RunningGateway {
 /** Loads the routing table and starts its refresh (the first load must succeed), then builds the app and listens. */
 export async function startGateway(opts: GatewayServerOptions): Promise<RunningGateway> {
   const timeouts = opts.timeouts ?? DEFAULT_CONFIG.gateway.timeouts;
+  const metrics = opts.metrics ? new GatewayMetrics({ routing: opts.routing }) : undefined;
+  const inferenceOpts = {
+    routing: opts.routing,
+    apiKeys: opts.apiKeys,
+    keys: opts.keys,
+    quota: opts.quota,
+    log: opts.log,
+    timeouts,
+    accessLog: opts.accessLog,
+    corsOrigins: opts.corsOrigins,
+    stats: opts.stats,
+    admission: opts.admission,
+    metrics,
+    doorAgent: opts.doorAgent,
+  };
+  const inference = new Inference(inferenceOpts);
+  let closing = false;
   const app = Fastify({
+    // The inference routes skip fastify's request lifecycle: the server's handler serves them (fast-path.ts) and
+    // passes every other request to fastify's. The server is made as fastify makes its own (lib/server.js).
+    serverFactory: (handler, o): Server => {
+      const server = createServer(
+        o.http ?? {},
+        fastPath(inference, handler as Handler, () => closing),
+      );
+      server.keepAliveTimeout = o.keepAliveTimeout as number;
+      server.requestTimeout = o.requestTimeout as number;
+      server.setTimeout(o.connectionTimeout as number);
+      return server;
+    },
     // The gateway logs through opts.log (one logger per role); fastify's own request log stays off.
     logger: false,
     // The client's x-request-id when it is a sane one, so its id names the request in every log line.
@@ -82,7 +117,11 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
     return503OnClosing: true,
   });
   closeDeadline(app, opts.closeGraceMs);
-  const metrics = opts.metrics ? new GatewayMetrics({ routing: opts.routing }) : undefined;
+  // From here on, fastify answers every new request (503 once it has stopped routing).
+  app.addHook('preClose', (done) => {
+    closing = true;
+    done();
+  });
   const routes = opts.routeSource ?? opts.routing;
   await routes.start();
   // The engines' queues, from the nodes' doors: a weight on the least-outstanding pick, never waited on. Its own
@@ -94,23 +133,9 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
   signals?.start();
   await opts.keys?.start();
   opts.quota?.start();
-  await app.register(
-    buildGatewayApp({
-      routing: opts.routing,
-      apiKeys: opts.apiKeys,
-      keys: opts.keys,
-      quota: opts.quota,
-      log: opts.log,
-      timeouts,
-      accessLog: opts.accessLog,
-      corsOrigins: opts.corsOrigins,
-      stats: opts.stats,
-      admission: opts.admission,
-      metrics,
-      doorAgent: opts.doorAgent,
-    }),
-  );
+  await app.register(buildGatewayApp({ ...inferenceOpts, inference }));
   app.addHook('onClose', async () => {
+    inference.close();
     routes.stop();
     signals?.stop();
     signalAgent?.destroy();
