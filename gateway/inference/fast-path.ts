@@ -59,6 +59,45 @@ class RawExchange implements Exchange {
     // The response is the proxy's (or nobody's) already: nothing to take over.
   }
 
+  /** The body so far; `over` once it passed the limit (answered 413: what follows is dropped). */
+  private chunks: Buffer[] = [];
+  private received = 0;
+  private over = false;
+
+  data(chunk: Buffer): void {
+    if (this.over) return;
+    this.received += chunk.length;
+    const limit = this.inference.bodyLimit;
+    if (this.received > limit) {
+      this.over = true;
+      this.chunks = [];
+      return this.fail('LLMGW_BODY_TOO_LARGE', `the request body is larger than this route takes (${limit} bytes)`);
+    }
+    this.chunks.push(chunk);
+  }
+
+  error(err: Error): void {
+    if (this.over) return;
+    this.over = true;
+    this.fail('LLMGW_BAD_REQUEST', err.message);
+  }
+
+  /** The whole body is in: served. */
+  end(path: ProxiedPath, declared: number): void {
+    if (this.over) return;
+    this.over = true;
+    if (!Number.isNaN(declared) && this.received !== declared)
+      return this.fail('LLMGW_BAD_REQUEST', 'Request body size did not match Content-Length');
+    const body = Buffer.concat(this.chunks, this.received);
+    this.chunks = [];
+    try {
+      const served = this.inference.serve(this, path, body);
+      if (served) served.catch((err: unknown) => this.internal(err));
+    } catch (err) {
+      this.internal(err);
+    }
+  }
+
   /** What a route that threw gets: logged with its stack, answered 500 naming only the request id. */
   internal(err: unknown): void {
     const e = err instanceof Error ? err : new Error(String(err));
@@ -104,40 +143,10 @@ export function fastPath(inference: Inference, fallback: Handler, closing: () =>
     if (auth.kind === 'key') x.apiKey = auth.key;
 
     // The body, read as fastify's parser reads it (content-type-parser.js rawBody): bounded, its length checked
-    // against Content-Length, copied out of the socket's buffers.
-    const chunks: Buffer[] = [];
-    let received = 0;
-    const done = (): void => {
-      req.removeListener('data', onData);
-      req.removeListener('end', onEnd);
-      req.removeListener('error', onError);
-    };
-    const onData = (chunk: Buffer): void => {
-      received += chunk.length;
-      if (received > bodyLimit) {
-        done();
-        return x.fail('LLMGW_BODY_TOO_LARGE', `the request body is larger than this route takes (${bodyLimit} bytes)`);
-      }
-      chunks.push(chunk);
-    };
-    const onError = (err: Error): void => {
-      done();
-      x.fail('LLMGW_BAD_REQUEST', err.message);
-    };
-    const onEnd = (): void => {
-      done();
-      if (!Number.isNaN(declared) && received !== declared)
-        return x.fail('LLMGW_BAD_REQUEST', 'Request body size did not match Content-Length');
-      const body = Buffer.concat(chunks, received);
-      try {
-        const served = inference.serve(x, path, body);
-        if (served) served.catch((err: unknown) => x.internal(err));
-      } catch (err) {
-        x.internal(err);
-      }
-    };
-    req.on('data', onData);
-    req.on('end', onEnd);
-    req.on('error', onError);
+    // against Content-Length, copied out of the socket's buffers. Plain listeners that stay (no removal, no named
+    // closures): a body past the limit is answered 413 and the rest of it flows to nowhere, as with fastify.
+    req.on('data', (chunk: Buffer) => x.data(chunk));
+    req.on('end', () => x.end(path, declared));
+    req.on('error', (err: Error) => x.error(err));
   };
 }

@@ -162,6 +162,16 @@ function keyText(b: Buffer, start: number, end: number): string | null {
   return b.toString('latin1', start + 1, end - 1);
 }
 
+const fail = (message: string): ScanResult => ({ kind: 'error', message });
+/** The refusal of a body that is not JSON at byte `i` (module level: no closure made per request). */
+function unexpectedAt(b: Buffer, i: number): ScanResult {
+  return fail(
+    i >= b.length
+      ? 'the request body is not valid JSON: it ends too soon'
+      : `the request body is not valid JSON: unexpected ${JSON.stringify(String.fromCharCode(b[i] as number))} at byte ${i}`,
+  );
+}
+
 /**
  * Scans `body`, which must be one JSON object, at most `maxDepth` containers deep; returns the slices of the
  * top-level keys in `wanted` (the last one of a repeated key, as JSON.parse keeps).
@@ -172,13 +182,6 @@ export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDep
   const fields = new Map<string, JsonSlice>();
   const stack = maxDepth + 1 <= STACK.length ? STACK : new Uint8Array(maxDepth + 1);
   const skim: Skim = { w: null, at: 0, quote: -1, escape: -1 };
-  const fail = (message: string): ScanResult => ({ kind: 'error', message });
-  const unexpected = (i: number): ScanResult =>
-    fail(
-      i >= n
-        ? 'the request body is not valid JSON: it ends too soon'
-        : `the request body is not valid JSON: unexpected ${JSON.stringify(String.fromCharCode(b[i] as number))} at byte ${i}`,
-    );
   let depth = 0;
   let state = VALUE;
   let i = 0;
@@ -187,8 +190,8 @@ export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDep
   let valueStart = 0;
   for (;;) {
     while (i < n && isWs(b[i] as number)) i++;
-    if (state === AFTER && depth === 0) return i === n ? { kind: 'ok', fields } : unexpected(i);
-    if (i >= n) return unexpected(i);
+    if (state === AFTER && depth === 0) return i === n ? { kind: 'ok', fields } : unexpectedAt(b, i);
+    if (i >= n) return unexpectedAt(b, i);
     const c = b[i] as number;
     if (state === VALUE || state === VALUE_OR_END) {
       if (state === VALUE_OR_END && c === 0x5d) {
@@ -214,7 +217,7 @@ export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDep
                 : c === 0x6e
                   ? wordEnd(b, i, 'null')
                   : numberEnd(b, i);
-        if (end < 0) return unexpected(i);
+        if (end < 0) return unexpectedAt(b, i);
         i = end;
       }
       // A value ended (a scalar, or a container closed back to the top level's depth).
@@ -234,16 +237,16 @@ export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDep
         state = AFTER;
         continue;
       }
-      if (c !== 0x22) return unexpected(i);
+      if (c !== 0x22) return unexpectedAt(b, i);
       const end = stringEnd(b, skim, i);
-      if (end < 0) return unexpected(i);
+      if (end < 0) return unexpectedAt(b, i);
       if (depth === 1) {
         const k = keyText(b, i, end);
         key = k !== null && wanted.has(k) ? k : null;
       }
       i = end;
       while (i < n && isWs(b[i] as number)) i++;
-      if (b[i] !== 0x3a) return unexpected(i);
+      if (b[i] !== 0x3a) return unexpectedAt(b, i);
       i++;
       state = VALUE;
     } else {
@@ -259,12 +262,18 @@ export function scanJsonObject(body: Buffer, wanted: ReadonlySet<string>, maxDep
           fields.set(key, { start: valueStart, end: i, kind: inObj ? 'object' : 'array' });
           key = null;
         }
-      } else return unexpected(i);
+      } else return unexpectedAt(b, i);
     }
   }
 }
 
 /** A top-level value as JSON (parse only small slices: the scan found where they are). */
 export function sliceValue(body: Buffer, s: JsonSlice): unknown {
+  // A string without escapes is its bytes (the scan checked it is a valid JSON string): no JSON.parse per request.
+  if (s.kind === 'string') {
+    let i = s.start + 1;
+    while (i < s.end - 1 && body[i] !== 0x5c) i++;
+    if (i === s.end - 1) return body.toString('utf8', s.start + 1, i);
+  }
   return JSON.parse(body.toString('utf8', s.start, s.end));
 }

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import { CellCounter, CellHistogram, type CounterCell, type HistogramCell } from '../../lib/metrics/cells';
 import type { RoutingTable } from './routing';
+import type { UsageMeter } from './usage-meter';
 
 /** When a request reached each step, ms (performance.now()); 0: not (yet). The last attempt's, after a retry. */
 export interface CallTimes {
@@ -230,12 +231,15 @@ export class GatewayMetrics {
     };
   }
 
-  /** A proxied request ended with `status` (499 when the client left first): counts, tokens, latencies. */
-  done(model: string, key: string, status: number, t: CallTimes): void {
+  /**
+   * A proxied request ended with `status` (499 when the client left first): counts, tokens, latencies. The tokens
+   * are the quota's meter's when the request has one (read once for both), else read from the answer's last chunks.
+   */
+  done(model: string, key: string, status: number, t: CallTimes, meter?: UsageMeter): void {
     const m = this.modelCells(model);
     const k = this.keyCells(m, model, key);
     this.count(k, model, key, status);
-    const usage = usageIn(t.tail) ?? usageIn(t.prev);
+    const usage = meter ? meter.reported() : (usageIn(t.tail) ?? usageIn(t.prev));
     if (usage) {
       k.prompt.value += usage.prompt;
       k.completion.value += usage.completion;

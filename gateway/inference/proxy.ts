@@ -123,19 +123,22 @@ type Phase = 'connect' | 'first-byte' | 'answer' | 'idle';
 export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
   const { routing, agent, log, timeouts, metrics } = deps;
   const { res, note, model, reqId, times } = call;
-  const tried = new Set<string>();
-  const failures: string[] = [];
+  // Replicas tried and why they failed: made on the first failure (most requests have none).
+  let tried: Set<string> | null = null;
+  let failures: string[] | null = null;
   let current: ClientRequest | null = null;
   let clientGone = false;
   // Model stats (issue 23): one record per request when its response closes; TTFT is set at the first body byte.
-  const t0 = performance.now();
+  const t0 = deps.stats ? performance.now() : 0;
   let ttftMs: number | null = null;
-  if (deps.stats) res.once('close', () => deps.stats?.record(model, res.headersSent ? res.statusCode : 499, ttftMs));
 
-  // A client that disconnects before the response is complete takes the upstream request with it.
+  // One listener for the response's end (each listener costs per request): metrics and model stats are recorded,
+  // and a client that disconnects before the response is complete takes the upstream request with it.
   res.once('close', () => {
-    if (times) metrics?.done(model, call.key ?? '', res.writableFinished ? res.statusCode : 499, times);
-    if (res.writableFinished) return;
+    const finished = res.writableFinished;
+    if (times) metrics?.done(model, call.key ?? '', finished ? res.statusCode : 499, times, call.meter);
+    deps.stats?.record(model, res.headersSent ? res.statusCode : 499, ttftMs);
+    if (finished) return;
     clientGone = true;
     current?.destroy();
   });
@@ -162,6 +165,8 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
   };
 
   const next = (failed: RoutableReplica, why: string, code: ErrorCode, picked?: PickResult): void => {
+    tried ??= new Set();
+    failures ??= [];
     tried.add(failed.id);
     failures.push(why);
     if (clientGone) return;
@@ -283,7 +288,7 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
             return fail('LLMGW_BAD_REQUEST', `the engine refused the request: ${refused}`);
           }
           metrics?.upstreamError(model, replica.id, 'status-5xx');
-          const other = routing.pick(model, new Set([...tried, replica.id]));
+          const other = routing.pick(model, new Set([...(tried ?? []), replica.id]));
           if (other.kind === 'ok' || !answer)
             return next(
               replica,
@@ -297,38 +302,35 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
         });
       }
       res.writeHead(status, passHeaders(upRes));
-      if (call.meter) upRes.on('data', call.meter.push);
       const stream = String(upRes.headers['content-type']).startsWith('text/event-stream') ? new SseTail() : undefined;
+      const { meter } = call;
+      const stats = deps.stats !== undefined;
       if (stream) {
         // Streams start with headers only; pass them on so the client sees 200 before the first token. The prefill
         // comes after the headers, so the first-byte timeout runs on until the first event.
         res.flushHeaders();
+        if (times) times.stream = true;
+      } else {
+        phase = 'idle';
+        upReq.setTimeout(timeouts.idleMs);
+      }
+      // One 'data' listener for all that reads the answer as it passes (the pipe below has its own).
+      if (stream || meter || note || times || stats)
         upRes.on('data', (chunk: Buffer) => {
           if (phase !== 'idle') {
             phase = 'idle';
             upReq.setTimeout(timeouts.idleMs);
           }
-          stream.push(chunk);
+          if (stats) ttftMs ??= performance.now() - t0; // model stats: TTFT
+          stream?.push(chunk);
+          meter?.push(chunk);
           if (note) note.bytes += chunk.length;
           if (times) {
-            if (times.firstChunkAt === 0) times.firstChunkAt = performance.now();
+            if (stream && times.firstChunkAt === 0) times.firstChunkAt = performance.now();
             times.prev = times.tail;
             times.tail = chunk;
           }
         });
-        if (times) times.stream = true;
-      } else {
-        phase = 'idle';
-        upReq.setTimeout(timeouts.idleMs);
-        if (note || times)
-          upRes.on('data', (chunk: Buffer) => {
-            if (note) note.bytes += chunk.length;
-            if (times) {
-              times.prev = times.tail;
-              times.tail = chunk;
-            }
-          });
-      }
       // pipe rather than pipeline: pipeline builds an AbortSignal per call, measurable at this request rate.
       upRes.on('error', () => undefined); // 'close' below handles it
       upRes.once('close', () => {
@@ -347,7 +349,6 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
         });
         fail(code, `model ${model}: ${why}; the answer is incomplete`, stream);
       });
-      if (deps.stats) upRes.once('data', () => void (ttftMs ??= performance.now() - t0)); // model stats: TTFT
       upRes.pipe(res);
       if (times) times.headDoneAt = performance.now();
     });

@@ -30,18 +30,26 @@ export class UsageMeter {
   private readonly tail: Buffer[] = [];
   private tailBytes = 0;
   private events = 0;
+  /** reported()'s answer once asked, until the next chunk (asked twice at the end: the quota's settle, the metrics) */
+  private read: { prompt: number; completion: number } | null | undefined = undefined;
 
-  /** Takes one chunk of the answer (an 'data' listener: keeps references, copies nothing). */
-  readonly push = (chunk: Buffer): void => {
+  /** Takes one chunk of the answer (keeps references, copies nothing). */
+  push(chunk: Buffer): void {
+    this.read = undefined;
     this.tail.push(chunk);
     this.tailBytes += chunk.length;
     while (this.tail.length > 1 && this.tailBytes - (this.tail[0] as Buffer).length >= TAIL)
       this.tailBytes -= (this.tail.shift() as Buffer).length;
     for (let i = chunk.indexOf(EVENT); i >= 0; i = chunk.indexOf(EVENT, i + EVENT.length)) this.events++;
-  };
+  }
 
   /** The prompt and completion tokens the answer reported, or null when it reported none. */
   reported(): { prompt: number; completion: number } | null {
+    if (this.read === undefined) this.read = this.find();
+    return this.read;
+  }
+
+  private find(): { prompt: number; completion: number } | null {
     if (this.tail.length === 0) return null;
     const all = this.tail.length === 1 ? (this.tail[0] as Buffer) : Buffer.concat(this.tail);
     // Read on the bytes: no string of the answer is built.
