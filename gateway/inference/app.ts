@@ -204,11 +204,16 @@ export function buildGatewayApp(opts: GatewayAppOptions): FastifyPluginAsync {
     app.options('*', async (req: FastifyRequest, reply: FastifyReply) => preflight(origins, req, reply));
 
     for (const path of PROXIED) {
-      app.post(path, { schema: { response: errorResponses } }, async (req: FastifyRequest, reply: FastifyReply) => {
-        const body = (req.body as Buffer | undefined) ?? Buffer.alloc(0);
-        await inference.serve(new FastifyExchange(req, reply, notes?.get(req.raw)), path, body);
-        return reply;
-      });
+      // The route's bodyLimit is the parser's: a 413 names it (it named fastify's default of 1 MiB before).
+      app.post(
+        path,
+        { bodyLimit: inference.bodyLimit, schema: { response: errorResponses } },
+        async (req: FastifyRequest, reply: FastifyReply) => {
+          const body = (req.body as Buffer | undefined) ?? Buffer.alloc(0);
+          await inference.serve(new FastifyExchange(req, reply, notes?.get(req.raw)), path, body);
+          return reply;
+        },
+      );
     }
   };
 }

@@ -46,6 +46,8 @@ export interface GatewayServerOptions {
   metrics?: { host: string; port: number } | null;
   /** The keep-alive TLS pool to the nodes' doors, with the gateway certificate (door-agent.ts) */
   doorAgent?: DoorAgent;
+  /** Largest inference request body, bytes (default 32 MiB; tests set a small one). */
+  bodyLimit?: number;
   /** How long close() lets requests in flight finish before it cuts them, ms (default CLOSE_GRACE_MS). */
   closeGraceMs?: number;
   /** Per-model request counts and TTFT (the gateway role's, reported to MySQL); none = nothing counted. */
@@ -84,6 +86,7 @@ export async function startGateway(opts: GatewayServerOptions): Promise<RunningG
     admission: opts.admission,
     metrics,
     doorAgent: opts.doorAgent,
+    bodyLimit: opts.bodyLimit,
   };
   const inference = new Inference(inferenceOpts);
   let closing = false;

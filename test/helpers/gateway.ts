@@ -136,6 +136,8 @@ export async function gateway(
     metrics?: boolean;
     /** the pool to the nodes' doors, with a gateway certificate (lib/door-agent.ts) */
     doorAgent?: DoorAgent;
+    /** largest inference body, bytes */
+    bodyLimit?: number;
   } = {},
 ): Promise<TestGateway> {
   const lines: LogLine[] = [];
@@ -152,6 +154,7 @@ export async function gateway(
     admission: o.admission,
     metrics: o.metrics ? { host: '127.0.0.1', port: 0 } : null,
     doorAgent: o.doorAgent,
+    bodyLimit: o.bodyLimit,
   });
   gateways.push(gw);
   return { url: gw.url, routing, lines, metricsUrl: gw.metricsUrl };
