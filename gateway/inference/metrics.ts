@@ -11,7 +11,7 @@ import type { UsageMeter } from './usage-meter';
 
 /** When a request reached each step, ms (performance.now()); 0: not (yet). The last attempt's, after a retry. */
 export interface CallTimes {
-  /** the request's headers were read (fastify onRequest) */
+  /** the request's headers were read (the fast path's handler, or fastify's onRequest) */
   arrivedAt: number;
   /** how long it waited in admission's queue */
   queuedMs: number;
