@@ -99,6 +99,8 @@ interface Row {
   mysqlQps: Record<string, number>;
   placement: number | null;
   drain: number | null;
+  /** seconds from the victim's kill to its node marked down (the control plane judged it lost) */
+  lost: number | null;
   rebuild: number | null;
   note: string;
 }
@@ -140,6 +142,7 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     mysqlQps: {},
     placement: null,
     drain: null,
+    lost: null,
     rebuild: null,
     note: '',
   };
@@ -320,6 +323,11 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
       .map((r) => r.id);
     const tl = Date.now();
     victim.child.kill('SIGKILL');
+    const judged = waitUntil(
+      `${victimId} judged lost`,
+      120_000,
+      async () => (await store.nodeState(parseNodeId(victimId))) === 'down',
+    ).then((down) => (row.lost = down ? (Date.now() - tl) / 1000 : null));
     const rebuilt = await waitUntil(`the lost node's ${held.length} replicas rebuilt`, 120_000, async () => {
       const rs = await store.listReplicas();
       return held.every((id) => {
@@ -328,6 +336,8 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
       });
     });
     row.rebuild = rebuilt ? (Date.now() - tl) / 1000 : null;
+    await judged;
+    say(`  ${victimId} judged lost after ${row.lost} s`);
     say(`  rebuild of ${held.length} replicas after ${victimId}'s loss: ${row.rebuild} s`);
     return row;
   } finally {
@@ -347,13 +357,13 @@ function table(rows: Row[]): string {
   const f = (x: number | null | undefined, d = 2): string => (x === null || x === undefined ? '—' : x.toFixed(d));
   const comps = ['control plane', 'Temporal', 'MySQL', 'gateway', 'fleet'];
   const lines = [
-    `| nodes | replicas | ${comps.map((c) => `${c} CPU s/s`).join(' | ')} | ${comps.map((c) => `${c} RSS MiB`).join(' | ')} | Temporal req/s | MySQL q/s | register s | deploy s | placement s | drain s | loss → rebuilt s |`,
-    `|${' --- |'.repeat(9 + 2 * comps.length)}`,
+    `| nodes | replicas | ${comps.map((c) => `${c} CPU s/s`).join(' | ')} | ${comps.map((c) => `${c} RSS MiB`).join(' | ')} | Temporal req/s | MySQL q/s | register s | deploy s | placement s | drain s | loss → judged lost s | loss → rebuilt s |`,
+    `|${' --- |'.repeat(10 + 2 * comps.length)}`,
   ];
   for (const r of rows) {
     const trps = Object.values(r.temporalRps).reduce((a, b) => a + b, 0);
     lines.push(
-      `| ${r.nodes} | ${r.replicas} | ${comps.map((c) => f(r.cpu[c])).join(' | ')} | ${comps.map((c) => f(r.rss[c], 0)).join(' | ')} | ${f(trps, 0)} | ${f(r.mysqlQps.Questions, 0)} | ${f(r.register, 0)} | ${f(r.deploy, 0)} | ${f(r.placement)} | ${f(r.drain, 1)} | ${f(r.rebuild, 1)} |${r.note ? ` ${r.note}` : ''}`,
+      `| ${r.nodes} | ${r.replicas} | ${comps.map((c) => f(r.cpu[c])).join(' | ')} | ${comps.map((c) => f(r.rss[c], 0)).join(' | ')} | ${f(trps, 0)} | ${f(r.mysqlQps.Questions, 0)} | ${f(r.register, 0)} | ${f(r.deploy, 0)} | ${f(r.placement)} | ${f(r.drain, 1)} | ${f(r.lost, 1)} | ${f(r.rebuild, 1)} |${r.note ? ` ${r.note}` : ''}`,
     );
   }
   const kinds = rows.map((r) => {
