@@ -26,6 +26,13 @@ export interface OpenDatabaseOptions {
   role?: DbRole;
 }
 
+/**
+ * The SQL of a named lock's name scoped to the connection's database (one `?`: the lock's own name). MySQL's named
+ * locks are server-wide, so under a bare name two clusters — or two test databases — on one server serialised each
+ * other's placements and migrations. The database's MD5 keeps the name within MariaDB's 64 characters.
+ */
+export const DB_LOCK_NAME = "CONCAT(?, '/', MD5(IFNULL(DATABASE(), '')))";
+
 /** Splits a mysql:// URL into connection options and the database name. */
 export function parseMysqlUrl(url: string): { options: mysql.PoolOptions; database: string } {
   const u = new URL(url);
@@ -181,7 +188,9 @@ export async function migrate(pool: mysql.Pool): Promise<number> {
   }
   const conn = await pool.getConnection();
   try {
-    const [lockRows] = await conn.query<mysql.RowDataPacket[]>(`SELECT GET_LOCK('llmgw_migrate', 60) AS got`);
+    const [lockRows] = await conn.query<mysql.RowDataPacket[]>(`SELECT GET_LOCK(${DB_LOCK_NAME}, 60) AS got`, [
+      'llmgw_migrate',
+    ]);
     if (lockRows[0]?.got !== 1)
       throw new Error('timed out waiting for the migration lock held by another llmgw process');
     await conn.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -201,7 +210,7 @@ export async function migrate(pool: mysql.Pool): Promise<number> {
     }
     return count;
   } finally {
-    await conn.query(`SELECT RELEASE_LOCK('llmgw_migrate')`).catch(() => undefined);
+    await conn.query(`SELECT RELEASE_LOCK(${DB_LOCK_NAME})`, ['llmgw_migrate']).catch(() => undefined);
     conn.release();
   }
 }

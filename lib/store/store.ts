@@ -1,5 +1,6 @@
 /** The cluster's current state in MySQL: nodes, models, replicas, shards, port leases, events. */
 import type { Pool, RowDataPacket, ResultSetHeader } from 'mysql2/promise';
+import { DB_LOCK_NAME } from './db';
 import { MODEL_ROUTING_COLUMNS, modelRouting, RouteChanges, writeWithRouteChange } from './route-changes';
 import type {
   EngineStatus,
@@ -420,7 +421,8 @@ export class Store {
   }
 
   /**
-   * Runs `fn` holding a MySQL named lock (cluster-wide mutex across processes). Callers in this process queue here
+   * Runs `fn` holding a MySQL named lock (cluster-wide mutex across processes; the name is scoped to this database,
+   * see DB_LOCK_NAME). Callers in this process queue here
    * first, so at most one of the pool's connections waits in GET_LOCK per name: with every connection waiting there
    * (eight placements at once; llmgw sim-fleet's 20 nodes did it) the holder found none for its own queries, and
    * every placement timed out after 30 s, again and again.
@@ -440,12 +442,12 @@ export class Store {
   private async withMysqlLock<T>(name: string, timeoutS: number, fn: () => Promise<T>): Promise<T> {
     const conn = await this.pool.getConnection();
     try {
-      const [rows] = await conn.query<RowDataPacket[]>('SELECT GET_LOCK(?, ?) AS got', [name, timeoutS]);
+      const [rows] = await conn.query<RowDataPacket[]>(`SELECT GET_LOCK(${DB_LOCK_NAME}, ?) AS got`, [name, timeoutS]);
       if (rows[0]?.got !== 1) throw new Error(`timed out after ${timeoutS}s waiting for lock ${name}`);
       try {
         return await fn();
       } finally {
-        await conn.query('SELECT RELEASE_LOCK(?)', [name]).catch(() => undefined);
+        await conn.query(`SELECT RELEASE_LOCK(${DB_LOCK_NAME})`, [name]).catch(() => undefined);
       }
     } finally {
       conn.release();

@@ -115,3 +115,35 @@ describe('routing rows', () => {
     expect(rows.routing).toEqual({ 'slow-prefill': { policy: 'prefix', loadFactor: 1.5 } });
   });
 });
+
+describe('named locks', () => {
+  test('are scoped to the database: another database takes the same name at once, this one waits', async () => {
+    const otherUrl = testMysqlUrl();
+    const other = await openDatabase(otherUrl);
+    const sameDb = await openDatabase(url); // another pool on this database: as another process would be
+    try {
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => (entered = r));
+      const holding = store.withLock('llmgw_place', 5, async () => {
+        entered();
+        await held;
+      });
+      await inside;
+      // Another cluster's database: not serialised behind this one's placement.
+      await expect(new Store(other).withLock('llmgw_place', 1, async () => 'other db')).resolves.toBe('other db');
+      // The same database from another pool: waits, and times out while the lock is held.
+      await expect(new Store(sameDb).withLock('llmgw_place', 1, async () => 'same db')).rejects.toThrow(
+        'timed out after 1s waiting for lock llmgw_place',
+      );
+      release();
+      await holding;
+      await expect(new Store(sameDb).withLock('llmgw_place', 1, async () => 'same db')).resolves.toBe('same db');
+    } finally {
+      await other.end();
+      await sameDb.end();
+      await dropDatabase(otherUrl);
+    }
+  });
+});
