@@ -36,6 +36,11 @@ export const NODE_WORKER_OPTIONS = {
   // timeout, would take up to 24 s). runShard heartbeats only every SHARD_HEARTBEAT_S (30 s) and is stopped by
   // stopShard, not by a cancel, so this throttle does not multiply its heartbeats.
   maxHeartbeatThrottleInterval: '1s',
+  // Two long polls instead of the SDK's ten: a node's queue sees a handful of tasks a day (a shard start, a stop, a
+  // weights fetch), each picked up within one poll's round trip, while every idle poll is a request Temporal's
+  // frontend holds open and answers empty after a minute. At 200 nodes the default's polls were most of Temporal's
+  // requests (docs/architecture.md, Scale).
+  maxConcurrentActivityTaskPolls: 2,
 } as const;
 
 /** What the node worker runs on: the registration's Temporal, the node, its activities and the agent's state. */
