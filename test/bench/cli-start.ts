@@ -8,6 +8,7 @@
  *
  * Goal (issue 22): ≤ 0.3 s wall for `ctl nodes` from the build on this 2-core machine, idle.
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

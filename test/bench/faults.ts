@@ -5,6 +5,7 @@
  * own path must cost nothing; the real failures (an engine, a node) must be caught and healed fast.
  * Not a test: figures, not assertions (test/faults/ asserts the outages).
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { execFileSync } from 'node:child_process';
 import { OUTAGES, runFault, startFaultCluster, type FaultCluster, type FaultResult } from '../helpers/faults';
 

@@ -4,6 +4,7 @@
  * The client and the gateway share one process; the sim engine runs as its own, so the figure is the
  * gateway's own work plus its extra hop over loopback.
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { spawn } from 'node:child_process';
 import { Agent, request } from 'node:http';
 import { createServer as createNetServer } from 'node:net';

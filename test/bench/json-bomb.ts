@@ -2,8 +2,11 @@
  * What a JSON nesting bomb costs the gateway: 10 MB bodies of nested arrays (`{"model":"m","messages":[[[[…]]]]}`)
  * sent to a gateway in a process of its own while this process times `GET /health` on the same gateway every
  * 10 ms. Prints each bomb's answer and time, /health's latency before and while bombs were in flight, the gateway
- * process's longest event-loop stall (perf_hooks' monitorEventLoopDelay), and whether a bomb reached the engine. Run: `node --import tsx test/bench/json-bomb.ts [bombs] [megabytes]`.
+ * process's longest event-loop stall (perf_hooks' monitorEventLoopDelay), and whether a bomb reached the engine. Run:
+ *
+ *   npm run bench:bomb [-- BOMBS [MEGABYTES]]
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { fork } from 'node:child_process';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';

@@ -11,6 +11,7 @@
  * (tokens after the first / time from first to last token), and time to first token. The tiny model never stops
  * early (lib/engines/tiny-gguf.ts), so every completion is exactly --max-tokens long.
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

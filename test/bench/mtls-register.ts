@@ -4,6 +4,7 @@
  * same registration on a connection already open. Real control plane app over HTTPS on loopback, real MariaDB.
  * Run: `npm run bench:mtls`. Not a test: figures, not assertions.
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { readFileSync } from 'node:fs';
 import { Agent, fetch } from 'undici';
 import { buildControlServer } from '../../gateway/control/server';

@@ -5,6 +5,7 @@
  * one through the door (keep-alive TLS with a gateway certificate: lib/door-agent.ts, the gateway's path now).
  * Prints each path's percentiles and the added latency paired per round. Asserts nothing.
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { spawn } from 'node:child_process';
 import { Agent, request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';

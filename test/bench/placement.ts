@@ -6,6 +6,7 @@
  *
  *   npm run bench:placement [-- --nodes 1000,10000]
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { parseArgs } from 'node:util';
 import { place } from '../../lib/placement';
 import { parseNodeId, type NodeRecord, type Profile } from '../../lib/types';

@@ -6,6 +6,7 @@
  *   - node loss (agent and its engines kill -9): time until its replicas serve elsewhere.
  * Run: `npm run bench:rebuild` (takes about a minute). Not a test: figures, not assertions.
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

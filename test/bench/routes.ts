@@ -8,6 +8,7 @@
  *
  *   npm run bench:routes [-- --replicas 200 --poll 40 --mysql mysql://root@127.0.0.1:3306]
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

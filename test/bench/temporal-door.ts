@@ -8,6 +8,7 @@
  * direct connection, interleaved in blocks of 100. Real Temporal dev server, loopback.
  * Run: `npm run bench:door`. Not a test: figures, not assertions.
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';

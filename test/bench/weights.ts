@@ -9,6 +9,7 @@
  *   weights fetch from origin    WeightsCache.ensure with the catalog sha256: hash, fsync, manifest, rename
  *   weights fetch from a peer    the same from another node's weights endpoint over mTLS (node certificates)
  */
+import '../helpers/bench-help'; // --help: the comment above
 import { execFile, spawn } from 'node:child_process';
 import { promisify } from 'node:util';
 import { createHash } from 'node:crypto';
