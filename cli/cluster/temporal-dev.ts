@@ -10,6 +10,9 @@ import { PROJECT_ROOT } from '../../lib/paths';
 /** Where scripts/setup.sh puts the Temporal CLI. */
 export const TEMPORAL_BIN = resolve(PROJECT_ROOT, '.tools/bin/temporal');
 
+/** The dev server's `frontend.namespaceCount`: room for 2 polls from each of 5,000 nodes (llmgw sim-fleet's most). */
+export const DEV_NAMESPACE_COUNT = 10_000;
+
 export interface DevServerOptions {
   port: number;
   /** a network namespace to run it in (`ip netns exec`), on that namespace's loopback: tests' test hosts */
@@ -85,6 +88,12 @@ export async function startTemporalDev(opts: DevServerOptions): Promise<DevServe
     'system.forceSearchAttributesCacheRefreshOnRead=true',
     '--dynamic-config-value',
     'frontend.enableUpdateWorkflowExecution=true',
+    // Concurrent long polls per namespace and API (the key's name is historical: it limits no namespaces). Every
+    // node's worker keeps its activity polls open on PollActivityTaskQueue (2 each, NODE_WORKER_OPTIONS), and past the
+    // default of 1,200 the frontend refuses the rest with ResourceExhausted, which the SDK retries with backoff, so
+    // nodes past about 600 would pick up a shard start late. docs/deploying.md gives the production figure.
+    '--dynamic-config-value',
+    `frontend.namespaceCount=${DEV_NAMESPACE_COUNT}`,
     ...SEARCH_ATTRIBUTE_FLAGS.flatMap((f) => ['--search-attribute', f]),
   ];
   if (opts.metricsPort !== undefined) args.push('--metrics-port', String(opts.metricsPort));
