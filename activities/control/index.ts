@@ -1,12 +1,11 @@
 /** Activities on the llmgw-control queue: the only workflow code that touches MySQL. All idempotent. */
 import { doorGet, type DoorAgent } from '../../lib/door-agent';
-import { nodeDoorEndpoint, parseDoorEndpoint } from '../../lib/node-door';
+import { parseDoorEndpoint } from '../../lib/node-door';
 import { heartbeat, sleep } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { Store } from '../../lib/store/store';
 import { workflowIds } from '../../lib/names';
-import { placeFirstFit } from '../../lib/placement';
 import {
   parseNodeId,
   type EngineStatus,
@@ -20,6 +19,7 @@ import { agentRestartedSignal, nodeLostSignal, nodesChangedSignal } from '../../
 import { createDrainWaitActivities } from './drain-wait';
 import { createMoveActivities } from './moves';
 import { createRemovalActivities } from './removal';
+import { placementBatcher } from './place-batch';
 import { createRetireActivities } from './retire';
 
 export interface ControlDeps {
@@ -124,6 +124,7 @@ export async function signalAgentRestarted(store: Store, client: Client, nodeId:
 export function createControlActivities(deps: ControlDeps) {
   const { store, enginePorts } = deps;
   const log = deps.log ?? ((): void => undefined);
+  const place = placementBatcher({ store, enginePorts, log });
 
   return {
     /** The catalog entry of a model with its desired replica count, or null when it is not in the catalog. */
@@ -144,64 +145,11 @@ export function createControlActivities(deps: ControlDeps) {
     /**
      * Places a replica: releases any earlier placement, runs the pure placement function over the current nodes
      * (the model's profiles in catalog order, the first that fits), leases ports and records the shards with their
-     * GPU indices. Serialised cluster-wide by a MySQL lock so two replicas placing at once never take the same GPU.
+     * GPU indices. Serialised cluster-wide by a MySQL lock so two replicas placing at once never take the same GPU;
+     * the replicas placing at once in this process share one hold of it (place-batch.ts).
      */
     async placeReplica(input: PlaceInput): Promise<PlaceResult> {
-      return store.withLock('llmgw_place', 30, async () => {
-        await store.releaseReplica(input.replicaId);
-        const nodes = await store.listNodes();
-        const heldGpus = await store.heldGpus([input.replicaId]);
-        const placement = placeFirstFit({
-          nodes,
-          model: input.model,
-          profiles: input.profiles ?? [input.profile],
-          heldGpus,
-          exclude: input.exclude,
-        });
-        if (placement.kind === 'unplaceable') return placement;
-        const byId = new Map(nodes.map((n) => [n.id, n]));
-        const shards: ShardPlan[] = [];
-        let distPort = 0;
-        for (const [rank, nodeId] of placement.nodes.entries()) {
-          const host = byId.get(nodeId)?.inventory.host ?? '127.0.0.1';
-          const want = rank === 0 && placement.nodes.length > 1 ? 2 : 1;
-          const ports = await store.leasePorts(host, input.replicaId, want, enginePorts);
-          if (want === 2) distPort = ports[1] ?? 0;
-          shards.push({ rank, nodeId, host, port: ports[0] ?? 0, gpus: placement.gpus[rank] ?? [] });
-        }
-        await store.setShards(
-          input.replicaId,
-          shards.map((s) => ({
-            replicaId: input.replicaId,
-            rank: s.rank,
-            nodeId: s.nodeId,
-            port: s.port,
-            gpus: s.gpus ?? [],
-          })),
-        );
-        const head = shards[0];
-        if (!head) throw ApplicationFailure.nonRetryable('placement returned no nodes', 'PlacementEmpty');
-        // Behind the node's door when its agent serves one (engines then listen on loopback only).
-        const door = byId.get(head.nodeId)?.inventory.door;
-        log('replica placed', {
-          replica: input.replicaId,
-          profile: placement.profile.name,
-          nodes: placement.nodes,
-          gpus: placement.gpus,
-          fabric: placement.fabric,
-        });
-        return {
-          kind: 'placed',
-          fabric: placement.fabric,
-          shards,
-          endpoint: door
-            ? nodeDoorEndpoint(head.host, door.port, head.nodeId, input.replicaId)
-            : `http://${head.host}:${head.port}`,
-          distHost: head.host,
-          distPort,
-          profile: placement.profile,
-        };
-      });
+      return place(input);
     },
 
     /** Records a replica's state (and routability: only `ready` with an endpoint is routed). */
