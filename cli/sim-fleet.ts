@@ -1,9 +1,9 @@
-/** `llmgw sim-fleet`: many simulated nodes in one process, each a real agent (workers/sim-fleet). */
+/** `llmgw sim-fleet`: many simulated nodes in one process (or spread over a few), each a real agent (workers/sim-fleet). */
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createCaOperations } from '../activities/ca';
 import { loadServerConfig } from '../config/load';
-import { caPaths, certificateInfo, DEFAULT_CA_DIR } from '../lib/pki';
+import { caPaths, certificateInfo, DEFAULT_CA_DIR, makeNodeCsrAsync } from '../lib/pki';
 import { openConfiguredDatabase } from '../lib/store/db';
 import { Store } from '../lib/store/store';
 import { fleetCatalog } from '../workers/sim-fleet/catalog';
@@ -11,6 +11,7 @@ import { startSimFleet } from '../workers/sim-fleet';
 import { intOption, parse, UsageError } from './args';
 import { controlApi, postControl } from './control-api';
 import { runRole } from './role-process';
+import { startFleetChildren } from './sim-fleet-procs';
 
 const SIM_FLEET_USAGE = `
 llmgw sim-fleet --nodes N [--gpus G] [--fabrics F] [--replicas-per-node R] [options]
@@ -39,10 +40,16 @@ server started inside this process, on the node's own loopback address (node i: 
   --state-dir DIR        the nodes' state dirs, fake hardware scripts and certificates, which are reused on the
                          next run when this CA issued them and MySQL has them (default .llmgw/sim-fleet)
   --parallel K           agents starting at once (default 16)
+  --fleet-proc P         spread the nodes over P child processes of this one (each an llmgw sim-fleet of its share,
+                         --first onwards), so the fleet is not bound by one process's event loop; default 1: all
+                         in this one. The catalog is applied once every child runs; stopping this stops them all
   --verbose              every node's log lines (default: only their warnings and errors)
 `;
 
-/** A node's certificate and key: the one under `dir` when this CA issued it (recorded in `store` if it is not), else a new one. */
+/**
+ * A node's certificate and key: the one under `dir` when this CA issued it (recorded in `store` if it is not), else
+ * a new one as a node gets it: its key made here (off the event loop) and its CSR signed by the CA.
+ */
 async function nodeCertificate(
   ops: ReturnType<typeof createCaOperations>,
   store: Store,
@@ -68,11 +75,12 @@ async function nodeCertificate(
       return { certPem, keyPem: readFileSync(keyFile, 'utf8') };
     }
   }
-  const c = await ops.issueNodeCertificate({ nodeId: id });
+  const { csrPem, keyPem } = await makeNodeCsrAsync(id);
+  const { certPem } = await ops.signNodeCsr({ csrPem, identity: id });
   mkdirSync(dir, { recursive: true });
-  writeFileSync(certFile, c.certPem);
-  writeFileSync(keyFile, c.keyPem, { mode: 0o600 });
-  return c;
+  writeFileSync(certFile, certPem);
+  writeFileSync(keyFile, keyPem, { mode: 0o600 });
+  return { certPem, keyPem };
 }
 
 /** `llmgw sim-fleet` */
@@ -90,6 +98,7 @@ export async function simFleetCommand(argv: string[]): Promise<void> {
       'ca-dir': { type: 'string' },
       'state-dir': { type: 'string' },
       parallel: { type: 'string' },
+      'fleet-proc': { type: 'string' },
       verbose: { type: 'boolean' },
     },
   });
@@ -104,6 +113,11 @@ export async function simFleetCommand(argv: string[]): Promise<void> {
   const fabrics = intOption(values.fabrics, '--fabrics', 0);
   const first = intOption(values.first, '--first', 0);
   const parallel = Math.max(1, intOption(values.parallel, '--parallel', 16));
+  const procs = intOption(values['fleet-proc'], '--fleet-proc', 1);
+  if (procs < 1 || procs > nodes)
+    throw new UsageError(
+      `--fleet-proc ${procs}: give 1 to --nodes (${nodes}) processes, each with a share of the nodes`,
+    );
   const config = loadServerConfig(values.config);
   const api = controlApi(config, values.server);
   const caDir = resolve(values['ca-dir'] ?? DEFAULT_CA_DIR);
@@ -114,6 +128,30 @@ export async function simFleetCommand(argv: string[]): Promise<void> {
     );
   const stateDir = resolve(values['state-dir'] ?? '.llmgw/sim-fleet');
   await runRole('sim-fleet', async (log) => {
+    const applyCatalog = async (): Promise<void> => {
+      if (perNode === 0) return;
+      const catalog = fleetCatalog(nodes * perNode);
+      const answer = await postControl<{ errors: string[] }>(
+        api,
+        '/v1/catalog/apply',
+        { catalog, engines: config.engines, prune: false, dryRun: false },
+        60_000,
+      );
+      log('catalog applied', { models: catalog.length, replicas: nodes * perNode, errors: answer.errors });
+    };
+    if (procs > 1) {
+      // Each child is this command over its share of the nodes, without the catalog (applied here, once).
+      const shared = argv.filter(
+        (_, i, a) =>
+          !['--nodes', '--first', '--fleet-proc', '--replicas-per-node'].some(
+            (f) => a[i] === f || a[i - 1] === f || a[i]?.startsWith(`${f}=`),
+          ),
+      );
+      const children = await startFleetChildren({ nodes, first, procs, argv: shared, log });
+      await applyCatalog();
+      log('sim-fleet running', { nodes, gpus, fabrics, processes: procs });
+      return children;
+    }
     const caPem = readFileSync(caFile, 'utf8');
     const pool = await openConfiguredDatabase(config.mysql);
     const store = new Store(pool);
@@ -133,16 +171,7 @@ export async function simFleetCommand(argv: string[]): Promise<void> {
         ? { nodeLog: (node: string, msg: string, f?: Record<string, unknown>) => log(msg, { node, ...f }) }
         : {}),
     }).finally(() => pool.end());
-    if (perNode > 0) {
-      const catalog = fleetCatalog(nodes * perNode);
-      const answer = await postControl<{ errors: string[] }>(
-        api,
-        '/v1/catalog/apply',
-        { catalog, engines: config.engines, prune: false, dryRun: false },
-        60_000,
-      );
-      log('catalog applied', { models: catalog.length, replicas: nodes * perNode, errors: answer.errors });
-    }
+    await applyCatalog();
     log('sim-fleet running', { nodes: fleet.nodes.length, gpus, fabrics });
     return fleet;
   });

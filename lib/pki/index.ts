@@ -20,4 +20,4 @@ export { checkNodeId } from './node-id';
 export { parseCertificatePem, parseCsrPem, parsePrivateKeyPem } from './pem';
 export { randomSerial } from './serial';
 export { CA_KEY_BITS, NODE_KEY_BITS, MIN_KEY_BITS, generateRsaKey } from './keys';
-export { makeNodeCsr } from './csr';
+export { makeNodeCsr, makeNodeCsrAsync } from './csr';

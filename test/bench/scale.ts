@@ -7,7 +7,7 @@
  * llmgw's), and the time for a placement, a drain of one node and a rebuild after one node's loss. Prints figures,
  * asserts nothing. `npm run bench:scale -- --help`.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -30,13 +30,15 @@ import { startPrivateMariadb } from '../helpers/private-mariadb';
 import { parsePromText } from '../helpers/prom-text';
 import { TEST_API_KEY } from '../helpers/test-key';
 
-const USAGE = `npm run bench:scale -- [--sizes 50,100,200,500,1000] [--per-node 5] [--gpus 6] [--hold 30] [--budget 10]
+const USAGE = `npm run bench:scale -- [--sizes 50,100,200,500,1000] [--per-node 5] [--gpus 6] [--hold 30] [--budget 10] [--fleet-proc 1]
   --sizes     node counts, smallest first (default 50,100,200,500,1000)
   --per-node  replicas per node (default 5): N×R sim replicas of one GPU each, 50 per model
   --gpus      fake GPUs per node (default per-node + 1: one free GPU per node for a placement, drain and rebuild)
   --hold      seconds of steady state measured per size (default 30)
   --budget    minutes: no new size is started past this (default 10); a size whose replicas are not all ready
-              within its deadline ends the sweep (that is the knee)`;
+              within its deadline ends the sweep (that is the knee)
+  --fleet-proc  spread the fleet's nodes over this many child processes (llmgw sim-fleet --fleet-proc; default 1:
+              all in one); the children's CPU and memory count as the fleet's`;
 
 const { values } = parseArgs({
   options: {
@@ -45,6 +47,7 @@ const { values } = parseArgs({
     gpus: { type: 'string' },
     hold: { type: 'string', default: '30' },
     budget: { type: 'string', default: '10' },
+    'fleet-proc': { type: 'string', default: '1' },
     help: { type: 'boolean' },
   },
 });
@@ -56,9 +59,16 @@ const SIZES = values.sizes.split(',').map(Number);
 const PER_NODE = Number(values['per-node']);
 const GPUS = values.gpus ? Number(values.gpus) : PER_NODE + 1;
 const HOLD_S = Number(values.hold);
+const FLEET_PROC = Number(values['fleet-proc']);
 const BUDGET_MS = Number(values.budget) * 60_000;
-if (SIZES.some((n) => !Number.isInteger(n) || n < 2) || !(PER_NODE >= 1) || GPUS <= PER_NODE || !(HOLD_S > 0))
-  throw new Error(`bad flags: sizes ≥ 2, per-node ≥ 1, gpus > per-node, hold > 0\n${USAGE}`);
+if (
+  SIZES.some((n) => !Number.isInteger(n) || n < 2) ||
+  !(PER_NODE >= 1) ||
+  GPUS <= PER_NODE ||
+  !(HOLD_S > 0) ||
+  !(Number.isInteger(FLEET_PROC) && FLEET_PROC >= 1)
+)
+  throw new Error(`bad flags: sizes ≥ 2, per-node ≥ 1, gpus > per-node, hold > 0, fleet-proc ≥ 1\n${USAGE}`);
 
 const TICK = 100; // USER_HZ
 const say = (s: string): void => void process.stderr.write(`${new Date().toISOString().slice(11, 19)} ${s}\n`);
@@ -75,6 +85,28 @@ function proc(pid: number): { cpu: number; rss: number } {
   } catch {
     return { cpu: 0, rss: 0 };
   }
+}
+
+/** Every live process under `pid` (children, their children …), from /proc's parent links. */
+function descendants(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(d)]);
+    } catch {
+      // gone meanwhile
+    }
+  }
+  const out: number[] = [];
+  for (let todo = [pid]; todo.length;) {
+    const next = children.get(todo.pop() as number) ?? [];
+    out.push(...next);
+    todo.push(...next);
+  }
+  return out;
 }
 
 async function waitUntil<T>(what: string, ms: number, f: () => Promise<T | undefined | false>): Promise<T | null> {
@@ -209,7 +241,8 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
       join(o.dir, 'fleet'),
     ];
     const t0 = Date.now();
-    const fleet = spawnLlmgw(['sim-fleet', '--nodes', String(n - 1), ...fleetArgs]);
+    const spread = FLEET_PROC > 1 ? ['--fleet-proc', String(FLEET_PROC)] : [];
+    const fleet = spawnLlmgw(['sim-fleet', '--nodes', String(n - 1), ...spread, ...fleetArgs]);
     procs.push(fleet);
     const victim = spawnLlmgw(['sim-fleet', '--nodes', '1', '--first', String(n - 1), ...fleetArgs]);
     procs.push(victim);
@@ -253,7 +286,8 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
       Temporal: [temporal.process.pid ?? 0],
       MySQL: [o.mariadbPid],
       gateway: [gw.child.pid ?? 0],
-      fleet: [fleet.child.pid ?? 0, victim.child.pid ?? 0],
+      // With --fleet-proc the fleet's nodes run in child processes of its own: theirs count as the fleet's.
+      fleet: [fleet.child.pid ?? 0, victim.child.pid ?? 0].flatMap((p) => [p, ...descendants(p)]),
     };
     const sample = (): Record<string, { cpu: number; rss: number }> =>
       Object.fromEntries(
@@ -428,7 +462,7 @@ async function main(): Promise<void> {
     rmSync(dir, { recursive: true, force: true });
   }
   process.stdout.write(
-    `\n## bench:scale (${PER_NODE} replicas per node, ${GPUS} GPUs, hold ${HOLD_S} s)\n\n${table(rows)}`,
+    `\n## bench:scale (${PER_NODE} replicas per node, ${GPUS} GPUs, hold ${HOLD_S} s, fleet over ${FLEET_PROC} process${FLEET_PROC > 1 ? 'es' : ''})\n\n${table(rows)}`,
   );
 }
 

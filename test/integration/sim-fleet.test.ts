@@ -1,8 +1,9 @@
 /**
- * A small simulated fleet (llmgw sim-fleet): 20 real agents — 19 in this process, one in an `llmgw sim-fleet`
- * process of its own so it can be lost for real (SIGKILL) — against a real control plane, Temporal dev server,
- * MariaDB and gateway. Every node registers, every replica serves, a completion goes through the gateway, and the
- * lost node's replica is rebuilt on another node.
+ * A small simulated fleet (llmgw sim-fleet): 20 real agents — 18 in this process, two in `llmgw sim-fleet --nodes 2
+ * --fleet-proc 2` (one node in each of its two child processes, so one can be lost for real: SIGKILL) — against a
+ * real control plane, Temporal dev server, MariaDB and gateway. Each node's certificate comes from a CSR it made.
+ * Every node registers, every replica serves, a completion goes through the gateway, and the lost node's replica is
+ * rebuilt on another node.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,18 +14,27 @@ import type { DevServer } from '../../cli/cluster/temporal-dev';
 import type { ServerConfig } from '../../config/types';
 import { RoutingTable } from '../../gateway/inference/routing';
 import { startGateway, type RunningGateway } from '../../gateway/inference/server';
-import { caPaths } from '../../lib/pki';
+import { caPaths, makeNodeCsrAsync } from '../../lib/pki';
 import { workflowIds } from '../../lib/names';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { fleetCatalog } from '../../workers/sim-fleet/catalog';
 import { fleetNodeId, startSimFleet, type SimFleet } from '../../workers/sim-fleet';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl, TEST_API_KEY } from '../helpers/cluster-parts';
-import { processExited, spawnLlmgw, untilLogged, type LlmgwProc } from '../helpers/llmgw-process';
+import { spawnLlmgw, untilLogged, type LlmgwProc } from '../helpers/llmgw-process';
 import { closeCertClients, certClient, writeOperatorCert } from '../helpers/tls';
 import { waitFor } from '../helpers/wait';
 
 const NODES = 20;
+/** Whether process `pid` still exists (a zombie counts until its parent reaps it). */
+const running = (pid: number): boolean => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
 const VICTIM = NODES - 1;
 
 describe('llmgw sim-fleet: 20 simulated nodes', () => {
@@ -76,16 +86,20 @@ describe('llmgw sim-fleet: 20 simulated nodes', () => {
     const caDir = dirname(config.tls.ca);
     const ops = createCaOperations({ caDir, store: cp.store });
     fleet = await startSimFleet({
-      nodes: NODES - 1,
+      nodes: NODES - 2,
       gpus: 2,
       fabrics: 2,
       servers: [cp.url],
       caPem: readFileSync(caPaths(caDir).cert, 'utf8'),
-      certificate: (id) => ops.issueNodeCertificate({ nodeId: id }),
+      // As a node gets its certificate: its key made off the event loop, its CSR signed by the CA.
+      certificate: async (id) => {
+        const { csrPem, keyPem } = await makeNodeCsrAsync(id);
+        return { certPem: (await ops.signNodeCsr({ csrPem, identity: id })).certPem, keyPem };
+      },
       dir: join(dir, 'fleet'),
       log: () => undefined,
     });
-    // The last node runs as `llmgw sim-fleet` in a process of its own: the one lost below.
+    // The last two run under `llmgw sim-fleet --fleet-proc 2`, one in each child: the last one's is lost below.
     await writeOperatorCert(config, cp.store);
     const configFile = join(dir, 'server.yaml');
     writeFileSync(
@@ -100,10 +114,16 @@ describe('llmgw sim-fleet: 20 simulated nodes', () => {
     );
     victim = spawnLlmgw([
       'sim-fleet',
-      ...['--nodes', '1', '--first', String(VICTIM), '--gpus', '2', '--fabrics', '2'],
+      ...['--nodes', '2', '--first', String(VICTIM - 1), '--fleet-proc', '2', '--gpus', '2', '--fabrics', '2'],
       ...['--config', configFile, '--ca-dir', caDir, '--state-dir', join(dir, 'victim')],
     ]);
-    await untilLogged(victim, 'sim-fleet running', 60_000, 'the victim node to run');
+    await untilLogged(victim, 'sim-fleet running', 90_000, 'the two nodes of the fleet processes to run');
+    // The child process holding the victim node (its parent says which, as each child runs).
+    const victimPid = victim.lines
+      .filter((l) => l.includes('"fleet process running"'))
+      .map((l) => JSON.parse(l) as { first?: number; pid?: number })
+      .find((l) => l.first === VICTIM)?.pid;
+    expect(victimPid).toBeGreaterThan(0);
 
     const nodes = await cp.store.listNodes();
     expect(nodes.filter((n) => n.id.startsWith('fleet-') && n.state === 'ready')).toHaveLength(NODES);
@@ -118,7 +138,7 @@ describe('llmgw sim-fleet: 20 simulated nodes', () => {
     const ready = async (): Promise<number> =>
       (await cp.store.listReplicas()).filter((r) => r.state === 'ready').length;
     await waitFor(async () => (await ready()) === NODES, { timeoutMs: 90_000, what: `${NODES} replicas ready` });
-    expect(fleet.engines.count()).toBe(NODES - 1);
+    expect(fleet.engines.count()).toBe(NODES - 2);
 
     const url = `${gateway.url}/v1/chat/completions`;
     const answer = await waitFor(
@@ -139,8 +159,11 @@ describe('llmgw sim-fleet: 20 simulated nodes', () => {
     );
     expect(onVictim).toHaveLength(1);
     const lostAt = Date.now();
-    victim.child.kill('SIGKILL');
-    await processExited(victim.child);
+    process.kill(victimPid as number, 'SIGKILL');
+    await waitFor(() => !running(victimPid as number), {
+      timeoutMs: 10_000,
+      what: `the victim's process ${victimPid} gone`,
+    });
     const rebuilt = await waitFor(
       async () => {
         const r = (await cp.store.listReplicas()).find((x) => x.id === onVictim[0]?.id);

@@ -29,7 +29,10 @@ export interface SimFleetOptions {
   fabrics: number;
   /** Control plane URLs (the agents' --server) */
   servers: string[];
-  /** The cluster CA certificate, and each node's certificate and key (CN = node id) */
+  /**
+   * The cluster CA certificate, and each node's certificate and key (CN = node id), asked for as each node starts:
+   * it must not hold the event loop (llmgw sim-fleet makes the key off it and has the CA sign a CSR).
+   */
   caPem: string;
   certificate: (nodeId: string) => Promise<{ certPem: string; keyPem: string }>;
   /** Where the nodes' state dirs and hardware scripts go */
@@ -90,9 +93,10 @@ export async function startSimFleet(o: SimFleetOptions): Promise<SimFleet> {
       if (f?.level === 'warn' || f?.level === 'error') o.log(msg, { node, ...f });
     });
 
-  const startOne = async (k: number, cert: { certPem: string; keyPem: string }): Promise<void> => {
+  const startOne = async (k: number): Promise<void> => {
     const i = first + k;
     const id = ids[k] as string;
+    const cert = await o.certificate(id);
     const dir = join(o.dir, id);
     mkdirSync(dir, { recursive: true });
     const fabric = o.fabrics > 0 ? `ib-${i % o.fabrics}` : null;
@@ -126,16 +130,12 @@ export async function startSimFleet(o: SimFleetOptions): Promise<SimFleet> {
   };
 
   const t0 = Date.now();
-  // Certificates first, one at a time: each is an RSA key generated synchronously, and sixteen at once held the
-  // event loop long enough for the agents' own connections (MySQL, TLS) to time out.
-  const certs: { certPem: string; keyPem: string }[] = [];
-  for (const id of ids) certs.push(await o.certificate(id));
   let next = 0;
   let failed: unknown = null;
   const runner = async (): Promise<void> => {
     while (next < o.nodes && !closing) {
       const k = next++;
-      await startOne(k, certs[k] as { certPem: string; keyPem: string }).catch((err: unknown) => {
+      await startOne(k).catch((err: unknown) => {
         failed ??= err;
         closing = true;
       });
