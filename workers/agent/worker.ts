@@ -3,7 +3,7 @@
  * node's certificate. Its connection is replaced under it — to a renewed certificate, or to the door of another
  * control plane after a failover — while it runs: its shards' activities run on, untouched.
  */
-import { NativeConnection, Worker } from '@temporalio/worker';
+import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { NodeTemporal } from '../../gateway/control/contract';
 import { nodeQueue } from '../../lib/names';
 import type { TlsCredentials } from '../../lib/tls-client';
@@ -38,10 +38,11 @@ export const NODE_WORKER_OPTIONS = {
   maxHeartbeatThrottleInterval: '1s',
   // Two long polls instead of the SDK's ten: a node's queue sees a handful of tasks a day (a shard start, a stop, a
   // weights fetch), each picked up within one poll's round trip, while every idle poll is a request Temporal's
-  // frontend holds open and answers empty after a minute. At 200 nodes the default's polls were most of Temporal's
-  // requests (docs/architecture.md, Scale).
-  maxConcurrentActivityTaskPolls: 2,
-} as const;
+  // frontend holds open against its per-namespace cap (frontend.namespaceCount, 1,200 by default: ten from each of
+  // 200 nodes passed it, docs/architecture.md, Scale). Said as a poller behaviour: SDK 1.24 still declares
+  // maxConcurrentActivityTaskPolls but never reads it (test/unit/node-worker-options.test.ts).
+  activityTaskPollerBehavior: { type: 'simple-maximum', maximum: 2 },
+} as const satisfies Partial<WorkerOptions>;
 
 /** What the node worker runs on: the registration's Temporal, the node, its activities and the agent's state. */
 export interface NodeWorkerOptions {
