@@ -10,7 +10,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { CertificateGate, installGate, mtlsServerOptions, type CertRole } from '../../gateway/mtls';
-import { initCa, issueNodeCertificate, issueServerCertificate, type Ca, type Issued } from '../../lib/pki';
+import {
+  initCa,
+  issueNodeCertificate,
+  issueServerCertificate,
+  makeNodeCsr,
+  signNodeCsr,
+  type Ca,
+  type Issued,
+} from '../../lib/pki';
 import { waitFor } from '../helpers/wait';
 
 type Cert = Issued & { keyPem: string };
@@ -134,8 +142,11 @@ describe('mTLS certificate gate', () => {
   });
 
   test('a certificate that expires while its keep-alive connection is open has the connection closed', async () => {
-    // Valid for about 3 more seconds: one day long, issued a day ago.
-    const c = record(issueNodeCertificate(ca, 'gpu-05', { days: 1, now: new Date(Date.now() - 86_400_000 + 3000) }));
+    // Valid for about 3 more seconds: one day long, issued a day ago. The key is made first: under load its
+    // generation alone took over 3 s, and the certificate had expired before its first request.
+    const { csrPem, keyPem } = makeNodeCsr('gpu-05');
+    const signed = signNodeCsr(ca, csrPem, 'gpu-05', { days: 1, now: new Date(Date.now() - 86_400_000 + 3000) });
+    const c = record({ ...signed, keyPem });
     const agent = new Agent({ keepAlive: true, maxSockets: 1 });
     expect((await get('/v1/agent/whoami', c, agent)).status).toBe(200);
     const socket = Object.values(agent.freeSockets).flat()[0];
