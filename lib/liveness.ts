@@ -23,6 +23,26 @@ export const NODE_SILENT_MS = 4000;
  */
 export const AGENT_LOST_MS = 30_000;
 
+/**
+ * How often a control plane writes a node's heartbeat (`last_seen`) to MySQL while the node beats it steadily. It
+ * keeps each beat in memory and judges the nodes that beat it from there (NODE_SILENT_MS); MySQL's copy is for other
+ * control planes, a restarted one, `ctl nodes` elsewhere and onboarding. Every beat written cost ~60 UPDATEs a
+ * minute per node (at 10 nodes most of the control plane's MySQL load); now 4. Written at once besides: at
+ * registration, a node's first beat at this process, a beat after a gap (NODE_BEAT_GAP_MS), or after a failed write.
+ */
+export const NODE_SEEN_WRITE_MS = 15_000;
+
+/** A beat this long after the node's previous one here is written at once: the node is back (or moved here). */
+export const NODE_BEAT_GAP_MS = 3000;
+
+/**
+ * How old `last_seen` in MySQL may be before the node counts as silent to a reader that did not hear its beats
+ * itself (another control plane's liveness, onboarding's "seen" check): one write interval (NODE_SEEN_WRITE_MS)
+ * plus a NODE_SILENT_MS margin for a write late by a slow MySQL or a starved control plane. The price: a node
+ * that dies together with the control plane it beats to is judged by another one after up to ~19 s, not 4 s.
+ */
+export const NODE_SEEN_STALE_MS = NODE_SEEN_WRITE_MS + NODE_SILENT_MS;
+
 /** How often the control plane looks for silent nodes. */
 export const NODE_SWEEP_MS = 1000;
 

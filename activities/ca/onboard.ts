@@ -20,6 +20,7 @@ import {
 } from '../../lib/onboard/plan';
 import { caPaths, certificateInfo, makeNodeCsr, NODE_CA_PATH, renewAt, trustInstallPlan } from '../../lib/pki';
 import { platformOfMachine } from '../../lib/release';
+import { NODE_SEEN_STALE_MS } from '../../lib/liveness';
 import { openSsh, SshConnectError, type SshSession } from '../../lib/ssh/client';
 import { decideHostKey, preferredHostKeyAlgorithms } from '../../lib/ssh/host-key';
 import type { HostKeyStore } from '../../lib/store/host-keys';
@@ -480,7 +481,7 @@ export function createOnboardActivities(deps: OnboardDeps) {
           reg &&
           (since
             ? reg.registeredAt >= since
-            : reg.lastSeen !== null && now.getTime() - reg.lastSeen.getTime() < 15_000);
+            : reg.lastSeen !== null && now.getTime() - reg.lastSeen.getTime() < NODE_SEEN_STALE_MS);
         if (ok)
           return {
             summary: since ? `registered after ${secs(Date.now() - started)}` : 'registered and heartbeating',

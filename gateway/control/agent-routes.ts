@@ -1,6 +1,6 @@
 /**
- * The control API's agent routes (a node certificate only): registration, heartbeat, the shards placed on the
- * node, and certificate renewal. A node is known only by its certificate's CN.
+ * The control API's agent routes (a node certificate only): registration, heartbeat (kept in memory, written to
+ * MySQL only now and then: node-beats.ts), the shards placed on the node, and certificate renewal. A node is known only by its certificate's CN.
  */
 import type { FastifyInstance } from 'fastify';
 import { type LlmgwError, openAiError } from '../../lib/errors';
@@ -8,11 +8,13 @@ import { answerErrors } from '../errors';
 import type { HeartbeatAnswer, NodeTemporal, Registration, RegisterRequest, RenewRequest } from './contract';
 import { errorSchema, identify } from './identity';
 import type { ControlAppOptions } from './routes';
+import { NodeBeats } from './node-beats';
 import { inventorySchema, nodeIdSchema } from './schemas';
 
 /** Registers the agent routes on `app`. */
 export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
   const { store } = opts;
+  const beats = opts.beats ?? new NodeBeats();
   const log = opts.log ?? ((): void => undefined);
   answerErrors(app, log);
   // Where this control plane's door is, for the name the agent reached it by (a registration's and a heartbeat's answer).
@@ -39,6 +41,7 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
       if (!id) return reply;
       const before = await store.nodeState(id);
       await store.upsertNode(id, req.body.inventory);
+      beats.registered(id);
       const inv = req.body.inventory;
       await store.event({
         kind: before ? 'node.reregistered' : 'node.registered',
@@ -74,11 +77,19 @@ export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions)
     async (req, reply) => {
       const id = identify(req, reply, req.body.nodeId, log);
       if (!id) return reply;
-      const before = await store.heartbeat(id);
-      if (before === null)
-        return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: register first`));
-      if (before === 'down') opts.onNodesChanged?.(id);
       const answer: HeartbeatAnswer = { ok: true, temporal: nodeTemporal(req.hostname) };
+      // Most beats stay in memory: MySQL gets one when another reader needs it (node-beats.ts says when).
+      if (!beats.beat(id)) return answer;
+      const before = await store.heartbeat(id).catch((err: unknown) => {
+        beats.failed(id);
+        throw err;
+      });
+      if (before === null) {
+        beats.forget(id);
+        return reply.code(404).send(openAiError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: register first`));
+      }
+      beats.written(id);
+      if (before === 'down') opts.onNodesChanged?.(id);
       return answer;
     },
   );

@@ -8,10 +8,20 @@ import { checkNodeId } from '../../lib/pki/node-id';
 import { cutRevocationReason, type CertificateRecord, type ShardRow, type Store } from '../../lib/store/store';
 import type { NodeId, NodeRecord } from '../../lib/types';
 import type { CordonAnswer, NodeCertificate, NodeListEntry, RevokeAnswer } from './contract';
+import type { NodeBeats } from './node-beats';
 import type { ControlAppOptions } from './routes';
 
-/** A node as the node list shows it: its certificate (newest unrevoked first), its replicas and GPUs in use. */
-export function listEntry(n: NodeRecord, shards: ShardRow[], certs: CertificateRecord[]): NodeListEntry {
+/**
+ * A node as the node list shows it: its certificate (newest unrevoked first), its replicas and GPUs in use, and
+ * when it was last seen: its last beat here when this control plane has one later than MySQL's (which is written
+ * only every NODE_SEEN_WRITE_MS).
+ */
+export function listEntry(
+  n: NodeRecord,
+  shards: ShardRow[],
+  certs: CertificateRecord[],
+  beats?: Pick<NodeBeats, 'of'>,
+): NodeListEntry {
   const mine = certs.filter((c) => c.cn === n.id && c.role === 'node');
   const c = mine.find((x) => !x.revokedAt) ?? mine[0];
   const cert: NodeCertificate | null = c
@@ -23,8 +33,10 @@ export function listEntry(n: NodeRecord, shards: ShardRow[], certs: CertificateR
       }
     : null;
   const on = shards.filter((s) => s.nodeId === n.id);
+  const beat = beats?.of(n.id)?.beatAt;
   return {
     ...n,
+    lastSeen: beat !== undefined && beat > (n.lastSeen?.getTime() ?? 0) ? new Date(beat) : n.lastSeen,
     cert,
     replicas: [...new Set(on.map((s) => s.replicaId))],
     gpusUsed: on.reduce((a, s) => a + s.gpus.length, 0),
@@ -33,9 +45,9 @@ export function listEntry(n: NodeRecord, shards: ShardRow[], certs: CertificateR
 }
 
 /** Every node as GET /v1/nodes lists it. */
-export async function nodeList(store: Store): Promise<NodeListEntry[]> {
+export async function nodeList(store: Store, beats?: Pick<NodeBeats, 'of'>): Promise<NodeListEntry[]> {
   const [nodes, shards, certs] = await Promise.all([store.listNodes(), store.listShards(), store.listCertificates()]);
-  return nodes.map((n) => listEntry(n, shards, certs));
+  return nodes.map((n) => listEntry(n, shards, certs, beats));
 }
 
 /**

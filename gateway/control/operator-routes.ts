@@ -35,7 +35,7 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
 
   const knownNode = (raw: string): ReturnType<typeof knownNodeOf> => knownNodeOf(store, raw);
 
-  app.get('/v1/nodes', async () => ({ nodes: await nodeList(store) }));
+  app.get('/v1/nodes', async () => ({ nodes: await nodeList(store, opts.beats) }));
   app.get<{ Params: { id: string } }>(
     '/v1/nodes/:id',
     { schema: { params: idParams, response: { 400: errorSchema, 404: errorSchema } } },
@@ -46,7 +46,7 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
         store.listShards(),
         store.listCertificates({ cn: id }),
       ]);
-      return listEntry(nodes.find((n) => n.id === id) as NodeRecord, shards, certs);
+      return listEntry(nodes.find((n) => n.id === id) as NodeRecord, shards, certs, opts.beats);
     },
   );
   // Operator actions on a node. Cordon state lives in MySQL, so it survives restarts and re-registration.

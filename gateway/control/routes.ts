@@ -7,6 +7,7 @@ import { catalogRoutes } from './catalog-routes';
 import { keyRoutes } from './key-routes';
 import type { CatalogApplyAnswer, EndedDrain, RenewedCertificate } from './contract';
 import type { ControlLog } from './identity';
+import { NodeBeats } from './node-beats';
 import { operatorRoutes } from './operator-routes';
 
 export interface ControlAppOptions {
@@ -18,6 +19,11 @@ export interface ControlAppOptions {
    */
   temporal: { address: string | ((requestHost: string) => string); namespace: string; mtls?: boolean };
   heartbeatMs: number;
+  /**
+   * The agents' heartbeats in this process's memory (node-beats.ts): the heartbeat route records them and writes
+   * MySQL only as its policy says; node liveness and the node list read them. Default: the routes' own.
+   */
+  beats?: NodeBeats;
   /** Where a refused identity claim is logged (one line: the CN, the claimed id and the reason). */
   log?: ControlLog;
   /** Revokes every certificate of a node, and cuts its open connections (`POST /v1/nodes/:id/revoke`). */
@@ -47,6 +53,7 @@ export interface ControlAppOptions {
 
 /** Registers the agent and the operator routes on `app` (each plugin answers refusals in one error shape). */
 export async function controlRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
+  opts = { ...opts, beats: opts.beats ?? new NodeBeats() };
   await app.register(agentRoutes, opts);
   await app.register(operatorRoutes, opts);
   await app.register(catalogRoutes, opts);

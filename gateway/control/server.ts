@@ -8,6 +8,7 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import type { Store } from '../../lib/store/store';
 import { closeDeadline } from '../close';
 import { answerErrors, answerUnknownRoutes, clientErrorHandler } from '../errors';
+import { NodeBeats } from './node-beats';
 import { controlRoutes, type ControlAppOptions } from './routes';
 import { CertificateGate, installGate, mtlsServerOptions, type CertRole } from '../mtls';
 import { CONTROL_AJV } from './schemas';
@@ -97,9 +98,11 @@ export async function buildControlServer(
     await gate.refresh();
     return n;
   };
-  await app.register(controlRoutes, { ...o, log, revoke: revokeAndCut });
+  // One memory of the agents' beats for the agent routes, the node list and the page.
+  const beats = o.beats ?? new NodeBeats();
+  await app.register(controlRoutes, { ...o, beats, log, revoke: revokeAndCut });
   await app.register(weightsRoutes, { store, log });
   await app.register(routeStreamRoutes, { feed });
-  if (o.page) await app.register(pageRoutes, { ...o, ...o.page, gate, log, revoke: revokeAndCut });
+  if (o.page) await app.register(pageRoutes, { ...o, ...o.page, beats, gate, log, revoke: revokeAndCut });
   return { app, gate };
 }

@@ -115,15 +115,17 @@ export class Store {
   }
 
   /**
-   * Nodes not down whose agent has not heartbeated for longer than `ms` (by MySQL's clock), each with the address
-   * its engines are reached at, the ports of the shards placed on it and how long it has been silent: the node
-   * liveness service's suspects.
+   * Nodes not down whose `last_seen` is older than `ms` (by MySQL's clock), each with the address its engines are
+   * reached at, the ports of the shards placed on it, how long ago `last_seen` was and its exact value (`seen`, for
+   * markNodeDownIfSeen): the node liveness service's suspects.
    */
-  async silentNodes(ms: number): Promise<{ id: NodeId; host: string; ports: number[]; silentMs: number }[]> {
+  async silentNodes(
+    ms: number,
+  ): Promise<{ id: NodeId; host: string; ports: number[]; silentMs: number; seen: string }[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>(
       `SELECT n.id, JSON_UNQUOTE(JSON_EXTRACT(n.inventory, '$.host')) AS host, GROUP_CONCAT(s.port) AS ports,
               JSON_EXTRACT(n.inventory, '$.door.port') AS door_port,
-              TIMESTAMPDIFF(MICROSECOND, n.last_seen, NOW(3)) DIV 1000 AS silent_ms
+              TIMESTAMPDIFF(MICROSECOND, n.last_seen, NOW(3)) DIV 1000 AS silent_ms, CAST(n.last_seen AS CHAR) AS seen
          FROM nodes n LEFT JOIN shards s ON s.node_id = n.id
         WHERE n.state <> 'down' AND n.last_seen < NOW(3) - INTERVAL ? MICROSECOND
         GROUP BY n.id, n.inventory`,
@@ -139,17 +141,18 @@ export class Store {
         ...(r.ports ? String(r.ports).split(',').map(Number) : []),
       ],
       silentMs: Number(r.silent_ms),
+      seen: String(r.seen),
     }));
   }
 
   /**
-   * Marks a node down if its agent is still silent for longer than `ms` (another control plane may have heard
-   * it meanwhile); true when this call did, so one control plane alone reports the loss.
+   * Marks a node down if its `last_seen` is still `seen` (as silentNodes read it): a beat written meanwhile, by any
+   * control plane, wins. True when this call did, so one control plane alone reports the loss.
    */
-  async markNodeDown(id: NodeId, ms: number): Promise<boolean> {
+  async markNodeDownIfSeen(id: NodeId, seen: string): Promise<boolean> {
     const [r] = await this.pool.query<ResultSetHeader>(
-      `UPDATE nodes SET state = 'down' WHERE id = ? AND state <> 'down' AND last_seen < NOW(3) - INTERVAL ? MICROSECOND`,
-      [id, ms * 1000],
+      `UPDATE nodes SET state = 'down' WHERE id = ? AND state <> 'down' AND last_seen = CAST(? AS DATETIME(3))`,
+      [id, seen],
     );
     return r.affectedRows > 0;
   }

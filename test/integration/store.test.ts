@@ -61,20 +61,42 @@ describe('engine port leases', () => {
 });
 
 describe('node state', () => {
+  // As node liveness does: down only if last_seen is still what was read.
+  const markDown = async (n: string): Promise<boolean> => {
+    const read = (await store.silentNodes(0)).find((x) => x.id === n);
+    if (!read) throw new Error(`${n} is not among the silent nodes`);
+    return store.markNodeDownIfSeen(id(n), read.seen);
+  };
+
+  test('a node is marked down only if its last_seen is still the one read: a beat written meanwhile wins', async () => {
+    await store.upsertNode(id('c3'), inv);
+    await sleep(30);
+    const read = (await store.silentNodes(10)).find((x) => x.id === 'c3');
+    expect(read?.seen).toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}$/);
+    await sleep(5);
+    expect(await store.heartbeat(id('c3'))).toBe('ready'); // another control plane heard it meanwhile
+    expect(await store.markNodeDownIfSeen(id('c3'), read?.seen ?? '')).toBe(false);
+    expect(await store.nodeState(id('c3'))).toBe('ready');
+    await sleep(5);
+    expect(await markDown('c3')).toBe(true);
+    expect(await store.nodeState(id('c3'))).toBe('down');
+  });
+
   test('a cordoned node that goes down comes back cordoned, by heartbeat or by registering again', async () => {
     await store.upsertNode(id('c1'), inv);
     expect(await store.setNodeState('c1', 'cordoned')).toBe(true);
     await sleep(30);
-    expect((await store.silentNodes(10)).map((n) => n.id)).toEqual(['c1']);
-    expect(await store.markNodeDown(id('c1'), 10)).toBe(true);
-    expect(await store.markNodeDown(id('c1'), 10)).toBe(false);
+    const [read] = await store.silentNodes(10);
+    expect(read?.id).toBe('c1');
+    expect(await store.markNodeDownIfSeen(id('c1'), read?.seen ?? '')).toBe(true);
+    expect(await store.markNodeDownIfSeen(id('c1'), read?.seen ?? '')).toBe(false);
     expect(await store.nodeState(id('c1'))).toBe('down');
     expect(await store.isCordoned('c1')).toBe(true);
     expect(await store.heartbeat(id('c1'))).toBe('down');
     expect(await store.nodeState(id('c1'))).toBe('cordoned');
 
     await sleep(30);
-    await store.markNodeDown(id('c1'), 10);
+    await markDown('c1');
     await store.upsertNode(id('c1'), inv); // the agent restarted
     expect(await store.nodeState(id('c1'))).toBe('cordoned');
   });
@@ -82,13 +104,13 @@ describe('node state', () => {
   test('a down node can be cordoned and uncordoned; it stays down until seen, then takes the cordon it was given', async () => {
     await store.upsertNode(id('c2'), inv);
     await sleep(30);
-    await store.markNodeDown(id('c2'), 10);
+    await markDown('c2');
     await store.setNodeState('c2', 'cordoned');
     expect(await store.nodeState(id('c2'))).toBe('down');
     await store.heartbeat(id('c2'));
     expect(await store.nodeState(id('c2'))).toBe('cordoned');
     await sleep(30);
-    await store.markNodeDown(id('c2'), 10);
+    await markDown('c2');
     await store.setNodeState('c2', 'ready');
     expect(await store.nodeState(id('c2'))).toBe('down');
     expect(await store.isCordoned('c2')).toBe(false);

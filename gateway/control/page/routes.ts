@@ -23,7 +23,10 @@ import { buildSnapshot, type PageSnapshot, type TemporalUi } from './snapshot';
 import { RecentTraffic } from './traffic';
 
 /** What the page needs beyond the control routes' options: the gate (certificate sign-in) and Temporal. */
-export interface PageOptions extends Pick<ControlAppOptions, 'store' | 'endDrain' | 'onNodesChanged' | 'revoke'> {
+export interface PageOptions extends Pick<
+  ControlAppOptions,
+  'store' | 'endDrain' | 'onNodesChanged' | 'revoke' | 'beats'
+> {
   gate: CertificateGate;
   client: Client;
   ui: TemporalUi;
@@ -64,7 +67,7 @@ export async function pageRoutes(app: FastifyInstance, o: PageOptions): Promise<
   const assets = loadAssets();
   const traffic = new RecentTraffic(new ModelStatsStore(store.pool), o.trafficEveryMs);
   const live = new LiveSnapshots<PageSnapshot>(
-    () => buildSnapshot(store, { client: o.client, ui: o.ui }, traffic),
+    () => buildSnapshot(store, { client: o.client, ui: o.ui }, traffic, o.beats),
     o.log,
     o.liveEveryMs,
   );

@@ -11,6 +11,7 @@ import { doctorColumn } from '../../../lib/doctor/format';
 import type { Store } from '../../../lib/store/store';
 import { workflowLink } from '../../../lib/workflow-starts';
 import { drainProgressQuery, formatDrainProgress } from '../../../workflows/contracts/drain';
+import type { NodeBeats } from '../node-beats';
 import { nodeList } from '../node-actions';
 import { modelList } from '../operator-routes';
 import type { ModelTraffic, RecentTraffic } from './traffic';
@@ -113,9 +114,10 @@ export async function buildSnapshot(
   store: Store,
   temporal: { client: Client; ui: TemporalUi },
   traffic?: RecentTraffic,
+  beats?: Pick<NodeBeats, 'of'>,
 ): Promise<PageSnapshot> {
   const [nodes, models, replicas, events, workflows] = await Promise.all([
-    nodeList(store),
+    nodeList(store, beats),
     modelList(store),
     store.listReplicas(),
     store.recentEvents(200),
