@@ -60,6 +60,10 @@ ${agentBinUsage(25)}
                          upgraded agent adopts the engines the last one left running (default /var/lib/llmgw/engines)
   --stop-engines-on-exit stop this node's engines when the agent stops (default: leave them running for the next
                          agent; engines no shard wants any more are stopped when it starts)
+  --no-rank-fence        leave multi-node ranks' ports (ggml-rpc-server, vLLM's and SGLang's master port) open to
+                         whoever reaches the node. By default, as root with nft installed, the agent fences each to
+                         its replica's nodes with nftables (table inet llmgw; docs/identity.md). Off for agents that
+                         share one network namespace (the local cluster)
   --metrics HOST:PORT    serve the agent's Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md);
                          default off. Keep it on a network only Prometheus reaches, e.g. 127.0.0.1:9464
   --temporal-metrics HOST:PORT  serve the Temporal SDK's metrics of the node worker there; default off
@@ -108,6 +112,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
       cpuinfo: { type: 'string' },
       'state-dir': { type: 'string' },
       'stop-engines-on-exit': { type: 'boolean' },
+      'no-rank-fence': { type: 'boolean' },
       cert: { type: 'string' },
       key: { type: 'string' },
       ca: { type: 'string' },
@@ -153,6 +158,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     },
     stateDir: resolve(values['state-dir'] ?? '/var/lib/llmgw/engines'),
     stopEnginesOnExit: values['stop-engines-on-exit'] ?? false,
+    rankFence: values['no-rank-fence'] !== true,
     ...(values.metrics ? { metrics: hostPort('--metrics', values.metrics) } : {}),
   };
   const temporalMetrics = values['temporal-metrics']

@@ -32,6 +32,8 @@ if [ ! -x /usr/sbin/sshd ]; then
 fi
 command -v ip >/dev/null || apt_install iproute2
 command -v nsenter >/dev/null || apt_install util-linux
+# The agent fences multi-node ranks' ports with nftables (lib/rank-fence.ts); its tests run nft in network namespaces.
+command -v nft >/dev/null || [ -x /usr/sbin/nft ] || apt_install nftables
 command -v gcc >/dev/null || apt_install gcc
 command -v sudo >/dev/null || apt_install sudo   # a test host reached as a non-root user with sudo
 command -v chromium >/dev/null || apt_install chromium   # the cluster page's tests drive a real headless browser

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure, CancelledFailure } from '@temporalio/common';
 import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command';
-import type { EngineProgram } from '../../lib/engines/registry';
+import { ENGINE_SPECS, type EngineProgram } from '../../lib/engines/registry';
 import type { SignalTargets } from '../../lib/engines/signals';
 import { engineApiHost } from '../../lib/node-door';
 import {
@@ -19,6 +19,7 @@ import {
 import type { EngineName, EngineStatus, NodeInventory } from '../../lib/types';
 import { hasCode, type ErrorCode, type LlmgwError } from '../../lib/errors';
 import { SHARD_HEARTBEAT_S } from '../../lib/liveness';
+import { peerAddresses, type RankFence, type ShardFence } from '../../lib/rank-fence';
 import { createEngineSetup, type EngineSetup, type EnsureEnginesInput } from './engine-setup';
 import { ENGINE_PROCESSES, type EngineProcesses } from './engines';
 import { isAssigned, type AssignedShard } from './gc';
@@ -67,6 +68,11 @@ export interface NodeDeps {
   assigned?: () => Promise<AssignedShard[]>;
   /** Aborted when the agent stops: ends the wait above. */
   stopping?: AbortSignal;
+  /**
+   * Fences each multi-node rank's ports (its engine's rankPorts) to its replica's nodes while its engine runs
+   * (lib/rank-fence.ts); absent: those ports are open to whoever reaches the node (agent --no-rank-fence, tests).
+   */
+  fence?: Pick<RankFence, 'install' | 'remove'>;
   /** How engines are launched, found, watched and stopped (default: processes behind the shim; sim-fleet: in-process). */
   processes?: EngineProcesses;
   log?: (msg: string, fields?: Record<string, unknown>) => void;
@@ -195,6 +201,27 @@ export function createNodeActivities(deps: NodeDeps) {
     }
   };
 
+  /** The fence a shard's engine needs (its rank ports, its replica's nodes), or null when it needs none. */
+  const shardFence = async (input: RunShardInput, key: string): Promise<ShardFence | null> => {
+    const ports = ENGINE_SPECS[input.profile.engine].rankPorts(input);
+    if (!deps.fence || ports.length === 0) return null;
+    const hosts = [...new Set((input.peers ?? []).map((p) => p.host))];
+    if (hosts.length === 0) {
+      log('RANK FENCE SKIPPED: the shard names no peers, so its rank ports stay open', { key, ports });
+      return null;
+    }
+    return { key, ports, peers: await peerAddresses(hosts) };
+  };
+
+  /** Removes a shard's fence once its engine is gone; a failure is logged (the next agent start sweeps it). */
+  const unfence = async (key: string): Promise<void> => {
+    try {
+      await deps.fence?.remove(key);
+    } catch (err) {
+      log('RANK FENCE NOT REMOVED', { level: 'error', key, error: (err as Error).message });
+    }
+  };
+
   /** After a server-side timeout: waits until the engine is adopted, let go, stopped, gone, or the agent stops. */
   async function outliveTimeout(
     key: string,
@@ -310,6 +337,22 @@ export function createNodeActivities(deps: NodeDeps) {
       };
       let st: EngineState | undefined;
       try {
+        // Before the engine listens (or, adopted, again: the table may have been flushed meanwhile).
+        const fence = await shardFence(input, key).catch((err: Error) => {
+          throw ApplicationFailure.nonRetryable(
+            `${where}: its rank ports could not be fenced: ${err.message}`,
+            'LLMGW_RANK_FENCE_FAILED' satisfies ErrorCode,
+          );
+        });
+        if (fence) {
+          await deps.fence?.install(fence).catch((err: Error) => {
+            throw ApplicationFailure.nonRetryable(
+              `${where}: its rank ports ${fence.ports.join(', ')} could not be fenced to its peers: ${err.message}`,
+              'LLMGW_RANK_FENCE_FAILED' satisfies ErrorCode,
+            );
+          });
+          log('rank fence installed', { ...fields, ports: fence.ports, peers: fence.peers });
+        }
         const found = findEngine(stateDir, key);
         if (found.kind === 'exited') throw exitedFailure(found.exit, found.state?.enginePid, true);
         // The same engine only: its port, its arguments and its GPUs (a record from before GPU pinning has none to compare).
@@ -426,6 +469,8 @@ export function createNodeActivities(deps: NodeDeps) {
         throw err instanceof Error ? err : new CancelledFailure('shard stopped');
       } finally {
         clearInterval(timer);
+        // The fence goes with the engine; one left running (for the next agent, or a later run) keeps it.
+        if (claims.get(key) === token && !(st && liveness(st).engine)) await unfence(key);
         if (claims.get(key) === token) {
           claims.delete(key);
           supervised.delete(key);
@@ -469,6 +514,7 @@ export function createNodeActivities(deps: NodeDeps) {
       try {
         await stopEngine(found.state, stopGraceMs);
         removeEngineFiles(stateDir, key, { keepLog: true });
+        await unfence(key);
       } finally {
         if (!claims.has(key)) supervised.delete(key);
       }

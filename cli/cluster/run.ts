@@ -384,6 +384,8 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
           '--weights-listen',
           '127.0.0.1:0',
           '--stop-engines-on-exit',
+          // Its agents share this machine's network namespace: one's sweep would remove the others' fences.
+          '--no-rank-fence',
           ...(agentMetrics === null
             ? ['--metrics', '127.0.0.1:0']
             : [

@@ -172,8 +172,9 @@ export function agentUnit(o: { description: string; unitLines: string[]; script:
     'KillMode=process',
     // The agent runs as root, unlike the other roles: sminfo opens /dev/infiniband/umad* (root's alone), engines
     // need the GPU and InfiniBand devices and pinned memory, and a renewal rewrites /etc/llmgw/node.key. Root's
-    // capabilities are cut to two: CAP_IPC_LOCK (NCCL over InfiniBand registers pinned memory) and CAP_SYS_NICE
-    // (engines pin threads and raise their priority). No PrivateDevices (the GPUs), no PrivateTmp (engines outlive
+    // capabilities are cut to three: CAP_IPC_LOCK (NCCL over InfiniBand registers pinned memory), CAP_SYS_NICE
+    // (engines pin threads and raise their priority) and CAP_NET_ADMIN (the rank fence's nftables rules, which keep
+    // multi-node ranks' ports to their replica's nodes: lib/rank-fence.ts). No PrivateDevices (the GPUs), no PrivateTmp (engines outlive
     // the agent, and a private /tmp goes when its unit stops), no system-call or address-family filter (CUDA,
     // RDMA's netlink and the engines' Python use more than a network service does).
     'NoNewPrivileges=yes',
@@ -185,7 +186,7 @@ export function agentUnit(o: { description: string; unitLines: string[]; script:
     'ProtectControlGroups=yes',
     'RestrictSUIDSGID=yes',
     'LockPersonality=yes',
-    'CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_NICE',
+    'CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_NICE CAP_NET_ADMIN',
     'LimitMEMLOCK=infinity',
     // pip's and the engines' caches (Hugging Face, Triton) under the agent's state, not /root.
     `Environment=HOME=${p.agentState}/home`,

@@ -103,6 +103,8 @@ export const llamacpp = defineEngine({
   rankNeedsWeights: (rank) => rank === 0,
   // llama-server --rpc connects to every ggml-rpc-server as it loads the model and exits on one that refuses.
   rankStart: 'workers-first',
+  // A worker rank's ggml-rpc-server: rank 0's llama-server is its one client.
+  rankPorts: (l) => (l.world > 1 && l.rank > 0 ? [l.port] : []),
   // llama-server answers /v1/embeddings only when started with --embeddings (else 501).
   embeds: (args) => args.includes('--embeddings') || args.includes('--embedding'),
   embedsWith: 'a llama.cpp profile embeds with --embeddings in its args',

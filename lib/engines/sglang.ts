@@ -68,6 +68,8 @@ export const sglang = defineEngine({
   rankNeedsWeights: () => true,
   // Node rank 0 hosts --dist-init-addr (torch.distributed's store); the other ranks wait for it to come up.
   rankStart: 'head-first',
+  // Rank 0's --dist-init-addr port (torch.distributed's TCPStore), which the other ranks join.
+  rankPorts: (l) => (l.world > 1 && l.rank === 0 ? [l.distPort] : []),
   // Without --is-embedding SGLang still embeds with a model whose architecture is an embedding one.
   embeds: (args) => (args.includes('--is-embedding') ? true : null),
   embedsWith: 'an SGLang profile embeds with --is-embedding in its args',

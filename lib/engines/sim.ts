@@ -51,6 +51,8 @@ export const sim = defineEngine({
   rankNeedsWeights: (rank) => rank === 0,
   // Rank 0 binds the dist-init port; workers retry joining it for two minutes.
   rankStart: 'head-first',
+  // Rank 0's dist-init port, which the other ranks join (lib/sim/group.ts), as vLLM's and SGLang's master port.
+  rankPorts: (l) => (l.world > 1 && l.rank === 0 ? [l.distPort] : []),
   // Like llama-server without --embeddings: it serves completions only.
   embeds: () => false,
   embedsWith: 'the sim engine serves no embeddings',

@@ -101,6 +101,12 @@ export interface EngineSpec<
    * starts and fails on one not yet listening, so each worker must listen first.
    */
   readonly rankStart: RankStart;
+  /**
+   * The ports this rank of a multi-node replica listens on for its other ranks (rendezvous, RPC), which the agent
+   * fences to the replica's own nodes (lib/rank-fence.ts); [] for a single-node replica or a rank that listens for
+   * none. Only fixed ports: NCCL's and Gloo's are ephemeral and cannot be named here (docs/identity.md).
+   */
+  readonly rankPorts: (l: ShardLaunch) => number[];
   /** whether a profile with these args serves /v1/embeddings: true, false, or null when the engine decides (by the model) */
   readonly embeds: (args: readonly string[]) => boolean | null;
   /** how a profile of this engine is made to embed, for the gateway's refusal */

@@ -83,6 +83,8 @@ export const vllm = defineEngine({
   rankNeedsWeights: () => true,
   // Node rank 0 hosts the master port (torch.distributed's store); the headless ranks wait for it to come up.
   rankStart: 'head-first',
+  // Rank 0's master port (torch.distributed's TCPStore), which the headless ranks join.
+  rankPorts: (l) => (l.world > 1 && l.rank === 0 ? [l.distPort] : []),
   // --runner auto (the default) embeds when the model is an embedding model: only vLLM knows.
   embeds: (args) => {
     const runner = flagValue(args, '--runner');

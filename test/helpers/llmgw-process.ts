@@ -80,7 +80,8 @@ export async function spawnAgent(
   const a = {
     node,
     ...spawnLlmgw(
-      ['agent', '--node', node, ...args, '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi')],
+      // In this machine's network namespace, beside other tests' agents: no fence (it would change the host's nftables).
+      ['agent', '--node', node, ...args, '--no-rank-fence', '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi')],
       { FAKE_NVIDIA_GPUS: String(o.gpus ?? 1), FAKE_NVIDIA_SEED: node },
       o.spawner,
     ),

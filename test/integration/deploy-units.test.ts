@@ -95,9 +95,10 @@ describe('the units of every role', () => {
     expect(u).toMatch(/^ProtectHome=(yes|read-only)$/m);
     expect(u).toMatch(/^CapabilityBoundingSet=/m);
     if (role === 'agent') {
-      // Root with two capabilities, and engines that outlive it: no private /tmp, cgroup not killed.
+      // Root with three capabilities (CAP_NET_ADMIN: the rank fence), and engines that outlive it: no private /tmp,
+      // cgroup not killed.
       expect(u).not.toMatch(/^User=/m);
-      expect(u).toMatch(/^CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_NICE$/m);
+      expect(u).toMatch(/^CapabilityBoundingSet=CAP_IPC_LOCK CAP_SYS_NICE CAP_NET_ADMIN$/m);
       expect(u).toContain('KillMode=process');
       expect(u).toMatch(/^ReadWritePaths=\/var\/lib\/llmgw \/etc\/llmgw /m);
     } else {

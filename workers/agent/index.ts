@@ -19,6 +19,7 @@ import type { Agent, AgentOptions } from './options';
 import { startRenewal } from './renewal';
 import { startAgentDoor } from './node-door';
 import { startNodeWeights } from './weights';
+import { startRankFence, sweepFences } from './rank-fence';
 import { nodeConnection, startNodeWorker } from './worker';
 import { ensureWritableDir } from './writable-dir';
 import { startMetricsListener } from '../../gateway/metrics';
@@ -113,6 +114,14 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
   const supervised = new Set<string>();
   if (metrics)
     Object.assign(metrics.sources, { engines: () => engines.statuses(), supervised, weightsDir: opts.weights?.dir });
+  // Before the worker polls: a shard adopted from the last agent finds stale fences already gone.
+  const fence = await startRankFence({
+    enabled: opts.rankFence === true,
+    ...(opts.nftArgv ? { nftArgv: opts.nftArgv } : {}),
+    stateDir: opts.stateDir,
+    supervised,
+    log: opts.log,
+  });
   const stopping = new AbortController();
   const activities = {
     ...createNodeActivities({
@@ -128,6 +137,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
       ...(door ? { signals } : {}),
       assigned: () => assignedShards(control, opts.nodeId),
       stopping: stopping.signal,
+      ...(fence ? { fence } : {}),
       ...(opts.simulated ? { processes: opts.simulated.processes } : {}),
       log: opts.log,
     }),
@@ -155,6 +165,11 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
       if (closing) c.cancel();
       if (c.stopped.length || c.pending.length || c.removed.length)
         opts.log('engine records collected', { stopped: c.stopped, pending: c.pending, removed: c.removed });
+      // Engines the collection stopped (now, or at their adoption deadline) take their fences with them.
+      if (fence) {
+        void sweepFences(fence, opts.stateDir, supervised, opts.log);
+        void c.settled.then(() => (closing ? undefined : sweepFences(fence, opts.stateDir, supervised, opts.log)));
+      }
     },
     (err: Error) => opts.log('engine collection failed', { error: err.message }),
   );

@@ -42,6 +42,14 @@ export interface AgentOptions {
   stateDir: string;
   /** Stop the engines when the agent stops, instead of leaving them for the next agent (the local cluster) */
   stopEnginesOnExit: boolean;
+  /**
+   * Fence multi-node ranks' ports to their replicas' nodes with nftables (lib/rank-fence.ts), where the agent is
+   * root and nft works (else one `RANK FENCE OFF: <reason>` line). `llmgw agent` sets it unless --no-rank-fence;
+   * absent here: off, as for agents inside a test's or sim-fleet's process, which share the host's network namespace.
+   */
+  rankFence?: boolean;
+  /** The nft command (default `nft`); tests run it inside a network namespace (`ip netns exec NS nft`). */
+  nftArgv?: string[];
   /** Where to serve the agent's metrics (`--metrics HOST:PORT`); absent: off */
   metrics?: { host: string; port: number };
   /**
