@@ -80,8 +80,17 @@ export async function spawnAgent(
   const a = {
     node,
     ...spawnLlmgw(
-      // In this machine's network namespace, beside other tests' agents: no fence (it would change the host's nftables).
-      ['agent', '--node', node, ...args, '--no-rank-fence', '--nvidia-smi', join(ROOT, 'test/fixtures/nvidia-smi')],
+      // In this machine's network namespace, beside other tests' agents: no fence (it would change the host's
+      // nftables). A spawner starts it on a test host, a network namespace of its own: fenced, as on a real node.
+      [
+        'agent',
+        '--node',
+        node,
+        ...args,
+        ...(o.spawner ? [] : ['--no-rank-fence']),
+        '--nvidia-smi',
+        join(ROOT, 'test/fixtures/nvidia-smi'),
+      ],
       { FAKE_NVIDIA_GPUS: String(o.gpus ?? 1), FAKE_NVIDIA_SEED: node },
       o.spawner,
     ),

@@ -107,6 +107,8 @@ describe('llmgw on nine hosts (network namespaces): Temporal behind mTLS, MySQL 
   test('end to end: the nodes register through the control planes, their workers run through the Temporal door, replicas become ready, completions flow through the load balancer', async () => {
     let registeredAt = 0;
     for (const a of mh.agents) {
+      // Root in a network namespace of its own, with nft: each agent fences its multi-node ranks (none here).
+      await explained(untilLogged(a, 'rank fence on', 60_000, `${a.node}'s rank fence`));
       const reg = json(await explained(untilLogged(a, 'registered', 60_000, `${a.node} to register`)));
       registeredAt = Math.max(registeredAt, Date.parse(String(reg.t)));
       expect(reg).toMatchObject({
