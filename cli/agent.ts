@@ -42,8 +42,12 @@ that supervises this node's engine processes.
   --door HOST:PORT       the node's door, e.g. <advertise-host>:${DEFAULT_DOOR_PORT}: its one inference listener (HTTPS;
                          only gateway certificates, llmgw ca issue --gateway), forwarding to this node's engines,
                          which then listen on 127.0.0.1 only; keep the port fixed, routes name it. Without it
-                         (default) engines listen on --advertise-host and gateways reach them there. The door lives
-                         in the agent: while the agent restarts, requests to this node fail over to other replicas
+                         (default) engines listen on --advertise-host and gateways reach them there. The door is a
+                         process of its own (llmgw node-door, log in <state-dir>/door/door.log) that the agent starts,
+                         adopts after a restart and starts again within a second if it dies: an agent restart or
+                         crash fails no request. A door of another build is replaced new-first (no request fails)
+  --door-in-agent        serve the door inside the agent instead (as before; an agent restart then fails the
+                         requests through this node)
   Engines: the control plane names them (server.yaml engines: name -> version); the agent installs each
   named version from PyPI into --engines-dir, runs it and checks its flags (engine-check), and offers only
   those that pass (llmgw ctl nodes shows why one failed). A version "" means the operator's own binary:
@@ -103,6 +107,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
       sminfo: { type: 'string' },
       'advertise-host': { type: 'string' },
       door: { type: 'string' },
+      'door-in-agent': { type: 'boolean' },
       ...ENGINE_BIN_OPTIONS,
       'engines-dir': { type: 'string' },
       'weights-dir': { type: 'string' },
@@ -146,6 +151,7 @@ export async function agentCommand(argv: string[]): Promise<void> {
     fabrics: values.fabric ?? [],
     advertiseHost: values['advertise-host'] ?? '127.0.0.1',
     ...(values.door ? { door: hostPort('--door', values.door) } : {}),
+    ...(values['door-in-agent'] ? { doorInAgent: true } : {}),
     weights: {
       dir: resolve(values['weights-dir'] ?? '/var/lib/llmgw/weights'),
       listen: parseWeightsListen(values['weights-listen'] ?? '0.0.0.0:0'),

@@ -49,6 +49,7 @@ const COMMANDS: Record<string, () => Promise<(argv: string[]) => Promise<void>>>
   // Node-side helpers onboarding and the agent run (not in the usage above).
   'engine-probe': async () => (argv) =>
     (require('./engine-probe') as typeof import('./engine-probe')).engineProbeCommand(argv),
+  'node-door': async () => async (argv) => (require('./node-door') as typeof import('./node-door')).nodeDoorMain(argv),
   'engine-shim': async () => async (argv) =>
     (require('./engine-shim') as typeof import('./engine-shim')).engineShimMain(argv),
   version: async () => async () => {

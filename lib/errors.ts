@@ -45,6 +45,7 @@ export const ERRORS = {
   LLMGW_PROVISION_FAILED: { status: 500, type: 'server_error' },
   LLMGW_NOT_FOUND: { status: 404, type: 'invalid_request_error' },
   LLMGW_REPLICA_NOT_HERE: { status: 404, type: 'invalid_request_error' },
+  LLMGW_DOOR_NOT_STARTED: { status: 500, type: 'server_error' },
   LLMGW_REQUEST_TIMEOUT: { status: 408, type: 'invalid_request_error' },
   LLMGW_BODY_TOO_LARGE: { status: 413, type: 'invalid_request_error' },
   LLMGW_UNSUPPORTED_MEDIA_TYPE: { status: 415, type: 'invalid_request_error' },

@@ -24,6 +24,11 @@ export interface NodeDoorOptions {
   host: string;
   /** 0: any free port */
   port: number;
+  /**
+   * A listening socket handed over by the door this one replaces (`llmgw node-door --listen-fd 3`): served instead of
+   * binding `host:port`, so no connection is refused while the two overlap.
+   */
+  fd?: number;
   /** The loopback port of rank 0's engine of `replicaId` when it runs on this node, else null. */
   replicaPort: (replicaId: string) => number | null;
   /** The replicas this node runs now (for the 404's message). */
@@ -45,8 +50,17 @@ export interface NodeDoorOptions {
 
 export interface NodeDoor {
   port: number;
+  /** The listening socket's file descriptor (handed to a replacing door), or null where the platform has none. */
+  listeningFd(): number | null;
+  /** Requests being answered now. */
+  inFlight(): number;
   /** Serves with a renewed certificate from the next connection on. */
   useCredentials(tls: NodeDoorOptions['tls']): void;
+  /**
+   * Stops accepting, answers what is in flight (each with `Connection: close`), closes idle connections and
+   * resolves once nothing is left or `graceMs` has passed (what is still open then is dropped).
+   */
+  drain(graceMs: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -190,7 +204,14 @@ export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
     req.pipe(up);
   };
 
+  // While draining (a replacing door took over the listening socket), every answer closes its connection after it,
+  // so a gateway's pool opens its next one to the new door instead of finding this one gone.
+  let draining = false;
+  const active = new Set<ServerResponse>();
   const handle = (req: IncomingMessage, res: ServerResponse): void => {
+    active.add(res);
+    res.once('close', () => active.delete(res));
+    if (draining) res.shouldKeepAlive = false;
     const socket = req.socket as TLSSocket;
     let v = verdicts.get(socket);
     if (!v) {
@@ -217,10 +238,27 @@ export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
   const connections = trackConnections(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(o.port, o.host, () => resolve());
+    if (o.fd !== undefined) server.listen({ fd: o.fd }, () => resolve());
+    else server.listen(o.port, o.host, () => resolve());
   });
   return {
     port: (server.address() as AddressInfo).port,
+    listeningFd: () => {
+      // Node keeps the descriptor on the listener's handle (not a public API; present on POSIX).
+      const fd = (server as unknown as { _handle?: { fd?: number } })._handle?.fd;
+      return typeof fd === 'number' && fd >= 0 ? fd : null;
+    },
+    inFlight: () => active.size,
+    drain: async (graceMs) => {
+      draining = true;
+      for (const r of active) if (!r.headersSent) r.shouldKeepAlive = false;
+      server.close();
+      server.closeIdleConnections();
+      const deadline = Date.now() + graceMs;
+      while (active.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      server.closeAllConnections();
+      upstream.destroy();
+    },
     useCredentials: (tls) => {
       ca = new X509Certificate(tls.caPem);
       server.setSecureContext({ cert: tls.certPem, key: tls.keyPem, ca: tls.caPem });

@@ -88,3 +88,15 @@ export function parseSignals(engine: EngineName, text: string): EngineSignal | n
 export function metricsFlag(engine: EngineName): string | null {
   return engine === 'llamacpp' ? '--metrics' : engine === 'sglang' ? '--enable-metrics' : null;
 }
+
+/**
+ * The signals of whichever engine's names `text` holds: the node's door knows an engine by its port alone (engine
+ * records name no engine), and the engines' metric names do not overlap (sim's are vLLM's).
+ */
+export function parseAnySignals(text: string): EngineSignal | null {
+  for (const engine of ['vllm', 'sglang', 'llamacpp'] as const) {
+    const s = parseSignals(engine, text);
+    if (s) return s;
+  }
+  return null;
+}

@@ -1,6 +1,7 @@
 /**
- * `npm run bench:node-door`: what a node's door adds to a request. One sim engine process (answers at once), a
- * door in its own process in front of it (test/bench/node-door-child.ts), and interleaved rounds of one
+ * `npm run bench:node-door`: what a node's door adds to a request. One sim engine process (answers at once), the
+ * node's door process in front of it as the agent runs it (`llmgw node-door`, its route read from the engine's
+ * record in a state dir, its credentials from door/credentials.json), and interleaved rounds of one
  * non-streamed completion straight to the engine (node:http, keep-alive: the gateway's path before the door) and
  * one through the door (keep-alive TLS with a gateway certificate: lib/door-agent.ts, the gateway's path now).
  * Prints each path's percentiles and the added latency paired per round. Asserts nothing.
@@ -9,11 +10,12 @@ import '../helpers/bench-help'; // --help: the comment above
 import { spawn } from 'node:child_process';
 import { Agent, request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { DoorAgent } from '../../lib/door-agent';
+import { enginePaths, procStartTime, shardKey, writeJsonAtomic, type EngineState } from '../../lib/engine-state';
+import { nodeDoorArgv, readDoorRecord, writeDoorCredentials } from '../../workers/node-door/files';
 import { initCa, issueClientCertificate, issueNodeCertificate } from '../../lib/pki';
 import { simEngineArgv } from '../../lib/sim/argv';
 import { freePort } from '../helpers/ports';
@@ -57,13 +59,36 @@ async function main(): Promise<void> {
       stdio: 'ignore',
     },
   );
-  const door = spawn(process.execPath, ['--import', 'tsx', join(__dirname, 'node-door-child.ts')], {
-    env: { ...process.env, NODE_DOOR_BENCH: JSON.stringify({ tls: { ...node, caPem: ca.certPem }, enginePort }) },
-    stdio: ['pipe', 'pipe', 'inherit'],
-  });
-  const doorPort = await new Promise<number>((resolve) =>
-    createInterface({ input: door.stdout! }).once('line', (l) => resolve((JSON.parse(l) as { ready: number }).ready)),
+  // What an agent leaves for its door: the engine's record (rank 0 of replica m-0) and the node's credentials.
+  const stateDir = join(tmp, 'state');
+  mkdirSync(stateDir, { recursive: true });
+  const key = shardKey('m-0', 1, 0);
+  writeJsonAtomic(enginePaths(stateDir, key).state, {
+    key,
+    replicaId: 'm-0',
+    rank: 0,
+    generation: 1,
+    port: enginePort,
+    shimPid: 0,
+    shimStartTime: '',
+    enginePid: engine.pid as number,
+    engineStartTime: procStartTime(engine.pid as number) ?? '',
+    command: 'sim',
+    startedAt: new Date().toISOString(),
+  } satisfies EngineState);
+  writeDoorCredentials(stateDir, { ...node, caPem: ca.certPem });
+  const [doorBin, ...doorPre] = nodeDoorArgv();
+  const door = spawn(
+    doorBin as string,
+    [...doorPre, '--node', 'bench-node', '--state-dir', stateDir, '--listen', '127.0.0.1:0'],
+    { stdio: ['ignore', 'ignore', 'inherit'] },
   );
+  let doorPort = 0;
+  for (let i = 0; i < 600 && !doorPort; i++) {
+    doorPort = readDoorRecord(stateDir)?.port ?? 0;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  if (!doorPort) throw new Error('the node door process did not start within 30 s');
   for (let i = 0; i < 100; i++) {
     const ok = await fetch(`http://127.0.0.1:${enginePort}/health`).then(
       (r) => r.ok,
@@ -130,7 +155,7 @@ async function main(): Promise<void> {
   );
   plain.destroy();
   tlsPool.destroy();
-  door.stdin!.end();
+  door.kill('SIGTERM');
   engine.kill();
   await new Promise((r) => door.once('exit', r));
   rmSync(tmp, { recursive: true, force: true });

@@ -4,7 +4,13 @@
  * time. The node's door hands them to gateways (GET /nodes/NODE/signals); nothing here touches the control path,
  * and an engine that does not answer only lets its signal age (the gateway then routes on its own in-flight counts).
  */
-import { parseSignals, SIGNALS_PATH, type EngineSignal, type SignalTargets } from '../../lib/engines/signals';
+import {
+  parseAnySignals,
+  parseSignals,
+  SIGNALS_PATH,
+  type EngineSignal,
+  type SignalTargets,
+} from '../../lib/engines/signals';
 import type { EngineName } from '../../lib/types';
 
 /** A replica's last signal and how old it is. */
@@ -13,7 +19,8 @@ export interface ReplicaSignal extends EngineSignal {
 }
 
 interface Target {
-  engine: EngineName;
+  /** 'any': not known (the node's door process), read by whichever engine's names the answer holds */
+  engine: EngineName | 'any';
   baseUrl: string;
   last: EngineSignal | null;
   at: number;
@@ -41,7 +48,7 @@ export class EngineSignals implements SignalTargets {
     this.now = o.now ?? Date.now;
   }
 
-  track(replicaId: string, engine: EngineName, baseUrl: string): void {
+  track(replicaId: string, engine: EngineName | 'any', baseUrl: string): void {
     const t = this.targets.get(replicaId);
     if (t?.baseUrl === baseUrl && t.engine === engine) return;
     this.targets.set(replicaId, { engine, baseUrl, last: null, at: 0, busy: false, warned: false });
@@ -81,7 +88,7 @@ export class EngineSignals implements SignalTargets {
     try {
       const res = await fetch(`${t.baseUrl}${SIGNALS_PATH}`, { signal: AbortSignal.timeout(this.o.timeoutMs ?? 800) });
       const text = await res.text();
-      const s = res.ok ? parseSignals(t.engine, text) : null;
+      const s = !res.ok ? null : t.engine === 'any' ? parseAnySignals(text) : parseSignals(t.engine, text);
       if (s) {
         t.last = s;
         t.at = this.now();

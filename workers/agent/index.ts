@@ -18,6 +18,7 @@ import { markCleanStop, previousAgentCrashed } from './handover';
 import type { Agent, AgentOptions } from './options';
 import { startRenewal } from './renewal';
 import { startAgentDoor } from './node-door';
+import { startAgentDoorProcess } from './door-process';
 import { startNodeWeights } from './weights';
 import { startRankFence, sweepFences } from './rank-fence';
 import { nodeConnection, startNodeWorker } from './worker';
@@ -58,30 +59,51 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
     log: opts.log,
   });
   // The node's door, before registering: its port is part of the inventory (placement routes replicas through it).
+  // By default a process of its own that outlives the agent (door-process.ts): it reads its routes from the engine
+  // records and gathers the engines' signals itself. In the agent (--door-in-agent), the node activities fill
+  // `serving` and the agent gathers the signals.
   const serving = new Map<string, number>();
+  const doorInAgent = opts.door !== undefined && (opts.doorInAgent === true || opts.simulated !== undefined);
   // Each rank 0 engine's queue and KV-cache use, read twice a second; the door serves them to gateways.
   const signals = new EngineSignals({ log: opts.log });
-  const door = opts.door
-    ? await startAgentDoor({
-        nodeId: opts.nodeId,
-        listen: opts.door,
-        tls: opts.tls,
-        control,
-        serving,
-        signals: () => signals.snapshot(),
-        log: opts.log,
-      }).catch(async (err: unknown) => {
-        await control.close();
-        throw err;
-      })
-    : null;
-  if (door) inventory.door = { port: door.port };
-  // Gathered only where a door serves them: it is the gateways' one way to this node's engines.
+  const doorProcess =
+    opts.door && !doorInAgent
+      ? await startAgentDoorProcess({
+          nodeId: opts.nodeId,
+          stateDir: opts.stateDir,
+          listen: opts.door,
+          servers: typeof opts.server === 'string' ? [opts.server] : opts.server,
+          tls: opts.tls,
+          log: opts.log,
+        }).catch(async (err: unknown) => {
+          await control.close();
+          throw err;
+        })
+      : null;
+  const door =
+    opts.door && doorInAgent
+      ? await startAgentDoor({
+          nodeId: opts.nodeId,
+          listen: opts.door,
+          tls: opts.tls,
+          control,
+          serving,
+          signals: () => signals.snapshot(),
+          log: opts.log,
+        }).catch(async (err: unknown) => {
+          await control.close();
+          throw err;
+        })
+      : null;
+  const doorPort = door?.port ?? doorProcess?.port;
+  if (doorPort !== undefined) inventory.door = { port: doorPort };
+  // Gathered only where a door in the agent serves them: it is the gateways' one way to this node's engines.
   if (door) signals.start();
   const afterCrash = previousAgentCrashed(opts.stateDir);
   const reg = await register(control, opts, inventory, () => closing, afterCrash).catch(async (err: unknown) => {
     signals.stop();
     await door?.close();
+    await doorProcess?.close({ stopDoor: opts.stopEnginesOnExit });
     await control.close();
     throw err;
   });
@@ -92,7 +114,8 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
     fabrics: inventory.fabrics,
     temporal: reg.temporal.address,
     door: reg.temporal.mtls,
-    inferenceDoor: door ? `${opts.advertiseHost}:${door.port}` : null,
+    inferenceDoor: doorPort !== undefined ? `${opts.advertiseHost}:${doorPort}` : null,
+    ...(doorProcess ? { doorPid: doorProcess.pid() } : {}),
   });
 
   const connection = await nodeConnection(reg.temporal, opts.tls);
@@ -126,7 +149,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
   const activities = {
     ...createNodeActivities({
       nodeId: opts.nodeId,
-      behindDoor: door !== null && door !== undefined,
+      behindDoor: opts.door !== undefined,
       engineArgv: (engine, program) => engines.programs(engine, program) ?? [],
       engines,
       inventory,
@@ -181,6 +204,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
     (creds) => {
       weights?.useCredentials(creds);
       door?.useCredentials(creds);
+      doorProcess?.useCredentials(creds);
       void worker.renewed(creds).catch((err: Error) =>
         opts.log('NODE WORKER NOT MOVED to the renewed certificate: it keeps the old one until the agent restarts', {
           level: 'error',
@@ -209,6 +233,8 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
       await weights?.close();
       signals.stop();
       await door?.close();
+      // The door serves on through the agent's restart, unless the node's engines stop with it.
+      await doorProcess?.close({ stopDoor: opts.stopEnginesOnExit });
       await worker.disconnect();
       await control.close();
     },

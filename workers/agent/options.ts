@@ -32,6 +32,11 @@ export interface AgentOptions {
    * certificates, in front of its loopback engines. Absent: no door (replicas are routed to the engines' own ports).
    */
   door?: { host: string; port: number };
+  /**
+   * Serve the door inside the agent (`--door-in-agent`), as before it had a process of its own: an agent restart
+   * then fails the node's requests. The simulated fleet's nodes always do (their engines are in its process).
+   */
+  doorInAgent?: boolean;
   /** The weights cache (`--weights-dir`) and where peers fetch from it (`--weights-listen`); absent: no URL sources here */
   weights?: { dir: string; listen: { host: string; port: number } };
   /** Where and from what the engines server.yaml names are installed (`--engines-dir`, `--llamacpp-bin`, …) */
