@@ -1,9 +1,10 @@
 /**
- * A node's door: the one inference listener of a node (the agent serves it). Engines bind to loopback; the door
- * takes HTTPS with a client certificate of role gateway from the cluster CA — judged by the same checks as the
- * control plane's gate (../mtls: present, this CA, within its dates), the role read from the certificate itself
- * (the CA signs it into the subject, lib/pki/issue.ts: the node has no MySQL), and revocation asked of the control
- * plane when it can be (`honoured`) — and forwards `/nodes/NODE/replicas/REPLICA/…` to that replica's engine on
+ * A node's door: the one inference listener of a node (run by `llmgw node-door`, the process the agent starts and
+ * adopts, workers/node-door; with --door-in-agent, by the agent itself). Engines bind to loopback; the door takes
+ * HTTPS with a client certificate of role gateway from the cluster CA — judged by the same checks as the control
+ * plane's gate (../mtls: present, this CA, within its dates), the role read from the certificate itself (the CA
+ * signs it into the subject, lib/pki/issue.ts: the node has no MySQL), and revocation asked of the control plane
+ * when it can be (`honoured`) — and forwards `/nodes/NODE/replicas/REPLICA/…` to that replica's engine on
  * 127.0.0.1, streaming both ways (nothing is buffered: a request body and an SSE answer flow chunk by chunk).
  * Its server certificate is the node's own (clientAuth only; the gateway checks it itself, lib/pki/peer.ts).
  */
