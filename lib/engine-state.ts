@@ -2,7 +2,7 @@
  * The on-disk record of an engine that outlives its agent: one directory per node, three files per shard key
  * (`<key>.json` written by the shim once the engine runs, `<key>.exit.json` when it exits, `<key>.log` its output).
  */
-import { readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileTail, procStatFields } from './process';
 import { releaseSelfArgv } from './release';
@@ -56,14 +56,20 @@ export function enginePaths(dir: string, key: string): EnginePaths {
   return { state: join(dir, `${key}.json`), exit: join(dir, `${key}.exit.json`), log: join(dir, `${key}.log`) };
 }
 
-/** Writes JSON so a reader sees the old file or the whole new one, never half (temp file + rename). */
-export function writeJsonAtomic(file: string, value: unknown): void {
+/**
+ * Writes JSON so a reader sees the old file or the whole new one, never half (temp file + rename). `mode` (e.g.
+ * 0o600 for a file holding a key) is set on the temp file before the rename, so the name never shows it wider.
+ */
+export function writeJsonAtomic(file: string, value: unknown, mode?: number): void {
   const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, `${JSON.stringify(value)}\n`);
+  writeFileSync(tmp, `${JSON.stringify(value)}\n`, mode === undefined ? {} : { mode });
+  // writeFileSync's mode applies only to a file it creates: a temp file a crash left keeps its own.
+  if (mode !== undefined) chmodSync(tmp, mode);
   renameSync(tmp, file);
 }
 
-function readJson<T>(file: string): T | null {
+/** A JSON file's value, or null when it is missing or not JSON. */
+export function readJson<T>(file: string): T | null {
   try {
     return JSON.parse(readFileSync(file, 'utf8')) as T;
   } catch {

@@ -3,8 +3,9 @@
  * and where its control listener is: the agent adopts it by this), the node credentials it serves with (the agent
  * writes them, renewals included; the door re-reads them), and its log.
  */
-import { chmodSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { readJson, writeJsonAtomic } from '../../lib/engine-state';
 import type { TlsCredentials } from '../../lib/tls-client';
 import { ownEntryArgv, PROJECT_ROOT } from '../../lib/paths';
 import { release, releaseSelfArgv } from '../../lib/release';
@@ -37,21 +38,6 @@ export function doorPaths(stateDir: string): { dir: string; record: string; cred
 }
 
 /** Writes `value` as JSON, readable by the owner only, so a reader sees the old file or the whole new one. */
-function writePrivateJson(file: string, value: unknown): void {
-  const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, `${JSON.stringify(value)}\n`, { mode: 0o600 });
-  chmodSync(tmp, 0o600);
-  renameSync(tmp, file);
-}
-
-function readJson<T>(file: string): T | null {
-  try {
-    return JSON.parse(readFileSync(file, 'utf8')) as T;
-  } catch {
-    return null;
-  }
-}
-
 /** The door's record, or null. */
 export function readDoorRecord(stateDir: string): DoorRecord | null {
   return readJson<DoorRecord>(doorPaths(stateDir).record);
@@ -60,17 +46,17 @@ export function readDoorRecord(stateDir: string): DoorRecord | null {
 /** Writes the door's record (owner-only: it holds the control token). */
 export function writeDoorRecord(stateDir: string, rec: DoorRecord): void {
   mkdirSync(doorPaths(stateDir).dir, { recursive: true, mode: 0o700 });
-  writePrivateJson(doorPaths(stateDir).record, rec);
+  writeJsonAtomic(doorPaths(stateDir).record, rec, 0o600);
 }
 
 /** Writes the credentials the door serves with (owner-only: the node's key). */
 export function writeDoorCredentials(stateDir: string, tls: TlsCredentials): void {
   mkdirSync(doorPaths(stateDir).dir, { recursive: true, mode: 0o700 });
-  writePrivateJson(doorPaths(stateDir).credentials, {
-    certPem: tls.certPem,
-    keyPem: tls.keyPem,
-    caPem: tls.caPem,
-  } satisfies TlsCredentials);
+  writeJsonAtomic(
+    doorPaths(stateDir).credentials,
+    { certPem: tls.certPem, keyPem: tls.keyPem, caPem: tls.caPem } satisfies TlsCredentials,
+    0o600,
+  );
 }
 
 /** The credentials file's text (compared to see a renewal), or null. */
