@@ -85,6 +85,8 @@ export interface ControlPlane {
   client: Client;
   /** Temporal's front door for nodes, on listeners.temporalDoor */
   door: TemporalDoor;
+  /** The agents' heartbeats this process heard (MySQL's last_seen gets only a few a minute per node) */
+  beats: NodeBeats;
   /** `http://host:port/metrics` when server.yaml's metrics.controlPlane is set */
   metricsUrl: string | null;
   /** The catalog applied at start (applyCatalog), once it was; null when not asked to */
@@ -273,6 +275,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     store,
     client,
     door,
+    beats,
     metricsUrl: metricsListener?.url ?? null,
     catalogApplied,
     async close(): Promise<void> {
