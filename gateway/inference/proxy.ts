@@ -102,6 +102,13 @@ export function engineRefusal(answer: Buffer): string | null {
 // The replica is not there: only these eject it. An HTTP error, a reset or a client that left never do.
 // A node door whose certificate is not its node's, or that does not open within connectMs (door-agent.ts), is
 // as unreachable as a refused port.
+/**
+ * How many pooled connections a request may find closed by the replica while idle before it counts as the
+ * replica's failure. More than one: a node's door replaced new-first closes every connection the old door held, and
+ * a gateway pools several to it (a retry once went to the next stale connection: a 502 with one replica).
+ */
+const STALE_RETRIES = 16;
+
 const CONNECT_ERRORS = new Set([
   'ECONNREFUSED',
   'EHOSTUNREACH',
@@ -183,10 +190,10 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       next: p.replica.id,
       error: why,
     });
-    attempt(p.replica, true);
+    attempt(p.replica, STALE_RETRIES);
   };
 
-  const attempt = (replica: RoutableReplica, staleRetryAllowed: boolean): void => {
+  const attempt = (replica: RoutableReplica, staleRetries: number): void => {
     routing.acquire(replica.id);
     if (note) note.replica = replica.id;
     let released = false;
@@ -246,8 +253,10 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       release();
       // Once an answer has begun, its 'close' below ends the request.
       if (clientGone || phase === 'answer' || phase === 'idle') return;
-      // A pooled connection the replica closed while idle: not the replica's fault, try it once more.
-      if (staleRetryAllowed && upReq.reusedSocket && err.code === 'ECONNRESET') return attempt(replica, false);
+      // A pooled connection the replica closed while idle: not the replica's fault, try it again. Each such failure
+      // takes its connection out of the pool, so the tries go through the stale ones to a fresh connection.
+      if (staleRetries > 0 && upReq.reusedSocket && err.code === 'ECONNRESET')
+        return attempt(replica, staleRetries - 1);
       const refused = phase === 'connect' || CONNECT_ERRORS.has(err.code ?? '');
       if (refused) routing.eject(replica, err.message);
       metrics?.upstreamError(model, replica.id, timedOut ? 'timeout' : refused ? 'connect' : 'reset');
@@ -357,5 +366,5 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
     if (times && times.sentAt === 0) times.sentAt = performance.now();
   };
 
-  attempt(call.first, true);
+  attempt(call.first, STALE_RETRIES);
 }

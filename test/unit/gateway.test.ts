@@ -1,5 +1,6 @@
 /** The inference gateway against real upstream HTTP servers: routes, errors, streaming, retry, balancing, aborts. */
-import type { ServerResponse } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import Fastify, { type FastifyInstance } from 'fastify';
 import OpenAI from 'openai';
 import type { RouteRows } from '../../lib/store/store';
@@ -207,6 +208,35 @@ describe('proxying to real upstreams', () => {
     let rest = '';
     for (let c = await reader.read(); !c.done; c = await reader.read()) rest += new TextDecoder().decode(c.value);
     expect(rest).toContain('data: [DONE]');
+  });
+
+  it('a request sent on pooled connections the replica dropped while idle goes on to a fresh one, not a 502', async () => {
+    // As a node's door replaced new-first does: every connection the old door held closes as its next request
+    // arrives. The gateway's pool holds three; all are stale; the one replica must still answer.
+    let stale = false;
+    const old = new WeakSet<object>();
+    const server = createServer((req, res) => {
+      if (stale && old.has(req.socket)) return void req.socket.destroy();
+      old.add(req.socket);
+      req.resume();
+      req.on('end', () => {
+        const model = 'm';
+        setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end(completion(model)), 30);
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const endpoint = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    try {
+      const { url } = await gateway({ models: ['m'], replicas: [ready('m-0', 'm', endpoint)] });
+      const three = await Promise.all([1, 2, 3].map(() => post(`${url}/v1/chat/completions`, chat('m'))));
+      expect(three.map((r) => r.status)).toEqual([200, 200, 200]);
+      stale = true;
+      const r = await post(`${url}/v1/chat/completions`, chat('m'));
+      expect({ status: r.status, body: await r.text() }).toEqual({ status: 200, body: completion('m') });
+    } finally {
+      server.closeAllConnections();
+      await new Promise((r) => server.close(r));
+    }
   });
 
   it('retries on a second replica when the first refuses connections or answers 503', async () => {
