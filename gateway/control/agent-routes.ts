@@ -8,13 +8,15 @@ import { answerErrors } from '../errors';
 import type { HeartbeatAnswer, NodeTemporal, Registration, RegisterRequest, RenewRequest } from './contract';
 import { errorSchema, identify } from './identity';
 import type { ControlAppOptions } from './routes';
-import { NodeBeats } from './node-beats';
+import type { NodeBeats } from './node-beats';
 import { inventorySchema, nodeIdSchema } from './schemas';
 
+/** The control app's options with the one memory of beats the node list and the page read too (controlRoutes). */
+export type AgentRoutesOptions = ControlAppOptions & { beats: NodeBeats };
+
 /** Registers the agent routes on `app`. */
-export async function agentRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
-  const { store } = opts;
-  const beats = opts.beats ?? new NodeBeats();
+export async function agentRoutes(app: FastifyInstance, opts: AgentRoutesOptions): Promise<void> {
+  const { store, beats } = opts;
   const log = opts.log ?? ((): void => undefined);
   answerErrors(app, log);
   // Where this control plane's door is, for the name the agent reached it by (a registration's and a heartbeat's answer).

@@ -14,29 +14,16 @@ export interface NodeHeard {
   writtenAt: number | null;
 }
 
-/** The timers, for tests (defaults: lib/liveness.ts). */
-export interface NodeBeatsOptions {
-  writeMs?: number;
-  gapMs?: number;
-}
-
 /** Each node's last beat at this control plane, and the policy deciding which beats go to MySQL. */
 export class NodeBeats {
   /** Besides what `of` tells: the beat last written (its arrival), which the write interval counts from. */
   private readonly heard = new Map<string, NodeHeard & { wroteBeatAt: number }>();
-  private readonly writeMs: number;
-  private readonly gapMs: number;
-
-  constructor(o: NodeBeatsOptions = {}) {
-    this.writeMs = o.writeMs ?? NODE_SEEN_WRITE_MS;
-    this.gapMs = o.gapMs ?? NODE_BEAT_GAP_MS;
-  }
 
   /** Records a beat received at `now`; true when it is to be written to MySQL (then say `written` or `failed`). */
   beat(nodeId: string, now = Date.now()): boolean {
     const h = this.heard.get(nodeId);
     this.heard.set(nodeId, { beatAt: now, writtenAt: h?.writtenAt ?? null, wroteBeatAt: h?.wroteBeatAt ?? now });
-    return !h || h.writtenAt === null || now - h.beatAt > this.gapMs || now - h.wroteBeatAt >= this.writeMs;
+    return !h || h.writtenAt === null || now - h.beatAt > NODE_BEAT_GAP_MS || now - h.wroteBeatAt >= NODE_SEEN_WRITE_MS;
   }
 
   /** The node registered here (which wrote its `last_seen`), the write completing at `now`. */

@@ -2,7 +2,7 @@
 import type { FastifyInstance } from 'fastify';
 import type { Store } from '../../lib/store/store';
 import type { ModelSpec, NodeId } from '../../lib/types';
-import { agentRoutes } from './agent-routes';
+import { agentRoutes, type AgentRoutesOptions } from './agent-routes';
 import { catalogRoutes } from './catalog-routes';
 import { keyRoutes } from './key-routes';
 import type { CatalogApplyAnswer, EndedDrain, RenewedCertificate } from './contract';
@@ -53,8 +53,9 @@ export interface ControlAppOptions {
 
 /** Registers the agent and the operator routes on `app` (each plugin answers refusals in one error shape). */
 export async function controlRoutes(app: FastifyInstance, opts: ControlAppOptions): Promise<void> {
-  opts = { ...opts, beats: opts.beats ?? new NodeBeats() };
-  await app.register(agentRoutes, opts);
+  const withBeats: AgentRoutesOptions = { ...opts, beats: opts.beats ?? new NodeBeats() };
+  opts = withBeats;
+  await app.register(agentRoutes, withBeats);
   await app.register(operatorRoutes, opts);
   await app.register(catalogRoutes, opts);
   await app.register(keyRoutes, opts);

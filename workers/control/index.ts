@@ -14,7 +14,7 @@ import {
 import { AGENT_HEARTBEAT_MS } from '../../lib/liveness';
 import type { ServerConfig } from '../../config/types';
 import type { CatalogApplyAnswer } from '../../gateway/control/contract';
-import { NodeBeats, type NodeBeatsOptions } from '../../gateway/control/node-beats';
+import { NodeBeats } from '../../gateway/control/node-beats';
 import { buildControlServer } from '../../gateway/control/server';
 import { TaskTokenMemory } from '../../gateway/door/task-tokens';
 import { doorAddressFor, startTemporalDoor, type TemporalDoor } from '../../gateway/door/door';
@@ -47,8 +47,6 @@ export interface ControlPlaneOptions {
   workflowBundle?: WorkflowBundleOption;
   /** Overrides of the node liveness timers (lib/liveness.ts), for tests. */
   liveness?: Pick<NodeLivenessOptions, 'silentMs' | 'staleMs' | 'agentLostMs' | 'everyMs' | 'probeMs'>;
-  /** Overrides of the heartbeat write policy's timers (node-beats.ts), for tests. */
-  beats?: NodeBeatsOptions;
   logger?: boolean;
   /** The control plane's log (certificate refusals, refused identity claims, revocations). */
   log?: (msg: string, fields: Record<string, unknown>) => void;
@@ -160,7 +158,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     : null;
   const remote = remoteCa(client);
   // The agents' heartbeats, in memory: MySQL gets a few a minute per node; liveness judges the nodes beating here from these.
-  const beats = new NodeBeats(opts.beats);
+  const beats = new NodeBeats();
   const { app, gate } = await buildControlServer({
     store,
     beats,
