@@ -15,6 +15,11 @@ export interface ClusterPorts {
   control: number;
   gateway: number;
   door: number;
+  /**
+   * the first of the sim nodes' node doors (`llmgw agent --door`), one per node: every replica is routed through its
+   * node's door, and the engines listen on 127.0.0.1 behind it
+   */
+  nodeDoors: number;
   /** the first engine port (a range: leased per replica, not checked here) */
   engines: number;
   /** the first of five metrics ports: gateway, control plane and its Temporal SDK, ca-worker and its SDK */
@@ -36,6 +41,7 @@ export function clusterPorts(base: number | null): ClusterPorts {
         control: 7443,
         gateway: 8080,
         door: 7444,
+        nodeDoors: 7460,
         engines: 20000,
         metrics: 9464,
         agentMetrics: 9470,
@@ -47,7 +53,8 @@ export function clusterPorts(base: number | null): ClusterPorts {
         gateway: base + 3,
         door: base + 4,
         metrics: base + 5,
-        engines: base + 10,
+        nodeDoors: base + 10,
+        engines: base + 13,
         agentMetrics: null,
       };
 }
@@ -108,12 +115,15 @@ export function portHolder(port: number): { pid: number; command: string } | nul
 
 /**
  * Refuses (LLMGW_PORT_TAKEN) when a port of the cluster is held, naming each one, its role and the process holding
- * it; `ours` is a pid that may hold ports (this state dir's Temporal left by a killed run, which is stopped next).
+ * it. `doors` are the nodes that get a node door (`ports.nodeDoors` on), in order; `ours` are pids that may hold
+ * ports: this state dir's Temporal left by a killed run (stopped next), and the node doors its agents left (the
+ * next agent adopts each).
  */
 export async function checkClusterPorts(
   ports: ClusterPorts,
   basePortGiven: boolean,
-  ours: number | null,
+  doors: readonly string[],
+  ours: readonly number[],
 ): Promise<void> {
   const roles: [string, number][] = [
     ['Temporal', ports.temporal],
@@ -126,12 +136,13 @@ export async function checkClusterPorts(
     ['control plane Temporal SDK metrics', ports.metrics + 2],
     ['ca-worker metrics', ports.metrics + 3],
     ['ca-worker Temporal SDK metrics', ports.metrics + 4],
+    ...doors.map((node, i): [string, number] => [`${node}'s node door`, ports.nodeDoors + i]),
   ];
   const taken: string[] = [];
   for (const [role, port] of roles) {
     if (await portFree(port)) continue;
     const holder = portHolder(port);
-    if (holder && holder.pid === ours) continue;
+    if (holder && ours.includes(holder.pid)) continue;
     taken.push(
       `port ${port} (${role}) is held by ${holder ? `pid ${holder.pid} (${holder.command.slice(0, 160)})` : 'a process this user cannot see (ss -ltnp shows it as root)'}`,
     );

@@ -16,6 +16,7 @@ import { createCaOperations } from '../../activities/ca';
 import { DEFAULT_CONFIG, PINNED_ENGINES } from '../../config/defaults';
 import { parseServerConfig } from '../../config/load';
 import type { ServerConfig } from '../../config/types';
+import { sameProcess } from '../../lib/engine-state';
 import { localLlamacpp } from '../../lib/engines/llamacpp-install';
 import { writeTinyLlamaGguf } from '../../lib/engines/tiny-gguf';
 import type { ModelSpec } from '../../lib/types';
@@ -30,6 +31,7 @@ import { checkClusterPorts, clusterPorts } from './ports';
 import { CLUSTER_CONFIG_HEADER, resetCluster } from './reset';
 import { leftOverPid, startTemporalDev, type DevServer } from './temporal-dev';
 import { PROJECT_ROOT } from '../../lib/paths';
+import { readDoorRecord } from '../../workers/node-door/files';
 
 const ROOT = PROJECT_ROOT;
 const FIXTURES = join(ROOT, 'test/fixtures');
@@ -90,6 +92,11 @@ export interface ClusterOptions {
   llama?: boolean;
   /** start from empty state: drop the database and remove the state dir's entries first (saying which) */
   reset?: boolean;
+  /**
+   * false (`--no-door`): the agents run without a node door, and the gateway reaches each engine on its own port
+   * (the way out while the door is new). Default: every agent serves its node door
+   */
+  door?: boolean;
 }
 
 export interface Cluster {
@@ -107,6 +114,8 @@ export interface Cluster {
   processes: Map<string, ChildProcess>;
   /** Every role's metrics page by role (gateway, control-plane, …; `temporal …` for an SDK exporter) */
   metricsUrls: Record<string, string>;
+  /** Each sim node's door (HOST:PORT) by node id; empty with `door: false` */
+  doors: Record<string, string>;
   /** Starts a role again with the arguments it was first started with (after a test killed it). */
   restart(name: string): ChildProcess;
   /** The Temporal dev server: kill it (SIGKILL) and start it again on the same database, for fault tests. */
@@ -240,16 +249,32 @@ function writeConfig(
   return { file, config: parseServerConfig(text, file), temporalPort: ports.temporal, uiPort: ports.ui };
 }
 
+/** Each sim node's door listener (127.0.0.1, one port each from ports.nodeDoors), by node id; {} without doors. */
+function nodeDoors(o: ClusterOptions): Record<string, string> {
+  if (o.door === false) return {};
+  const first = clusterPorts(o.basePort).nodeDoors;
+  return Object.fromEntries(SIM_NODES.map((n, i) => [n.id, `127.0.0.1:${first + i}`]));
+}
+
+/** The node doors this state dir's agents left running (a node's door outlives its agent), by pid. */
+function leftOverDoors(stateDir: string): number[] {
+  return SIM_NODES.flatMap((n) => {
+    const r = readDoorRecord(join(stateDir, 'engines', n.id));
+    return r && sameProcess(r.pid, r.startTime) ? [r.pid] : [];
+  });
+}
+
 /** Brings the whole cluster up and deploys the catalog; resolves when every catalog replica serves. */
 export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   parseMysqlUrl(o.mysqlUrl);
+  const doors = nodeDoors(o);
   // Before anything starts: a port held by another process is refused, naming it (this state dir's own Temporal,
-  // left by a killed run, may hold its ports: it is stopped below).
-  await checkClusterPorts(
-    clusterPorts(o.basePort),
-    o.basePort !== null,
-    leftOverPid(join(o.stateDir, 'temporal.pid'), join(o.stateDir, 'temporal.db')),
-  );
+  // left by a killed run, may hold its ports: it is stopped below; a node door its agents left is adopted).
+  const temporalLeft = leftOverPid(join(o.stateDir, 'temporal.pid'), join(o.stateDir, 'temporal.db'));
+  await checkClusterPorts(clusterPorts(o.basePort), o.basePort !== null, Object.keys(doors), [
+    ...(temporalLeft === null ? [] : [temporalLeft]),
+    ...leftOverDoors(o.stateDir),
+  ]);
   if (o.reset) await resetCluster({ stateDir: o.stateDir, mysqlUrl: o.mysqlUrl, say: o.progress });
   mkdirSync(join(o.stateDir, 'logs'), { recursive: true });
   const llamaServer = o.llama === false ? null : localLlamaServer();
@@ -343,7 +368,15 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     role('gateway', ['gateway', '--config', file]);
     const gatewayUrl = `http://${config.listeners.gateway.host}:${config.listeners.gateway.port}`;
     await waitHttp(`${gatewayUrl}/health`, 30_000, 'gateway', alive);
-    o.progress(`[4/5] sim nodes ${SIM_NODES.map((n) => n.id).join(', ')}`);
+    o.progress(
+      `[4/5] sim nodes ${SIM_NODES.map((n) => n.id).join(', ')}, ${
+        Object.keys(doors).length
+          ? `each behind its node door (${Object.entries(doors)
+              .map(([id, at]) => `${id} ${at}`)
+              .join(', ')}; engines on 127.0.0.1)`
+          : 'without node doors (--no-door: the gateway reaches each engine on its own port)'
+      }`,
+    );
     if (llamaServer) {
       const gguf = tinyLlamaSpec(o.stateDir).source;
       if (!existsSync(gguf)) {
@@ -386,6 +419,8 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
           '--stop-engines-on-exit',
           // Its agents share this machine's network namespace: one's sweep would remove the others' fences.
           '--no-rank-fence',
+          // One door port per node: they share this machine's addresses.
+          ...(doors[n.id] ? ['--door', doors[n.id] as string] : []),
           ...(agentMetrics === null
             ? ['--metrics', '127.0.0.1:0']
             : [
@@ -476,6 +511,7 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
       uiUrl: temporal.uiUrl,
       processes,
       metricsUrls: metricsUrls(config, clusterPorts(o.basePort).agentMetrics, o.stateDir),
+      doors,
       restart,
       temporal: temporalControl,
       close,

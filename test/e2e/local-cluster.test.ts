@@ -302,6 +302,40 @@ describe('the local cluster', () => {
     expect(large?.shards.map((s) => s.nodeId).sort()).toEqual(['sim-a', 'sim-b']);
   });
 
+  test("every replica is routed through its node's door (one port per node), with the gateway certificate the cluster issued", async () => {
+    const doorPort = { 'sim-a': basePort + 10, 'sim-b': basePort + 11, 'sim-c': basePort + 12 } as const;
+    expect(progress.join('\n')).toContain(
+      `node doors        ${Object.entries(doorPort)
+        .map(([id, port]) => `${id} https://127.0.0.1:${port}`)
+        .join(', ')}`,
+    );
+    const { stdout } = await run(process.execPath, [LLMGW, 'ctl', 'replicas', '--json', '--config', configFile]);
+    const ready = (
+      JSON.parse(stdout) as { id: string; state: string; endpoint: string | null; shards: { nodeId: string }[] }[]
+    ).filter((r) => r.state === 'ready');
+    expect(ready.length).toBeGreaterThanOrEqual(3);
+    for (const r of ready) {
+      const node = r.shards[0]?.nodeId as keyof typeof doorPort; // rank 0's node (shards come in rank order)
+      expect({ id: r.id, endpoint: r.endpoint }).toEqual({
+        id: r.id,
+        endpoint: `https://127.0.0.1:${doorPort[node]}/nodes/${node}/replicas/${r.id}`,
+      });
+    }
+    // The door takes only a gateway certificate: a client without one is refused there, not served by an engine.
+    const refused = await run('curl', [
+      '-sk',
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code}',
+      `${ready[0]?.endpoint}/health`,
+    ]).then(
+      (r) => r.stdout,
+      (e: { stdout: string }) => e.stdout,
+    );
+    expect(refused).toBe('401');
+  });
+
   test('Ctrl-C stops every process it started; running it again reuses the state; after a kill -9 the next run recovers', async () => {
     const tree = await descendants(first.child.pid as number);
     expect(tree.length).toBeGreaterThanOrEqual(7); // temporal, control plane, gateway, 3 agents, engines

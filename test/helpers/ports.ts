@@ -18,12 +18,13 @@ export function freePort(): Promise<number> {
 /**
  * A `--base-port` for a test cluster: below the kernel's ephemeral range (32768+), where no outbound connection of a
  * busy machine can take a role's port between the cluster's port check and the role's listen (a faults run in CI lost
- * its gateway that way), and with its five listeners free now. Random, so tests beside a running cluster do not meet.
+ * its gateway that way), and with its listeners free now. Random, so tests beside a running cluster do not meet.
  */
 export async function clusterBasePort(): Promise<number> {
   for (let tries = 0; tries < 50; tries++) {
     const base = 10_000 + Math.floor(Math.random() * 2_000) * 10;
-    const ports = [0, 1, 2, 3, 4].map((i) => base + i);
+    // Its checked listeners: Temporal, UI, control plane, gateway, Temporal's door; the node doors at +10 to +12.
+    const ports = [0, 1, 2, 3, 4, 10, 11, 12].map((i) => base + i);
     if ((await Promise.all(ports.map(portFree))).every(Boolean)) return base;
   }
   throw new Error('no free base port in 10000-32000 after 50 tries');

@@ -20,11 +20,11 @@ const listen = (port: number): Promise<Server> =>
     s.listen(port, '127.0.0.1', () => resolve(s));
   });
 
-/** A base port whose five cluster ports are free now. */
+/** A base port whose cluster ports (the five first, the three node doors at +10) are free now. */
 async function freeBlock(): Promise<number> {
   for (;;) {
     const base = ((await freePort()) % 20000) + 30000;
-    const held = await Promise.all([0, 1, 2, 3, 4].map((i) => listen(base + i).catch(() => null)));
+    const held = await Promise.all([0, 1, 2, 3, 4, 10, 11, 12].map((i) => listen(base + i).catch(() => null)));
     await Promise.all(held.map((s) => s && new Promise((r) => s.close(r))));
     if (held.every((s) => s !== null)) return base;
   }
@@ -69,6 +69,40 @@ describe('llmgw cluster before it starts anything', () => {
       expect(await databaseExists(url)).toBe(false);
     } finally {
       await new Promise((r) => stranger.close(r));
+    }
+  }, 90_000);
+
+  test("a sim node's door port held by another process is refused like the others; with --no-door it is not the cluster's", async () => {
+    const base = await freeBlock();
+    const gateway = await listen(base + 3);
+    const door = await listen(base + 11);
+    const stateDir = join(dir, 'door-taken');
+    const url = testMysqlUrl();
+    const held = (port: number, role: string): string =>
+      `port ${port} \\(${role}\\) is held by pid ${process.pid} \\(.*node.*\\)`;
+    try {
+      const r = await llmgw(
+        ['cluster', '--state-dir', stateDir, '--base-port', String(base), '--mysql-url', url],
+        60_000,
+      );
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(
+        new RegExp(
+          `^llmgw: LLMGW_PORT_TAKEN: nothing started: ${held(base + 3, 'gateway')}; ${held(base + 11, "sim-b's node door")}\\. stop it, or choose another --base-port\\n$`,
+        ),
+      );
+      const noDoor = await llmgw(
+        ['cluster', '--no-door', '--state-dir', stateDir, '--base-port', String(base), '--mysql-url', url],
+        60_000,
+      );
+      expect(noDoor.code).toBe(1);
+      expect(noDoor.stderr).toMatch(
+        new RegExp(`^llmgw: LLMGW_PORT_TAKEN: nothing started: ${held(base + 3, 'gateway')}\\. stop it`),
+      );
+      expect(existsSync(stateDir)).toBe(false);
+      expect(await databaseExists(url)).toBe(false);
+    } finally {
+      await Promise.all([gateway, door].map((s) => new Promise((r) => s.close(r))));
     }
   }, 90_000);
 
