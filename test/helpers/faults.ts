@@ -1,7 +1,7 @@
 /**
- * Fault scenarios on the local cluster (every role a real process, a private MariaDB), with both cores
- * saturated and load through the gateway on two models: what each outage costs in failed requests, rebuilt
- * replicas and replaced engine processes. Shared by test/faults/ (asserts) and npm run bench:faults (prints).
+ * Fault scenarios on the local cluster (every role a real process, a private MariaDB; every replica routed
+ * through its node's door, as the local cluster runs them), with both cores saturated and load through the
+ * gateway on two models: what each outage costs in failed requests, rebuilt replicas and replaced engine processes. Shared by test/faults/ (asserts) and npm run bench:faults (prints).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startCluster, SIM_NODES, type Cluster } from '../../cli/cluster/run';
 import { listEngineKeys, readEngineState, sameProcess } from '../../lib/engine-state';
+import { readDoorRecord } from '../../workers/node-door/files';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
 import { startLoad, waitRoutable, type LoadStats } from './load';
@@ -26,6 +27,8 @@ export interface FaultCluster {
   store: Store;
   /** Every live engine process by its shard key (`<replica>.g<n>.r<rank>`), from the agents' state dirs. */
   enginePids(): Map<string, number>;
+  /** Every live node door process by node id, from the agents' state dirs. */
+  doorPids(): Map<string, number>;
   close(): Promise<void>;
 }
 
@@ -65,6 +68,14 @@ export async function startFaultCluster(progress: (line: string) => void = () =>
       }
       return pids;
     },
+    doorPids: () => {
+      const pids = new Map<string, number>();
+      for (const n of SIM_NODES) {
+        const rec = readDoorRecord(join(stateDir, 'engines', n.id));
+        if (rec && sameProcess(rec.pid, rec.startTime)) pids.set(n.id, rec.pid);
+      }
+      return pids;
+    },
     async close(): Promise<void> {
       await cluster.close();
       await pool.end().catch(() => undefined);
@@ -95,8 +106,32 @@ export interface FaultResult {
   rebuilds: string[];
   /** engines before the fault that are gone or were replaced after it */
   replacedEngines: string[];
+  /** node doors before the fault that are gone or were replaced after it (a door outlives its agent) */
+  replacedDoors: string[];
   /** from the fault (or, for an outage, from the moment it was restored) until every loaded model had all its desired replicas ready again, ms */
   servingAgainMs: number;
+  /** after it: the loaded models' ready replicas routed through their node's door, and those that were not (id → endpoint) */
+  doors: DoorRoutes;
+}
+
+/** Which ready replicas of the loaded models are routed through their node's door. */
+export interface DoorRoutes {
+  through: number;
+  /** `<replica>: <endpoint>` of each ready replica whose endpoint is not its rank 0 node's door route */
+  not: string[];
+}
+
+/** The loaded models' ready replicas against the door routes of the cluster's node doors (`Cluster.doors`). */
+export async function doorRoutes(fc: FaultCluster): Promise<DoorRoutes> {
+  const out: DoorRoutes = { through: 0, not: [] };
+  for (const m of LOADED_MODELS)
+    for (const r of (await fc.store.listReplicas(m)).filter((x) => x.state === 'ready')) {
+      const node = r.shards.find((s) => s.rank === 0)?.nodeId ?? '?';
+      const door = fc.cluster.doors[node];
+      if (door && r.endpoint === `https://${door}/nodes/${node}/replicas/${r.id}`) out.through++;
+      else out.not.push(`${r.id}: ${r.endpoint ?? 'no endpoint'}`);
+    }
+  return out;
 }
 
 /**
@@ -110,6 +145,7 @@ export async function runFault(
   o: { settleMs?: number; clients?: number; expectRebuild?: boolean } = {},
 ): Promise<FaultResult> {
   const before = fc.enginePids();
+  const doorsBefore = fc.doorPids();
   const burn = burnCpu();
   const loads = LOADED_MODELS.map((m) =>
     startLoad(fc.cluster.gatewayUrl, m, { clients: o.clients ?? 2, apiKey: fc.cluster.apiKey }),
@@ -160,7 +196,11 @@ export async function runFault(
     .map((e) => `${e.replicaId}: ${e.message}`);
   const after = fc.enginePids();
   const replacedEngines = [...before].filter(([k, pid]) => after.get(k) !== pid).map(([k, pid]) => `${k} (pid ${pid})`);
-  return { name, load, rebuilds, replacedEngines, servingAgainMs };
+  const doorsAfter = fc.doorPids();
+  const replacedDoors = [...doorsBefore]
+    .filter(([node, pid]) => doorsAfter.get(node) !== pid)
+    .map(([node, pid]) => `${node} (pid ${pid})`);
+  return { name, load, rebuilds, replacedEngines, replacedDoors, servingAgainMs, doors: await doorRoutes(fc) };
 }
 
 /** From `since` until the last replica rebuilt after it was ready again (the events' own times), ms. */
