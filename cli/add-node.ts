@@ -42,6 +42,9 @@ ${nodeBinUsage(26, 'probed at onboarding and offered')}
   --nvidia-smi PATH       nvidia-smi on the node (default: on its PATH)
   --no-gpu                the node has no GPU
   --ib-root PATH          sysfs root with class/infiniband on the node (default /sys)
+  --no-door               the agent serves no node door: engines listen on the node's address, reached by the
+                          gateways directly. Default: its door on the node's address:7460 (engines on 127.0.0.1), so
+                          every gateway and control plane needs tls.gatewayCert (llmgw ca issue --gateway NAME)
   --ssh-user USER         (default root)
   --register-timeout S    how long the started agent may take to register (default 120)
   --provision-only        only the VM (the same as llmgw provision-node)
@@ -84,6 +87,7 @@ export async function addNodeCommand(argv: string[]): Promise<void> {
       'nvidia-smi': { type: 'string' },
       'no-gpu': { type: 'boolean' },
       'ib-root': { type: 'string' },
+      'no-door': { type: 'boolean' },
       'ssh-user': { type: 'string' },
       'register-timeout': { type: 'string' },
       'provision-only': { type: 'boolean' },

@@ -5,13 +5,11 @@ import { parseNodeId } from '../lib/types';
 import { parseWeightsListen } from '../workers/agent/weights';
 import { startAgent } from '../workers/agent';
 import type { AgentOptions } from '../workers/agent/options';
+import { NODE_DOOR_PORT } from '../lib/node-door';
 import { NODE_CA_PATH } from '../lib/pki/trust';
 import { parse, UsageError } from './args';
 import { agentBinUsage, ENGINE_BIN_OPTIONS, engineBins } from './engine-flags';
 import { runRole } from './role-process';
-
-/** The node door's port unless --door says another. */
-const DEFAULT_DOOR_PORT = 7460;
 
 const AGENT_USAGE = `
 llmgw agent --node ID --server URL [--server URL …] [options]
@@ -39,7 +37,7 @@ that supervises this node's engine processes.
                          (default: sminfo on PATH; needs root). Unreadable: the fabric name is trusted as declared
   --advertise-host HOST  this node's address: the gateway reaches its door there, other nodes its multi-node
                          ranks (default 127.0.0.1)
-  --door HOST:PORT       the node's door, e.g. <advertise-host>:${DEFAULT_DOOR_PORT}: its one inference listener (HTTPS;
+  --door HOST:PORT       the node's door, e.g. <advertise-host>:${NODE_DOOR_PORT}: its one inference listener (HTTPS;
                          only gateway certificates, llmgw ca issue --gateway), forwarding to this node's engines,
                          which then listen on 127.0.0.1 only; keep the port fixed, routes name it. Without it
                          (default) engines listen on --advertise-host and gateways reach them there. The door is a

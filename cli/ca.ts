@@ -38,7 +38,7 @@ Issues a node's client certificate (CN and DNS SAN = the node id, clientAuth) wi
 records it in MySQL and writes OUT/node.crt, OUT/node.key (mode 0600) and OUT/ca.crt. With --operator, an
 operator certificate instead (role operator: what llmgw ctl presents; server.yaml tls.clientCert/clientKey),
 written as OUT/operator.crt and OUT/operator.key. With --gateway, a gateway's (role gateway: what a gateway
-presents to the control plane and to the nodes' doors; server.yaml gateway.tls.cert/key), written as
+presents to the control plane and to the nodes' doors; server.yaml tls.gatewayCert/gatewayKey), written as
 OUT/gateway.crt and OUT/gateway.key; it can do nothing an operator or a node can.
 
   --node ID         the node id: 2-32 of a-z, 0-9 and '-', starting with a letter (also its hostname)

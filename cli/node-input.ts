@@ -77,11 +77,15 @@ export function controlPlaneUrl(flag: string): string {
   return server;
 }
 
-/** The agent's hardware flags (--fabric, --no-gpu, --nvidia-smi, --ib-root) and engine flags as onboarding's input. */
+/**
+ * The agent's hardware flags (--fabric, --no-gpu, --nvidia-smi, --ib-root), its door (--no-door) and engine flags as
+ * onboarding's input.
+ */
 export function agentFlags(
   values: AgentFlagValues,
-): Pick<OnboardInput, 'fabrics' | 'noGpu' | 'nvidiaSmi' | 'ibRoot' | 'bins'> {
+): Pick<OnboardInput, 'fabrics' | 'noGpu' | 'nvidiaSmi' | 'ibRoot' | 'bins' | 'door'> {
   return {
+    door: !(values['no-door'] ?? false),
     fabrics: values.fabric ?? [],
     noGpu: values['no-gpu'] ?? false,
     ...(values['nvidia-smi'] ? { nvidiaSmi: values['nvidia-smi'] } : {}),
@@ -96,4 +100,5 @@ export interface AgentFlagValues extends EngineBinValues {
   'no-gpu'?: boolean;
   'nvidia-smi'?: string;
   'ib-root'?: string;
+  'no-door'?: boolean;
 }

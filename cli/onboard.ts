@@ -35,7 +35,10 @@ ${nodeBinUsage(26, 'run at onboarding (--version) and offered')}
   --nvidia-smi PATH       nvidia-smi on the node (default: on its PATH)
   --no-gpu                the node has no GPU: the agent does not look for one
   --ib-root PATH          sysfs root with class/infiniband on the node (default /sys)
-  --advertise-host HOST   where engines on the node are reached (default ADDR)
+  --advertise-host HOST   where the node is reached: its door, or without one its engines (default ADDR)
+  --no-door               the agent serves no node door: engines listen on the node's address, reached by the
+                          gateways directly. Default: its door on <advertise-host>:7460 (engines on 127.0.0.1), so
+                          every gateway and control plane needs tls.gatewayCert (llmgw ca issue --gateway NAME)
   --ssh-user USER         (default root; another user needs passwordless sudo)
   --ssh-key PATH          the CA host's private key (default ~/.ssh/id_ed25519, id_ecdsa or id_rsa)
   --ssh-port N            (default 22)
@@ -93,6 +96,7 @@ export async function onboardNodeCommand(argv: string[]): Promise<void> {
       'no-gpu': { type: 'boolean' },
       'ib-root': { type: 'string' },
       'advertise-host': { type: 'string' },
+      'no-door': { type: 'boolean' },
       'ssh-user': { type: 'string' },
       'ssh-key': { type: 'string' },
       'ssh-port': { type: 'string' },

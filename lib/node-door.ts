@@ -6,6 +6,14 @@
  * (the gateway checks the door's certificate is that node's) and the replica (the door picks the engine by it).
  */
 
+/** The node door's port where nothing says another (`llmgw agent --door HOST:7460`; onboarding's default). */
+export const NODE_DOOR_PORT = 7460;
+
+/** HOST:PORT of a node's door at `host` (an IPv6 address in brackets). */
+export function nodeDoorListen(host: string, port = NODE_DOOR_PORT): string {
+  return `${host.includes(':') ? `[${host}]` : host}:${port}`;
+}
+
 /** The loopback address an engine's HTTP API binds to on a node with a door: only the node's door reaches it. */
 export const ENGINE_API_HOST = '127.0.0.1';
 

@@ -66,6 +66,7 @@ function agentConfig(input: OnboardInput): AgentConfig {
     nodeId: input.nodeId,
     server: input.server,
     advertiseHost: input.advertiseHost,
+    door: input.door !== false,
     fabrics: input.fabrics,
     nvidiaSmi: input.nvidiaSmi,
     noGpu: input.noGpu,

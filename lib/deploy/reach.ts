@@ -121,6 +121,18 @@ function fileReach(what: string, file: string, from: string): Reach {
   }
 }
 
+/** The gateway certificate's files: what a gateway and a control plane present at the nodes' doors. */
+function gatewayCertReach(config: ServerConfig): Reach[] {
+  return [
+    fileReach(
+      'tls.gatewayCert',
+      config.tls.gatewayCert,
+      "llmgw ca issue --gateway NAME on the CA host, then copy it here (a node's door takes only a gateway certificate)",
+    ),
+    fileReach('tls.gatewayKey', config.tls.gatewayKey, 'it is written beside the certificate by llmgw ca issue'),
+  ];
+}
+
 /** Every check of a role, in the order of its start. */
 export async function checkRole(role: InitRole, config: ServerConfig, timeoutMs = 3000): Promise<Reach[]> {
   switch (role) {
@@ -137,11 +149,16 @@ export async function checkRole(role: InitRole, config: ServerConfig, timeoutMs 
           config.tls.serverKey,
           'it is written beside the certificate by llmgw ca issue-server',
         ),
+        ...gatewayCertReach(config),
         await temporalReach(config, timeoutMs),
         await mysqlReach(config, timeoutMs),
       ];
     case 'gateway':
-      return [await mysqlReach(config, timeoutMs)];
+      return [
+        fileReach('tls.ca', config.tls.ca, "copy the CA host's ca.crt here (llmgw ca init made it)"),
+        ...gatewayCertReach(config),
+        await mysqlReach(config, timeoutMs),
+      ];
     case 'ca-worker':
       return [await temporalReach(config, timeoutMs), await mysqlReach(config, timeoutMs)];
     case 'proxmox-worker':

@@ -29,8 +29,9 @@ export const ROLE_READS: Record<InitRole, Record<string, readonly string[] | 'al
     // The gateway listener is the gateway's; the control plane serves the API and the door.
     listeners: ['controlPlane', 'temporalDoor'],
     metrics: ['controlPlane'],
-    // clientCert and clientKey are llmgw ctl's.
-    tls: ['ca', 'serverCert', 'serverKey'],
+    // clientCert and clientKey are llmgw ctl's; the gateway certificate asks a starting replica behind its node's
+    // door for /health.
+    tls: ['ca', 'serverCert', 'serverKey', 'gatewayCert', 'gatewayKey'],
     engines: 'all',
     enginePorts: 'all',
     // It tells replicas how long a gateway may take to see them go.
@@ -38,7 +39,14 @@ export const ROLE_READS: Record<InitRole, Record<string, readonly string[] | 'al
     drain: 'all',
     catalog: 'all',
   },
-  gateway: { mysql: 'all', listeners: ['gateway'], metrics: ['gateway'], gateway: 'all' },
+  // tls: the gateway certificate it presents at the nodes' doors (and to the control plane, for pushed routes).
+  gateway: {
+    mysql: 'all',
+    listeners: ['gateway'],
+    metrics: ['gateway'],
+    tls: ['ca', 'gatewayCert', 'gatewayKey'],
+    gateway: 'all',
+  },
   'ca-worker': { temporal: 'all', mysql: 'all', metrics: ['caWorker'] },
   'proxmox-worker': { temporal: 'all', metrics: ['proxmoxWorker'], proxmox: 'all' },
 };
@@ -68,6 +76,27 @@ interface Setting {
 /** What a deployment sets apart from the local-cluster defaults, per role. */
 function deploymentSettings(role: InitRole): Setting[] {
   const etc = `${HOST_PATHS.etc}/${role}`;
+  const ca: Setting = {
+    section: 'tls',
+    path: ['ca'],
+    value: `${etc}/ca.crt`,
+    note: "llmgw init: a copy of the CA host's ca.crt (llmgw ca init made it)",
+  };
+  // The nodes' doors take only a gateway certificate (onboarding serves every node's door by default).
+  const gatewayCert: Setting[] = [
+    {
+      section: 'tls',
+      path: ['gatewayCert'],
+      value: `${etc}/gateway.crt`,
+      note: 'llmgw init: from llmgw ca issue --gateway NAME on the CA host, copied here',
+    },
+    {
+      section: 'tls',
+      path: ['gatewayKey'],
+      value: `${etc}/gateway.key`,
+      note: `llmgw init: beside gatewayCert; owned by ${role === 'gateway' ? 'llmgw-gateway' : 'llmgw-control'}, mode 0600`,
+    },
+  ];
   const migrate: Setting = {
     section: 'mysql',
     path: ['autoMigrate'],
@@ -84,12 +113,7 @@ function deploymentSettings(role: InitRole): Setting[] {
           value: '0.0.0.0',
           note: 'llmgw init: agents reach it through the load balancer; narrow it to the address the balancer uses',
         })),
-        {
-          section: 'tls',
-          path: ['ca'],
-          value: `${etc}/ca.crt`,
-          note: "llmgw init: a copy of the CA host's ca.crt (llmgw ca init made it)",
-        },
+        ca,
         {
           section: 'tls',
           path: ['serverCert'],
@@ -102,6 +126,7 @@ function deploymentSettings(role: InitRole): Setting[] {
           value: `${etc}/server.key`,
           note: 'llmgw init: beside serverCert; owned by llmgw-control, mode 0600',
         },
+        ...gatewayCert,
       ];
     case 'gateway':
       return [
@@ -112,6 +137,8 @@ function deploymentSettings(role: InitRole): Setting[] {
           value: '0.0.0.0',
           note: 'llmgw init: clients reach it through the load balancer; narrow it to the address the balancer uses',
         },
+        ca,
+        ...gatewayCert,
       ];
     case 'ca-worker':
       return [migrate];

@@ -6,6 +6,7 @@
 import { ENGINE_SPECS, INSTALLED_ENGINES, type OperatorBins } from '../engines/registry';
 import { ENGINES, type EngineName } from '../types';
 import { agentUnit } from '../deploy/units';
+import { nodeDoorListen } from '../node-door';
 
 /** Quotes one word for a POSIX shell. */
 export function shQuote(s: string): string {
@@ -43,6 +44,11 @@ export interface AgentConfig {
   server: string;
   /** where engines on the node are reached (default: the address onboarding reached it at) */
   advertiseHost: string;
+  /**
+   * Serve the node's door at `<advertiseHost>:7460` (`--door`): engines then listen on 127.0.0.1 and every gateway
+   * needs a gateway certificate (`tls.gatewayCert`). false: no door, engines on `advertiseHost` (`--no-door`)
+   */
+  door: boolean;
   fabrics: string[];
   nvidiaSmi?: string;
   noGpu: boolean;
@@ -70,6 +76,7 @@ export function agentArgv(c: AgentConfig): string[] {
     c.caPath,
     '--advertise-host',
     c.advertiseHost,
+    ...(c.door ? ['--door', nodeDoorListen(c.advertiseHost)] : []),
     '--state-dir',
     NODE_PATHS.stateDir,
     // The engines the operator installed; which engines the node offers is the control plane's to say (server.yaml).

@@ -114,6 +114,18 @@ describe('llmgw init ROLE', () => {
         expect(config.tls.serverKey).toBe('/etc/llmgw/control-plane/server.key');
         expect(config.catalog.length).toBeGreaterThan(0);
       }
+      if (role === 'gateway' || role === 'control-plane') {
+        // What it presents at the nodes' doors (onboarding serves one on every node): where init points it, and
+        // the check says it is missing and where it comes from.
+        expect(config.tls.gatewayCert).toBe(`/etc/llmgw/${role}/gateway.crt`);
+        expect(config.tls.gatewayKey).toBe(`/etc/llmgw/${role}/gateway.key`);
+        expect(filled.stdout).toMatch(
+          new RegExp(
+            `^tls\\.gatewayCert +/etc/llmgw/${role}/gateway\\.crt +cannot be read \\(ENOENT\\) +llmgw ca issue --gateway NAME`,
+            'm',
+          ),
+        );
+      }
       expect(filled.stdout).toMatch(/\d+ of \d+ not ok|all \d+ ok/);
     },
     60_000,

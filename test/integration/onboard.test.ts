@@ -158,10 +158,14 @@ describe('onboarding a node over real ssh', () => {
     expect(res.status).toBe(200);
     const [replica] = await c.cp.store.listReplicas(MODEL);
     expect(replica?.shards.map((s) => s.nodeId)).toEqual([nodeId]);
-    expect(replica?.endpoint).toContain(address());
+    // Behind the node's door, onboarding's default (--door <advertise-host>:7460): the route is the door's, and
+    // the engine listens on the node's loopback only.
+    expect(replica?.endpoint).toBe(`https://${address()}:7460/nodes/${nodeId}/replicas/${replica?.id}`);
+    expect((await host.exec('cat /etc/llmgw/agent.sh')).stdout).toContain(` --door ${address()}:7460 `);
     // The engine runs on the test host, from the artefact: not from this checkout.
     const ps = await host.exec('ps -eo args | grep "[s]im-engine"');
     expect(ps.stdout).toContain('/opt/llmgw/');
+    expect(ps.stdout).toContain('--host 127.0.0.1');
   }, 180_000);
 
   test('rerunning a finished onboarding changes nothing; a second start while one runs joins it', async () => {

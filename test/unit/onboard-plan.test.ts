@@ -69,6 +69,7 @@ describe('what onboarding puts on a node', () => {
     nodeId: 'gpu-01',
     server: 'https://10.0.0.140:7443',
     advertiseHost: '10.0.0.5',
+    door: true,
     fabrics: ['ib-b:mlx5_2,mlx5_3'],
     noGpu: false,
     nvidiaSmi: '/opt/nvidia/bin/nvidia-smi',
@@ -76,7 +77,7 @@ describe('what onboarding puts on a node', () => {
     caPath: '/usr/local/share/ca-certificates/llmgw-ca.crt',
   };
 
-  test('the agent gets its node, server, certificate, fabric, driver and the engines on offer', () => {
+  test('the agent gets its node, server, certificate, door, fabric, driver and the engines on offer', () => {
     expect(agentArgv(config)).toEqual([
       '/opt/llmgw/current/bin/llmgw',
       'agent',
@@ -92,6 +93,8 @@ describe('what onboarding puts on a node', () => {
       '/usr/local/share/ca-certificates/llmgw-ca.crt',
       '--advertise-host',
       '10.0.0.5',
+      '--door',
+      '10.0.0.5:7460',
       '--state-dir',
       '/var/lib/llmgw/engines',
       '--llamacpp-bin',
@@ -103,6 +106,14 @@ describe('what onboarding puts on a node', () => {
     ]);
     expect(agentArgv({ ...config, noGpu: true })).toContain('--no-gpu');
     expect(agentArgv({ ...config, noGpu: true })).not.toContain('--nvidia-smi');
+  });
+
+  test("the node's door is on by default at <advertise-host>:7460, and off with door: false (--no-door)", () => {
+    const argv = agentArgv({ ...config, advertiseHost: 'fd00::5' });
+    expect(argv.slice(argv.indexOf('--door'), argv.indexOf('--door') + 2)).toEqual(['--door', '[fd00::5]:7460']);
+    expect(agentArgv({ ...config, door: false })).not.toContain('--door');
+    expect(agentScript({ ...config, door: false }, {})).not.toContain('--door');
+    expect(agentScript(config, {})).toContain(' --door 10.0.0.5:7460 ');
   });
 
   test("the agent script sets PATH and Node's CA list, and quotes what needs it", () => {

@@ -27,6 +27,12 @@ export interface OnboardInput {
   server: string;
   /** where engines on the node are reached (default: addr) */
   advertiseHost: string;
+  /**
+   * false (`--no-door`): the agent serves no node door and engines listen on advertiseHost. Absent or true: the
+   * agent serves its door at `<advertiseHost>:7460` and engines listen on 127.0.0.1 (absent in onboardings started
+   * before the door was the default: they get it when run again)
+   */
+  door?: boolean;
   fabrics: string[];
   nvidiaSmi?: string;
   noGpu: boolean;
