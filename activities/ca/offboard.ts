@@ -1,7 +1,8 @@
 /**
  * Removing a node, on llmgw-ca (which holds the ssh key that started its agent): stopping the agent for good over
  * ssh — systemd's unit disabled and stopped, or the start script's stop where there is no systemd — so nothing
- * starts it again and it stops reporting. Its engines were stopped by the drain before.
+ * starts it again and it stops reporting — and then the node's door, which outlives the agent by design (a unit's
+ * KillMode=process leaves it running). Its engines were stopped by the drain before.
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
@@ -12,12 +13,24 @@ import type { HostKeyStore } from '../../lib/store/host-keys';
 import type { StepResult } from '../../workflows/contracts/onboard';
 import { knownHostSsh, type SshTarget } from './connect';
 
-/** Disables and stops the agent's unit, or stops it through its start script; says which it found. */
-const STOP_AGENT = [
+/**
+ * Disables and stops the agent's unit, or stops it through its start script, then its node door (the pid its record
+ * names, when that process is a node door: SIGTERM, it answers what is in flight and exits; SIGKILL after 30 s);
+ * says in one line what it found.
+ */
+export const STOP_AGENT = [
   `if test -d /run/systemd/system && systemctl cat ${NODE_PATHS.unitName} >/dev/null 2>&1; then`,
-  `  systemctl disable --now ${NODE_PATHS.unitName} && echo "systemd unit ${NODE_PATHS.unitName} disabled and stopped"`,
-  `elif test -x ${NODE_PATHS.service}; then ${NODE_PATHS.service} stop; echo "no systemd: ${NODE_PATHS.service} stop"`,
-  'else echo "no llmgw agent installed"; fi',
+  `  systemctl disable --now ${NODE_PATHS.unitName} || exit $?`,
+  `  said="systemd unit ${NODE_PATHS.unitName} disabled and stopped"`,
+  `elif test -x ${NODE_PATHS.service}; then ${NODE_PATHS.service} stop; said="no systemd: ${NODE_PATHS.service} stop"`,
+  'else said="no llmgw agent installed"; fi',
+  `pid=$(sed -n 's/.*"pid":\\([0-9][0-9]*\\).*/\\1/p' ${NODE_PATHS.doorRecord} 2>/dev/null)`,
+  `if [ -n "$pid" ] && tr '\\0' ' ' < /proc/$pid/cmdline 2>/dev/null | grep -q ' node-door '; then`,
+  '  kill "$pid"; i=0',
+  '  while kill -0 "$pid" 2>/dev/null && [ $i -lt 150 ]; do sleep 0.2; i=$((i + 1)); done',
+  '  kill -9 "$pid" 2>/dev/null; said="$said; its node door stopped (pid $pid)"',
+  'fi',
+  'echo "$said"',
 ].join('\n');
 
 /** Builds the removal activities of llmgw-ca. */

@@ -30,6 +30,8 @@ export const NODE_PATHS = {
   unit: '/etc/systemd/system/llmgw-agent.service',
   unitName: 'llmgw-agent',
   stateDir: '/var/lib/llmgw/engines',
+  /** the node door's record in stateDir (workers/node-door/files.ts: doorPaths(stateDir).record): its pid */
+  doorRecord: '/var/lib/llmgw/engines/door/door.json',
   log: '/var/log/llmgw/agent.log',
   pidFile: '/run/llmgw-agent.pid',
 } as const;

@@ -162,7 +162,10 @@ describe('llmgw ctl remove-node', () => {
     expect({ code: r.code, err: r.err }).toEqual({ code: 0, err: '' });
     expect(r.out).toContain(`removing ${MADE}: workflow remove-node/${MADE}`);
     expect(r.out).toMatch(new RegExp(`✓ drain its replicas \\([\\d.]+ s\\): moved ${MODEL}-0`));
-    expect(r.out).toMatch(/✓ stop the agent \([\d.]+ s\): no systemd: \/etc\/llmgw\/agent-service stop/);
+    // Onboarded with its node door (the default), which outlives the agent: removal stops it too.
+    expect(r.out).toMatch(
+      /✓ stop the agent \([\d.]+ s\): no systemd: \/etc\/llmgw\/agent-service stop; its node door stopped \(pid \d+\)/,
+    );
     expect(r.out).toMatch(/✓ revoke its certificates \([\d.]+ s\): 1 certificate revoked; the CRL republished/);
     expect(r.out).toMatch(/✓ forget its host keys and records \([\d.]+ s\): forgot 1 host key, the node's record/);
     expect(r.out).toMatch(

@@ -8,11 +8,14 @@ import {
   agentScript,
   engineProbes,
   fallbackServiceScript,
+  NODE_PATHS,
   parseArtefactName,
   shQuote,
   systemdUnit,
   type AgentConfig,
 } from '../../lib/onboard/plan';
+import { STOP_AGENT } from '../../activities/ca/offboard';
+import { doorPaths } from '../../workers/node-door/files';
 import { platformOfMachine } from '../../lib/release';
 import {
   decideHostKey,
@@ -132,6 +135,12 @@ describe('what onboarding puts on a node', () => {
     expect(u).toContain('Environment=NODE_EXTRA_CA_CERTS=');
     expect(u).toContain('KillMode=process');
     expect(u).toContain('WantedBy=multi-user.target');
+  });
+
+  test("removal stops the node's door by the record the door writes in the agent's state dir; its script is valid sh", () => {
+    expect(NODE_PATHS.doorRecord).toBe(doorPaths(NODE_PATHS.stateDir).record);
+    expect(STOP_AGENT).toContain(NODE_PATHS.doorRecord);
+    execFileSync('sh', ['-n', '-c', STOP_AGENT]);
   });
 
   test('the start script for machines without systemd is valid sh with start, stop, restart and status', () => {
