@@ -88,7 +88,10 @@ class RawExchange implements Exchange {
     this.over = true;
     if (!Number.isNaN(declared) && this.received !== declared)
       return this.fail('LLMGW_BAD_REQUEST', 'Request body size did not match Content-Length');
-    const body = Buffer.concat(this.chunks, this.received);
+    // One chunk (most requests) is the body as it is: Node's HTTP parser hands each body chunk over as a buffer of
+    // its own (node_http_parser.cc on_body: Buffer::Copy), so nothing else writes into it, and another copy would
+    // only cost an allocation per request.
+    const body = this.chunks.length === 1 ? (this.chunks[0] as Buffer) : Buffer.concat(this.chunks, this.received);
     this.chunks = [];
     try {
       const served = this.inference.serve(this, path, body);
@@ -143,7 +146,7 @@ export function fastPath(inference: Inference, fallback: Handler, closing: () =>
     if (auth.kind === 'key') x.apiKey = auth.key;
 
     // The body, read as fastify's parser reads it (content-type-parser.js rawBody): bounded, its length checked
-    // against Content-Length, copied out of the socket's buffers. Plain listeners that stay (no removal, no named
+    // against Content-Length. Plain listeners that stay (no removal, no named
     // closures): a body past the limit is answered 413 and the rest of it flows to nowhere, as with fastify.
     req.on('data', (chunk: Buffer) => x.data(chunk));
     req.on('end', () => x.end(path, declared));

@@ -246,7 +246,7 @@ export class Inference {
       return x.hijack();
     }
     const meter = new UsageMeter();
-    res.once('close', () => settleUsage(quota, key, model, minute, estimate, res, meter, body.length));
+    res.on('close', () => settleUsage(quota, key, model, minute, estimate, res, meter, body.length));
     return this.route(x, model, path, body, affinity, picked ?? this.admission.pick(model, affinity), meter);
   }
 

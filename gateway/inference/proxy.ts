@@ -141,7 +141,7 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
 
   // One listener for the response's end (each listener costs per request): metrics and model stats are recorded,
   // and a client that disconnects before the response is complete takes the upstream request with it.
-  res.once('close', () => {
+  res.on('close', () => {
     const finished = res.writableFinished;
     if (times) metrics?.done(model, call.key ?? '', finished ? res.statusCode : 499, times, call.meter);
     deps.stats?.record(model, res.headersSent ? res.statusCode : 499, ttftMs);
@@ -323,26 +323,33 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
         phase = 'idle';
         upReq.setTimeout(timeouts.idleMs);
       }
-      // One 'data' listener for all that reads the answer as it passes (the pipe below has its own).
-      if (stream || meter || note || times || stats)
-        upRes.on('data', (chunk: Buffer) => {
-          if (phase !== 'idle') {
-            phase = 'idle';
-            upReq.setTimeout(timeouts.idleMs);
-          }
-          if (stats) ttftMs ??= performance.now() - t0; // model stats: TTFT
-          stream?.push(chunk);
-          meter?.push(chunk);
-          if (note) note.bytes += chunk.length;
-          if (times) {
-            if (stream && times.firstChunkAt === 0) times.firstChunkAt = performance.now();
-            times.prev = times.tail;
-            times.tail = chunk;
-          }
-        });
-      // pipe rather than pipeline: pipeline builds an AbortSignal per call, measurable at this request rate.
+      // One 'data' listener passes the answer on and reads it as it passes, instead of pipe() and a listener of
+      // our own: pipe() adds and removes eight listeners per request and emits every chunk to two listeners
+      // (measured: docs/architecture.md, "Beside other proxies"). Backpressure as pipe() does it: a client that
+      // reads slower than the replica answers pauses the upstream until its socket drains.
+      const resume = (): void => void upRes.resume();
+      upRes.on('data', (chunk: Buffer) => {
+        if (phase !== 'idle') {
+          phase = 'idle';
+          upReq.setTimeout(timeouts.idleMs);
+        }
+        if (stats) ttftMs ??= performance.now() - t0; // model stats: TTFT
+        stream?.push(chunk);
+        meter?.push(chunk, stream !== undefined);
+        if (note) note.bytes += chunk.length;
+        if (times) {
+          if (stream && times.firstChunkAt === 0) times.firstChunkAt = performance.now();
+          times.prev = times.tail;
+          times.tail = chunk;
+        }
+        if (!res.write(chunk) && !res.destroyed) {
+          upRes.pause();
+          res.once('drain', resume);
+        }
+      });
+      upRes.on('end', () => void res.end());
       upRes.on('error', () => undefined); // 'close' below handles it
-      upRes.once('close', () => {
+      upRes.on('close', () => {
         release();
         if (upRes.complete || clientGone) return;
         metrics?.upstreamError(model, replica.id, 'cut');
@@ -358,7 +365,6 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
         });
         fail(code, `model ${model}: ${why}; the answer is incomplete`, stream);
       });
-      upRes.pipe(res);
       if (times) times.headDoneAt = performance.now();
     });
 

@@ -33,14 +33,14 @@ export class UsageMeter {
   /** reported()'s answer once asked, until the next chunk (asked twice at the end: the quota's settle, the metrics) */
   private read: { prompt: number; completion: number } | null | undefined = undefined;
 
-  /** Takes one chunk of the answer (keeps references, copies nothing). */
-  push(chunk: Buffer): void {
+  /** Takes one chunk of the answer (keeps references, copies nothing); its events are counted in a `stream`. */
+  push(chunk: Buffer, stream = true): void {
     this.read = undefined;
     this.tail.push(chunk);
     this.tailBytes += chunk.length;
     while (this.tail.length > 1 && this.tailBytes - (this.tail[0] as Buffer).length >= TAIL)
       this.tailBytes -= (this.tail.shift() as Buffer).length;
-    for (let i = chunk.indexOf(EVENT); i >= 0; i = chunk.indexOf(EVENT, i + EVENT.length)) this.events++;
+    if (stream) for (let i = chunk.indexOf(EVENT); i >= 0; i = chunk.indexOf(EVENT, i + EVENT.length)) this.events++;
   }
 
   /** The prompt and completion tokens the answer reported, or null when it reported none. */

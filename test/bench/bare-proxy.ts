@@ -36,6 +36,7 @@ const server = createServer((req, res) => {
 });
 server.on('connection', (s) => s.setNoDelay(true));
 server.keepAliveTimeout = 75_000;
+process.once('SIGTERM', () => process.exit(0)); // exits through Node's exit path (a --cpu-prof profile is written)
 server.listen(0, '127.0.0.1', () => {
   const a = server.address();
   process.stdout.write(`${JSON.stringify({ ready: `http://127.0.0.1:${typeof a === 'object' && a ? a.port : 0}` })}\n`);

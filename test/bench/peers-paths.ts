@@ -6,6 +6,7 @@
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { readdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { buildSync } from 'esbuild';
 import { stringify } from 'yaml';
 import { procStatFields, stopProcess } from '../../lib/process';
 import { simEngineArgv } from '../../lib/sim/argv';
@@ -77,6 +78,28 @@ async function untilServes(
   throw new Error(`did not serve within ${timeoutMs / 1000} s (last: ${last}): ${tail(p.output())}`);
 }
 
+/**
+ * How a bench process of this project is run: as plain JavaScript, as `llmgw` runs from its build (npm run build:
+ * esbuild without keepNames) — not through tsx, whose transform wraps every named closure in a `__name()` call
+ * (Object.defineProperty per closure made: measurable per request on a proxy). Each file is bundled with its own
+ * sources into dist/bench/ (node_modules stay external); BENCH_TSX=1 runs it through tsx instead.
+ */
+function runnable(file: string): string[] {
+  if (process.env.BENCH_TSX === '1') return [...TSX, join(ROOT, file)];
+  const out = join(ROOT, 'dist', 'bench', file.replace(/^test\/bench\//, '').replace(/\.ts$/, '.js'));
+  buildSync({
+    entryPoints: [join(ROOT, file)],
+    outfile: out,
+    bundle: true,
+    packages: 'external',
+    platform: 'node',
+    target: 'node20',
+    format: 'cjs',
+    logLevel: 'error',
+  });
+  return [out];
+}
+
 /** A Node process of this project that prints {"ready":url} once it listens. */
 async function nodeChild(
   name: string,
@@ -89,7 +112,7 @@ async function nodeChild(
 ): Promise<BenchPath> {
   // BENCH_CPU_PROF=dir: each child writes a V8 CPU profile there when it exits (node refuses --cpu-prof in NODE_OPTIONS).
   const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
-  const p = launch(process.execPath, [...prof, ...TSX, join(ROOT, file), ...args], env);
+  const p = launch(process.execPath, [...prof, ...runnable(file), ...args], env);
   let url = '';
   let metricsUrl: string | undefined;
   const deadline = Date.now() + 30_000;
