@@ -8,7 +8,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { Agent, get, type AgentOptions } from 'node:https';
 import type { Duplex } from 'node:stream';
-import { connect, type ConnectionOptions } from 'node:tls';
+import { connect, type ConnectionOptions, type TLSSocket } from 'node:tls';
 import type { DoorEndpoint } from './node-door';
 import { nodePeerProblem } from './pki';
 
@@ -45,45 +45,74 @@ export class DoorAgent extends Agent {
 
   /** Opens, verifies, then hands the socket to `cb` (Node's Agent waits for the callback). */
   override createConnection(options: ConnectionOptions, cb: (err: Error | null, socket?: Duplex) => void): undefined {
-    const expectCn = options.servername ?? '';
-    const s = connect({
-      ...options,
-      cert: this.creds.certPem,
-      key: this.creds.keyPem,
-      ca: this.creds.caPem,
-      rejectUnauthorized: false,
-    });
-    s.setNoDelay(true);
-    let done = false;
-    const finish = (err: Error | null): void => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      if (err) {
-        s.destroy();
-        cb(err);
-      } else cb(null, s);
-    };
-    const timer = setTimeout(
-      () =>
-        finish(
-          Object.assign(new Error(`no connection to the node door within ${this.connectMs} ms`), {
-            code: DOOR_CONNECT_TIMEOUT,
-          }),
-        ),
-      this.connectMs,
-    );
-    s.once('error', finish);
-    s.once('secureConnect', () => {
-      const problem = nodePeerProblem(s, { caPem: this.creds.caPem, expectCn });
-      finish(
-        problem
-          ? Object.assign(new Error(`node door certificate refused: ${problem}`), { code: DOOR_CERT_REFUSED })
-          : null,
-      );
-    });
+    connectDoor(this.creds, this.connectMs, options, cb);
     return undefined;
   }
+
+  /**
+   * The same connections for another client (the gateway's upstream dispatcher, undici): opened to `hostname:port`,
+   * handed over once the door's certificate is `servername`'s.
+   */
+  connector(): (o: { hostname: string; port: string; servername?: string | null }, cb: DoorConnectCallback) => void {
+    // Through createConnection, the one way a door connection is opened (a test counts them there).
+    return (o, cb) =>
+      void this.createConnection(
+        { host: o.hostname, port: Number(o.port), servername: o.servername ?? '' },
+        (err, s) => (err ? cb(err, null) : cb(null, s as TLSSocket)),
+      );
+  }
+}
+
+/** What a connector calls back with: an error, or the verified socket. */
+export type DoorConnectCallback = (...a: [null, TLSSocket] | [Error, null]) => void;
+
+/**
+ * Opens a TLS connection to a node's door with the gateway certificate, and hands it to `cb` only once the door's
+ * certificate is the node's that `options.servername` names, within `connectMs`.
+ */
+function connectDoor(
+  creds: DoorCredentials,
+  connectMs: number,
+  options: ConnectionOptions,
+  cb: (err: Error | null, socket?: Duplex) => void,
+): void {
+  const expectCn = options.servername ?? '';
+  const s = connect({
+    ...options,
+    cert: creds.certPem,
+    key: creds.keyPem,
+    ca: creds.caPem,
+    rejectUnauthorized: false,
+  });
+  s.setNoDelay(true);
+  let done = false;
+  const finish = (err: Error | null): void => {
+    if (done) return;
+    done = true;
+    clearTimeout(timer);
+    if (err) {
+      s.destroy();
+      cb(err);
+    } else cb(null, s);
+  };
+  const timer = setTimeout(
+    () =>
+      finish(
+        Object.assign(new Error(`no connection to the node door within ${connectMs} ms`), {
+          code: DOOR_CONNECT_TIMEOUT,
+        }),
+      ),
+    connectMs,
+  );
+  s.once('error', finish);
+  s.once('secureConnect', () => {
+    const problem = nodePeerProblem(s, { caPem: creds.caPem, expectCn });
+    finish(
+      problem
+        ? Object.assign(new Error(`node door certificate refused: ${problem}`), { code: DOOR_CERT_REFUSED })
+        : null,
+    );
+  });
 }
 
 /** The gateway certificate's door pool from server.yaml tls (gatewayCert, gatewayKey, ca), or null when the files are missing. */

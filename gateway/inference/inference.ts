@@ -4,7 +4,8 @@
  * routes (app.ts) and the gateway's node:http fast path in front of fastify (fast-path.ts), through `Exchange`: the
  * one request, however it arrived.
  */
-import { Agent, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
 import type { DoorAgent } from '../../lib/door-agent';
 import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { GatewayTimeouts } from '../../config/types';
@@ -20,6 +21,7 @@ import { proxyRequest, type ProxyDeps } from './proxy';
 import { estimateTokens, type QuotaKeeper } from './quota';
 import { checkRequest, type ProxiedPath } from './request-check';
 import type { PickResult, RoutableReplica, RoutingTable } from './routing';
+import { upstreamDispatcher } from './upstream';
 import { UsageMeter } from './usage-meter';
 
 /** What the inference routes are built from (the gateway plugin's options, app.ts). */
@@ -31,8 +33,8 @@ export interface InferenceOptions {
   keys?: KeyTable;
   /** Per-key quotas and usage, for stored keys with rpm or tpm. */
   quota?: QuotaKeeper;
-  /** Upstream connection pool; by default one keep-alive agent owned (and destroyed) by the app. */
-  agent?: Agent;
+  /** The client to the replicas; by default one (upstream.ts) owned, and closed, by the app. */
+  dispatcher?: Dispatcher;
   /** The keep-alive TLS pool to the nodes' doors (door-agent.ts); absent: a route behind a door cannot be used */
   doorAgent?: DoorAgent;
   /** Largest request body in bytes (long prompts are big); default 32 MiB. */
@@ -101,7 +103,7 @@ export class Inference {
   private readonly deps: ProxyDeps;
   private readonly timeouts: GatewayTimeouts;
   private readonly authorized: Set<string>;
-  private readonly ownAgent: boolean;
+  private readonly ownDispatcher: boolean;
 
   constructor(opts: InferenceOptions) {
     this.routing = opts.routing;
@@ -113,14 +115,12 @@ export class Inference {
     this.keys = opts.keys;
     this.quota = opts.quota;
     this.metrics = opts.metrics;
-    // lifo keeps a few warm sockets busy instead of cycling through every idle one.
-    this.ownAgent = !opts.agent;
-    const agent =
-      opts.agent ?? new Agent({ keepAlive: true, keepAliveMsecs: 30_000, maxFreeSockets: 1024, scheduling: 'lifo' });
+    this.ownDispatcher = !opts.dispatcher;
+    const dispatcher = opts.dispatcher ?? upstreamDispatcher(this.timeouts.connectMs, opts.doorAgent);
     const { metrics } = opts;
     this.deps = {
       routing: opts.routing,
-      agent,
+      dispatcher,
       doorAgent: opts.doorAgent,
       log: this.log,
       timeouts: this.timeouts,
@@ -137,7 +137,7 @@ export class Inference {
 
   /** Destroys the upstream pool when it is the gateway's own. */
   close(): void {
-    if (this.ownAgent) this.deps.agent.destroy();
+    if (this.ownDispatcher) void this.deps.dispatcher.destroy().catch(() => undefined);
   }
 
   /**

@@ -1,14 +1,7 @@
 /** Forwards one inference request to a replica and streams the answer back, retrying elsewhere before the first byte. */
-import {
-  request,
-  type Agent,
-  type ClientRequest,
-  type IncomingMessage,
-  type OutgoingHttpHeaders,
-  type ServerResponse,
-} from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Dispatcher } from 'undici';
 import type { GatewayTimeouts } from '../../config/types';
-import { request as httpsRequest } from 'node:https';
 import { ERRORS, openAiError, type ErrorCode } from '../../lib/errors';
 import { DOOR_MISS_HEADER } from '../../lib/node-door';
 import { DOOR_CERT_REFUSED, DOOR_CONNECT_TIMEOUT, type DoorAgent } from '../../lib/door-agent';
@@ -17,13 +10,14 @@ import type { ModelStats } from './model-stats';
 import type { CallTimes, GatewayMetrics } from './metrics';
 import type { PickResult, RoutableReplica, RoutingTable } from './routing';
 import { SseTail } from './sse';
+import { answerHead, type AnswerHead } from './upstream';
 import type { UsageMeter } from './usage-meter';
 
 /** What a proxied request needs besides the request itself. */
 export interface ProxyDeps {
   routing: RoutingTable;
-  /** A keep-alive agent shared by all requests, so the gateway reuses upstream connections. */
-  agent: Agent;
+  /** The one client to every replica (upstream.ts): keep-alive connections, to engines and to nodes' doors. */
+  dispatcher: Dispatcher;
   /** The keep-alive TLS pool to the nodes' doors, with the gateway certificate (absent: no tls.gatewayCert) */
   doorAgent?: DoorAgent;
   log: GatewayLog;
@@ -54,36 +48,8 @@ export interface ProxyCall {
   times?: CallTimes;
 }
 
-// Response headers worth passing through; hop-by-hop ones (connection, transfer-encoding) are Node's business, and
-// x-request-id is the gateway's own (set for every response before the route runs).
-const PASS_HEADERS = ['content-type', 'content-length', 'cache-control'] as const;
-
-/** The response headers passed on to the client. */
-function passHeaders(upRes: IncomingMessage): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  for (const h of PASS_HEADERS) {
-    const v = upRes.headers[h];
-    if (v !== undefined) out[h] = v;
-  }
-  return out;
-}
-
 /** Largest error answer read to tell a malformed request from a failing engine, bytes. */
 const MAX_ERROR_ANSWER = 64 * 1024;
-
-/** Reads an engine's error answer whole, or null when it is larger than an error message (or the connection failed). */
-function readErrorAnswer(upRes: IncomingMessage): Promise<Buffer | null> {
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    upRes.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size <= MAX_ERROR_ANSWER) chunks.push(c);
-    });
-    upRes.once('end', () => resolve(size <= MAX_ERROR_ANSWER ? Buffer.concat(chunks) : null));
-    upRes.once('close', () => resolve(null));
-  });
-}
 
 /**
  * The engine's message when its 500 says the request was malformed (llama.cpp answers a `tools` or `messages` it
@@ -103,13 +69,17 @@ export function engineRefusal(answer: Buffer): string | null {
 // A node door whose certificate is not its node's, or that does not open within connectMs (door-agent.ts), is
 // as unreachable as a refused port.
 /**
- * How many pooled connections a request may find closed by the replica while idle before it counts as the
- * replica's failure. More than one: a node's door replaced new-first closes every connection the old door held, and
- * a gateway pools several to it (a retry once went to the next stale connection: a 502 with one replica).
+ * How many times a request that met a connection closed before any answer (undici's UND_ERR_SOCKET, or a reset) is
+ * sent to the same replica again before it counts as the replica's failure. A connection the replica closed while
+ * idle is taken out of the pool when its close arrives, so what is left is the race with a close in flight (a node's
+ * door replaced new-first closes every connection the old door held); a replica that really died refuses the next
+ * connection, and is ejected for that.
  */
-const STALE_RETRIES = 16;
+const STALE_RETRIES = 2;
+const STALE_ERRORS = new Set(['UND_ERR_SOCKET', 'ECONNRESET', 'EPIPE']);
 
 const CONNECT_ERRORS = new Set([
+  'UND_ERR_CONNECT_TIMEOUT',
   'ECONNREFUSED',
   'EHOSTUNREACH',
   'ENETUNREACH',
@@ -118,8 +88,23 @@ const CONNECT_ERRORS = new Set([
   DOOR_CONNECT_TIMEOUT,
 ]);
 
-// first-byte: sent, nothing back yet; answer: a stream's headers are back, its first event is not; idle: data flows.
-type Phase = 'connect' | 'first-byte' | 'answer' | 'idle';
+// first-byte: sent, nothing back yet; answer: a stream's headers are back, its first event is not (or an error
+// answer is being read); idle: data flows.
+type Phase = 'first-byte' | 'answer' | 'idle';
+
+/** An error answer (5xx, or a door's miss) read whole before deciding what it is. */
+interface ErrorAnswer {
+  status: number;
+  head: AnswerHead;
+  chunks: Buffer[];
+  size: number;
+}
+
+/** The origin (scheme, host, port) of a replica's engine or node door, as undici names a pool. */
+function originOf(replica: RoutableReplica): string {
+  const host = replica.host.includes(':') ? `[${replica.host}]` : replica.host;
+  return `${replica.door ? 'https' : 'http'}://${host}:${replica.port}`;
+}
 
 /**
  * Sends `call` to `call.first`, then to other ready replicas while nothing has reached the client: on a connection
@@ -128,12 +113,13 @@ type Phase = 'connect' | 'first-byte' | 'answer' | 'idle';
  * other answer: a truncated answer must never look complete. Releases in-flight counts on every path.
  */
 export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
-  const { routing, agent, log, timeouts, metrics } = deps;
+  const { routing, dispatcher, log, timeouts, metrics } = deps;
   const { res, note, model, reqId, times } = call;
   // Replicas tried and why they failed: made on the first failure (most requests have none).
   let tried: Set<string> | null = null;
   let failures: string[] | null = null;
-  let current: ClientRequest | null = null;
+  /** Stops the current attempt (a client that left); set per attempt. */
+  let cancel: ((err: Error) => void) | null = null;
   let clientGone = false;
   // Model stats (issue 23): one record per request when its response closes; TTFT is set at the first body byte.
   const t0 = deps.stats ? performance.now() : 0;
@@ -147,7 +133,7 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
     deps.stats?.record(model, res.headersSent ? res.statusCode : 499, ttftMs);
     if (finished) return;
     clientGone = true;
-    current?.destroy();
+    cancel?.(new Error('the client closed the connection'));
   });
 
   /** Ends the request with the gateway's own error: an answer before any byte was sent, an SSE event after. */
@@ -201,14 +187,6 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
       if (!released) routing.release(replica.id);
       released = true;
     };
-    let phase: Phase = 'first-byte';
-    let timedOut: string | null = null;
-    const headers: OutgoingHttpHeaders = {
-      'content-type': 'application/json',
-      'content-length': call.body.length,
-      'x-request-id': reqId,
-    };
-    if (call.req.headers.accept) headers.accept = call.req.headers.accept;
     const { door } = replica;
     if (door && !deps.doorAgent) {
       release();
@@ -218,121 +196,109 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
         'LLMGW_UPSTREAM_FAILED',
       );
     }
-    // Behind a node's door: keep-alive TLS with the gateway certificate, to the node the route names (servername).
-    const upReq = door
-      ? httpsRequest({
-          agent: deps.doorAgent,
-          host: replica.host,
-          port: replica.port,
-          servername: door.node,
-          path: door.base + call.path,
-          method: 'POST',
-          headers,
-        })
-      : request({ agent, host: replica.host, port: replica.port, path: call.path, method: 'POST', headers });
-    current = upReq;
-
-    upReq.on('socket', (s) => {
-      s.setNoDelay(true);
-      // A new connection has connectMs to open; Node puts the first-byte timeout below in place on 'connect'.
-      if (s.connecting) s.setTimeout(timeouts.connectMs);
-    });
-    // The socket's own idle timer, reset by every byte and re-armed per phase: no timer of ours per request.
-    upReq.setTimeout(call.firstByteMs, () => {
-      if (upReq.socket?.connecting) phase = 'connect';
+    let phase: Phase = 'first-byte';
+    let timedOut: string | null = null;
+    let abort: ((err: Error) => void) | null = null;
+    // An abort asked for before undici handed over its abort function (a timeout or a client gone that early).
+    let abortFirst: Error | null = null;
+    const stop = (err: Error): void => {
+      if (abort) abort(err);
+      else abortFirst ??= err;
+    };
+    cancel = stop;
+    // The proxy's own timer (undici's are off): the first byte within firstByteMs — for a stream, its first event —
+    // then no gap longer than idleMs.
+    const onTimeout = (): void => {
       timedOut =
-        phase === 'connect'
-          ? `${replica.id}: no connection within ${timeouts.connectMs} ms`
-          : phase === 'idle'
-            ? `${replica.id}: the answer stalled, no data for ${timeouts.idleMs} ms`
-            : `${replica.id}: no answer within ${call.firstByteMs} ms`;
-      upReq.destroy(new Error(timedOut));
-    });
+        phase === 'idle'
+          ? `${replica.id}: the answer stalled, no data for ${timeouts.idleMs} ms`
+          : `${replica.id}: no answer within ${call.firstByteMs} ms`;
+      stop(new Error(timedOut));
+    };
+    let timer = setTimeout(onTimeout, call.firstByteMs);
+    const idle = (): void => {
+      phase = 'idle';
+      clearTimeout(timer);
+      timer = setTimeout(onTimeout, timeouts.idleMs);
+    };
+    let errorAnswer: ErrorAnswer | null = null;
+    let stream: SseTail | undefined;
+    let resume: (() => void) | null = null;
+    const resumeUpstream = (): void => resume?.();
+    const { meter } = call;
+    const stats = deps.stats !== undefined;
+    const accept = call.req.headers.accept;
+    const headers: Record<string, string> = { 'content-type': 'application/json', 'x-request-id': reqId };
+    if (accept) headers.accept = accept;
 
-    upReq.on('error', (err: NodeJS.ErrnoException) => {
-      release();
-      // Once an answer has begun, its 'close' below ends the request.
-      if (clientGone || phase === 'answer' || phase === 'idle') return;
-      // A pooled connection the replica closed while idle: not the replica's fault, try it again. Each such failure
-      // takes its connection out of the pool, so the tries go through the stale ones to a fresh connection.
-      if (staleRetries > 0 && upReq.reusedSocket && err.code === 'ECONNRESET')
-        return attempt(replica, staleRetries - 1);
-      const refused = phase === 'connect' || CONNECT_ERRORS.has(err.code ?? '');
-      if (refused) routing.eject(replica, err.message);
-      metrics?.upstreamError(model, replica.id, timedOut ? 'timeout' : refused ? 'connect' : 'reset');
-      next(
-        replica,
-        timedOut ?? `${replica.id}: ${err.message}`,
-        timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED',
-      );
-    });
-
-    upReq.on('response', (upRes) => {
-      if (times) times.headAt = performance.now();
-      phase = 'answer';
-      routing.healthy(replica.id);
-      const status = upRes.statusCode ?? 502;
-      // The door's own 404: the replica is not on that node (a stale route); another replica is tried, as for a 5xx.
-      const doorMiss = door !== undefined && upRes.headers[DOOR_MISS_HEADER] !== undefined;
-      if (
-        (status >= 500 || doorMiss) &&
-        !clientGone &&
-        !String(upRes.headers['content-type']).startsWith('text/event-stream')
-      ) {
-        upRes.once('close', release);
-        // Read the (small) error answer first: an engine that refused the request as malformed says so in a 500
-        // (llama.cpp does), and that is the client's error — answered 400, never tried on another replica.
-        return void readErrorAnswer(upRes).then((answer) => {
-          if (clientGone) return;
-          const refused = answer && engineRefusal(answer);
-          if (refused) {
-            log('the engine refused the request as malformed', {
-              level: 'warn',
-              reqId,
-              model,
-              replica: replica.id,
-              status,
-              error: refused,
-            });
-            return fail('LLMGW_BAD_REQUEST', `the engine refused the request: ${refused}`);
-          }
-          metrics?.upstreamError(model, replica.id, 'status-5xx');
-          const other = routing.pick(model, new Set([...(tried ?? []), replica.id]));
-          if (other.kind === 'ok' || !answer)
-            return next(
-              replica,
-              `${replica.id} answered ${status}`,
-              'LLMGW_UPSTREAM_FAILED',
-              other.kind === 'ok' ? other : undefined,
-            );
-          res.writeHead(status, { ...passHeaders(upRes), 'content-length': answer.length });
-          if (note) note.bytes = answer.length;
-          res.end(answer);
+    /** A 5xx (or a door's miss) read whole: the client's error, another replica, or the answer as it is. */
+    const answerError = (e: ErrorAnswer, answer: Buffer | null): void => {
+      if (clientGone) return;
+      const refused = answer && engineRefusal(answer);
+      if (refused) {
+        log('the engine refused the request as malformed', {
+          level: 'warn',
+          reqId,
+          model,
+          replica: replica.id,
+          status: e.status,
+          error: refused,
         });
+        return fail('LLMGW_BAD_REQUEST', `the engine refused the request: ${refused}`);
       }
-      res.writeHead(status, passHeaders(upRes));
-      const stream = String(upRes.headers['content-type']).startsWith('text/event-stream') ? new SseTail() : undefined;
-      const { meter } = call;
-      const stats = deps.stats !== undefined;
-      if (stream) {
-        // Streams start with headers only; pass them on so the client sees 200 before the first token. The prefill
-        // comes after the headers, so the first-byte timeout runs on until the first event.
-        res.flushHeaders();
-        if (times) times.stream = true;
-      } else {
-        phase = 'idle';
-        upReq.setTimeout(timeouts.idleMs);
-      }
-      // One 'data' listener passes the answer on and reads it as it passes, instead of pipe() and a listener of
-      // our own: pipe() adds and removes eight listeners per request and emits every chunk to two listeners
-      // (measured: docs/architecture.md, "Beside other proxies"). Backpressure as pipe() does it: a client that
-      // reads slower than the replica answers pauses the upstream until its socket drains.
-      const resume = (): void => void upRes.resume();
-      upRes.on('data', (chunk: Buffer) => {
-        if (phase !== 'idle') {
-          phase = 'idle';
-          upReq.setTimeout(timeouts.idleMs);
+      metrics?.upstreamError(model, replica.id, 'status-5xx');
+      const other = routing.pick(model, new Set([...(tried ?? []), replica.id]));
+      if (other.kind === 'ok' || !answer)
+        return next(
+          replica,
+          `${replica.id} answered ${e.status}`,
+          'LLMGW_UPSTREAM_FAILED',
+          other.kind === 'ok' ? other : undefined,
+        );
+      res.writeHead(e.status, { ...e.head.pass, 'content-length': answer.length });
+      if (note) note.bytes = answer.length;
+      res.end(answer);
+    };
+
+    const handler: Dispatcher.DispatchHandler = {
+      onConnect(a: (err?: Error) => void): void {
+        abort = a;
+        if (abortFirst) a(abortFirst);
+      },
+      onHeaders(status: number, raw: Buffer[], resumeFn: () => void): boolean {
+        if (times) times.headAt = performance.now();
+        phase = 'answer';
+        routing.healthy(replica.id);
+        const head = answerHead(raw, DOOR_MISS_HEADER);
+        const sse = head.contentType.startsWith('text/event-stream');
+        // The door's own 404 means the replica is not on that node (a stale route): another replica is tried, as
+        // for a 5xx. Read the (small) error answer first: an engine that refused the request as malformed says so
+        // in a 500 (llama.cpp does), and that is the client's error — answered 400, never tried elsewhere.
+        if ((status >= 500 || head.doorMiss) && !clientGone && !sse) {
+          errorAnswer = { status, head, chunks: [], size: 0 };
+          return true;
         }
+        res.writeHead(status, head.pass);
+        if (sse) {
+          // Streams start with headers only; pass them on so the client sees 200 before the first token. The
+          // prefill comes after the headers, so the first-byte timeout runs on until the first event.
+          stream = new SseTail();
+          res.flushHeaders();
+          if (times) times.stream = true;
+        } else idle();
+        resume = resumeFn;
+        if (times) times.headDoneAt = performance.now();
+        return true;
+      },
+      onData(chunk: Buffer): boolean {
+        const e = errorAnswer;
+        if (e) {
+          e.size += chunk.length;
+          if (e.size <= MAX_ERROR_ANSWER) e.chunks.push(chunk);
+          return true;
+        }
+        if (phase !== 'idle') idle();
+        else timer.refresh();
         if (stats) ttftMs ??= performance.now() - t0; // model stats: TTFT
         stream?.push(chunk);
         meter?.push(chunk, stream !== undefined);
@@ -342,33 +308,66 @@ export function proxyRequest(deps: ProxyDeps, call: ProxyCall): void {
           times.prev = times.tail;
           times.tail = chunk;
         }
-        if (!res.write(chunk) && !res.destroyed) {
-          upRes.pause();
-          res.once('drain', resume);
-        }
-      });
-      upRes.on('end', () => void res.end());
-      upRes.on('error', () => undefined); // 'close' below handles it
-      upRes.on('close', () => {
+        // Backpressure: a client that reads slower than the replica answers pauses the upstream until it drains.
+        if (res.write(chunk) || res.destroyed) return true;
+        res.once('drain', resumeUpstream);
+        return false;
+      },
+      onComplete(): void {
+        clearTimeout(timer);
         release();
-        if (upRes.complete || clientGone) return;
-        metrics?.upstreamError(model, replica.id, 'cut');
-        const why = timedOut ?? `${replica.id} closed the connection mid-answer`;
-        const code: ErrorCode = timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED';
-        log('answer cut: the replica failed after its first byte', {
-          level: 'error',
-          reqId,
-          model,
-          replica: replica.id,
-          code,
-          error: why,
-        });
-        fail(code, `model ${model}: ${why}; the answer is incomplete`, stream);
-      });
-      if (times) times.headDoneAt = performance.now();
-    });
-
-    upReq.end(call.body);
+        const e = errorAnswer;
+        if (e) return answerError(e, e.size <= MAX_ERROR_ANSWER ? Buffer.concat(e.chunks, e.size) : null);
+        res.end();
+      },
+      onError(err: Error & { code?: string }): void {
+        clearTimeout(timer);
+        release();
+        if (clientGone) return;
+        const e = errorAnswer;
+        if (e) return answerError(e, null);
+        const code = err.code ?? '';
+        if (code === 'UND_ERR_CONNECT_TIMEOUT')
+          timedOut = `${replica.id}: no connection within ${timeouts.connectMs} ms`;
+        if (phase !== 'first-byte') {
+          // After the first byte: a stream ends with an error event, any other answer is cut.
+          metrics?.upstreamError(model, replica.id, 'cut');
+          const why = timedOut ?? `${replica.id} closed the connection mid-answer`;
+          const failed: ErrorCode = timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED';
+          log('answer cut: the replica failed after its first byte', {
+            level: 'error',
+            reqId,
+            model,
+            replica: replica.id,
+            code: failed,
+            error: why,
+          });
+          return fail(failed, `model ${model}: ${why}; the answer is incomplete`, stream);
+        }
+        // A connection closed under the request before any answer: the same replica once more (see STALE_RETRIES).
+        if (!timedOut && staleRetries > 0 && STALE_ERRORS.has(code)) return attempt(replica, staleRetries - 1);
+        const refused = CONNECT_ERRORS.has(code);
+        if (refused) routing.eject(replica, timedOut ?? err.message);
+        metrics?.upstreamError(model, replica.id, timedOut ? 'timeout' : refused ? 'connect' : 'reset');
+        next(
+          replica,
+          timedOut ?? `${replica.id}: ${err.message}`,
+          timedOut ? 'LLMGW_UPSTREAM_TIMEOUT' : 'LLMGW_UPSTREAM_FAILED',
+        );
+      },
+    };
+    dispatcher.dispatch(
+      {
+        origin: originOf(replica),
+        path: door ? door.base + call.path : call.path,
+        method: 'POST',
+        headers,
+        body: call.body,
+        // A node door is asked for by its node's name, the name its certificate must carry (door-agent.ts).
+        ...(door ? { servername: door.node } : {}),
+      },
+      handler,
+    );
     if (times && times.sentAt === 0) times.sentAt = performance.now();
   };
 
