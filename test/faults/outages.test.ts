@@ -38,6 +38,9 @@ describe("outages of llmgw's own path cost nothing (both cores busy, load on sim
         expect(r.rebuilds).toEqual([]);
         expect(r.replacedEngines).toEqual([]);
         expect(r.replacedDoors).toEqual([]);
+        // Every role restarted by the scenario is running at its end (an agent that failed to start again would go
+        // unseen: its door and engines serve on without it).
+        expect(r.deadRoles).toEqual([]);
         expect(r.doors).toEqual({ through: 3, not: [] });
       },
       240_000,

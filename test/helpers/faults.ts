@@ -108,6 +108,8 @@ export interface FaultResult {
   replacedEngines: string[];
   /** node doors before the fault that are gone or were replaced after it (a door outlives its agent) */
   replacedDoors: string[];
+  /** roles (agents, control plane, gateway, ca-worker) whose process is not running at the end: one that died unseen */
+  deadRoles: string[];
   /** from the fault (or, for an outage, from the moment it was restored) until every loaded model had all its desired replicas ready again, ms */
   servingAgainMs: number;
   /** after it: the loaded models' ready replicas routed through their node's door, and those that were not (id → endpoint) */
@@ -200,7 +202,19 @@ export async function runFault(
   const replacedDoors = [...doorsBefore]
     .filter(([node, pid]) => doorsAfter.get(node) !== pid)
     .map(([node, pid]) => `${node} (pid ${pid})`);
-  return { name, load, rebuilds, replacedEngines, replacedDoors, servingAgainMs, doors: await doorRoutes(fc) };
+  const deadRoles = [...fc.cluster.processes]
+    .filter(([, p]) => p.exitCode !== null || p.signalCode !== null)
+    .map(([role, p]) => `${role} (${p.signalCode ?? `code ${p.exitCode}`})`);
+  return {
+    name,
+    load,
+    rebuilds,
+    replacedEngines,
+    replacedDoors,
+    deadRoles,
+    servingAgainMs,
+    doors: await doorRoutes(fc),
+  };
 }
 
 /** From `since` until the last replica rebuilt after it was ready again (the events' own times), ms. */

@@ -190,6 +190,31 @@ describe("the node's door in a process of its own (real agents, door processes, 
     120_000,
   );
 
+  test('an agent restarted while its door is too slow to answer (stopped 4 s) waits for that door and adopts it, rather than start a second one on its port', async () => {
+    const before = door();
+    const old = latest();
+    old.child.kill('SIGKILL');
+    await processExited(old.child);
+    // A door on a starved node: alive (same pid and start time), its port held, its control listener silent.
+    process.kill(before.pid, 'SIGSTOP');
+    const resume = setTimeout(() => process.kill(before.pid, 'SIGCONT'), 4000);
+    let next: AgentProc;
+    try {
+      // Resolves once the agent runs: it registers only after its door is settled.
+      next = await startAgentProc();
+    } finally {
+      clearTimeout(resume);
+      process.kill(before.pid, 'SIGCONT');
+    }
+    expect(next.lines.join('\n')).toContain('node door adopted');
+    expect(door().pid).toBe(before.pid);
+    expect(next.lines.join('\n')).not.toContain('node door started');
+    await waitFor(async () => (await throughDoor()) === '200', {
+      timeoutMs: 15_000,
+      what: 'the replica answering through the same door',
+    });
+  }, 90_000);
+
   test('the door replaced under load, new-first (the listening socket handed over): no request fails', async () => {
     const old = door();
     const load = startLoad(gateway.url, MODEL, { clients: 2 });

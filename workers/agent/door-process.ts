@@ -75,12 +75,23 @@ async function control(
   }
 }
 
-/** The door the record names, when it is alive, is that door (pid, start time, token) and serves. */
+/**
+ * The door the record names, when it is alive, is that door (pid, start time, token) and serves. While its process
+ * lives it is asked again until it answers (up to START_MS): a door slow to answer on a starved node still holds
+ * the port, so a second door started beside it could not listen, and the agent failed its start
+ * (LLMGW_DOOR_NOT_STARTED, "the port is taken") with the door serving on unsupervised.
+ */
 async function liveDoor(stateDir: string): Promise<DoorRecord | null> {
   const rec = readDoorRecord(stateDir);
-  if (!rec || !sameProcess(rec.pid, rec.startTime)) return null;
-  const h = await control(rec, 'GET', '/health');
-  return h && h.pid === rec.pid && h.ok === true ? rec : null;
+  if (!rec) return null;
+  const deadline = Date.now() + START_MS;
+  while (sameProcess(rec.pid, rec.startTime)) {
+    const h = await control(rec, 'GET', '/health');
+    if (h) return h.pid === rec.pid && h.ok === true ? rec : null;
+    if (Date.now() > deadline) return null;
+    await sleep(100);
+  }
+  return null;
 }
 
 /** Starts, adopts or replaces the node's door process; see the module comment. */
