@@ -9,6 +9,7 @@ import { SseTail } from '../../gateway/inference/sse';
 import { RoutingTable } from '../../gateway/inference/routing';
 import { requestId } from '../../gateway/inference/log';
 import { freePort } from '../helpers/ports';
+import { TEST_API_KEY } from '../helpers/test-key';
 import { waitFor } from '../helpers/wait';
 import {
   chat,
@@ -446,5 +447,65 @@ describe('request ids and logs', () => {
     } finally {
       routing.stop();
     }
+  });
+});
+
+describe('backpressure', () => {
+  it('passes a large answer to a client that reads slowly whole, pausing the replica instead of buffering it', async () => {
+    // 32 MiB in 64 KiB chunks, each written only when the replica's socket takes it (as an engine's server does).
+    const CHUNKS = 512;
+    const piece = Buffer.alloc(64 * 1024, 'x');
+    let written = 0;
+    const big = await upstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(CHUNKS * piece.length) });
+      const more = (): void => {
+        while (written < CHUNKS) {
+          written++;
+          if (!res.write(piece)) return void res.once('drain', more);
+        }
+        res.end();
+      };
+      more();
+    });
+    const { url, routing } = await gateway({ models: ['m'], replicas: [ready('m-0', 'm', big.endpoint)] });
+    const u = new URL(`${url}/v1/chat/completions`);
+    const body = chat('m');
+    const { received, writtenWhilePaused } = await new Promise<{ received: number; writtenWhilePaused: number }>(
+      (resolve, reject) => {
+        const req = request(
+          {
+            host: u.hostname,
+            port: u.port,
+            path: u.pathname,
+            method: 'POST',
+            headers: { 'content-type': 'application/json', authorization: `Bearer ${TEST_API_KEY}` },
+          },
+          (res) => {
+            let got = 0;
+            let atPause = -1;
+            res.once('data', (c: Buffer) => {
+              if (res.statusCode !== 200) return reject(new Error(`${res.statusCode}: ${c.toString()}`));
+              got += c.length;
+              // The client stops reading for a second: the gateway must stop reading from the replica meanwhile.
+              res.pause();
+              setTimeout(() => {
+                atPause = written;
+                res.on('data', (d: Buffer) => (got += d.length));
+                res.resume();
+              }, 1000);
+            });
+            res.once('end', () => resolve({ received: got, writtenWhilePaused: atPause }));
+            res.once('error', reject);
+          },
+        );
+        req.once('error', reject);
+        req.end(body);
+      },
+    );
+    expect(received).toBe(CHUNKS * piece.length);
+    // Paused for a second, the replica got no further than the socket buffers on its way (a few MiB), not 32 MiB.
+    expect(writtenWhilePaused).toBeGreaterThan(0);
+    expect(writtenWhilePaused).toBeLessThan(CHUNKS / 2);
+    expect(routing.inFlightOf('m-0')).toBe(0);
   });
 });
