@@ -180,8 +180,9 @@ export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
     up.on('socket', (s) => s.setNoDelay(true));
     up.on('response', (upRes) => {
       res.writeHead(upRes.statusCode ?? 502, passHeaders(upRes.headers));
-      // Headers first: an SSE answer's client sees 200 before its first event.
-      res.flushHeaders();
+      // A stream's headers at once: its client sees 200 before the first event. Any other answer's go out with its
+      // first bytes, in one TLS record and one write (sent apart, they cost a write and a record per request).
+      if (String(upRes.headers['content-type']).startsWith('text/event-stream')) res.flushHeaders();
       upRes.on('error', () => undefined);
       upRes.once('close', () => {
         if (!upRes.complete) res.destroy();

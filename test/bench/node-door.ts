@@ -2,18 +2,18 @@
  * `npm run bench:node-door`: what a node's door adds to a request. One sim engine process (answers at once), the
  * node's door process in front of it as the agent runs it (`llmgw node-door`, its route read from the engine's
  * record in a state dir, its credentials from door/credentials.json), and interleaved rounds of one
- * non-streamed completion straight to the engine (node:http, keep-alive: the gateway's path before the door) and
- * one through the door (keep-alive TLS with a gateway certificate: lib/door-agent.ts, the gateway's path now).
+ * non-streamed completion straight to the engine (keep-alive HTTP: the gateway's path without a door) and one
+ * through the door (keep-alive TLS with a gateway certificate), both through the gateway's own client (undici,
+ * gateway/inference/upstream.ts, with the door connector of lib/door-agent.ts).
  * Prints each path's percentiles and the added latency paired per round. Asserts nothing.
  */
 import '../helpers/bench-help'; // --help: the comment above
 import { spawn } from 'node:child_process';
-import { Agent, request as httpRequest, type ClientRequest, type IncomingMessage } from 'node:http';
-import { request as httpsRequest } from 'node:https';
 import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DoorAgent } from '../../lib/door-agent';
+import { upstreamDispatcher } from '../../gateway/inference/upstream';
 import { enginePaths, procStartTime, shardKey, writeJsonAtomic, type EngineState } from '../../lib/engine-state';
 import { nodeDoorArgv, readDoorRecord, writeDoorCredentials } from '../../workers/node-door/files';
 import { initCa, issueClientCertificate, issueNodeCertificate } from '../../lib/pki';
@@ -23,21 +23,7 @@ import { freePort } from '../helpers/ports';
 const ROUNDS = Number(process.env.ROUNDS ?? 3000);
 const WARMUP = 300;
 const body = JSON.stringify({ model: 'sim', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
-const headers = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) };
-
-function once(send: (cb: (res: IncomingMessage) => void) => ClientRequest): Promise<number> {
-  const t0 = performance.now();
-  return new Promise((resolve, reject) => {
-    const req = send((res) => {
-      res.resume();
-      res.once('end', () =>
-        res.statusCode === 200 ? resolve(performance.now() - t0) : reject(new Error(`status ${res.statusCode}`)),
-      );
-    });
-    req.once('error', reject);
-    req.end(body);
-  });
-}
+const headers = { 'content-type': 'application/json' };
 
 const pct = (xs: number[], p: number): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -97,30 +83,25 @@ async function main(): Promise<void> {
     if (ok) break;
     await new Promise((r) => setTimeout(r, 100));
   }
-  const plain = new Agent({ keepAlive: true, maxSockets: 1 });
-  const tlsPool = new DoorAgent({ certPem: gw.certPem, keyPem: gw.keyPem, caPem: ca.certPem }, 2000, { maxSockets: 1 });
-  const direct = (): Promise<number> =>
-    once((cb) =>
-      httpRequest(
-        { agent: plain, host: '127.0.0.1', port: enginePort, path: '/v1/chat/completions', method: 'POST', headers },
-        cb,
-      ),
-    );
+  const doorAgent = new DoorAgent({ certPem: gw.certPem, keyPem: gw.keyPem, caPem: ca.certPem }, 2000);
+  const client = upstreamDispatcher(2000, doorAgent);
+  const once = async (origin: string, path: string, servername?: string): Promise<number> => {
+    const t0 = performance.now();
+    const r = await client.request({
+      origin,
+      path,
+      method: 'POST',
+      headers,
+      body,
+      ...(servername ? { servername } : {}),
+    });
+    await r.body.dump();
+    if (r.statusCode !== 200) throw new Error(`status ${r.statusCode}`);
+    return performance.now() - t0;
+  };
+  const direct = (): Promise<number> => once(`http://127.0.0.1:${enginePort}`, '/v1/chat/completions');
   const viaDoor = (): Promise<number> =>
-    once((cb) =>
-      httpsRequest(
-        {
-          agent: tlsPool,
-          host: '127.0.0.1',
-          port: doorPort,
-          servername: 'bench-node',
-          path: '/nodes/bench-node/replicas/m-0/v1/chat/completions',
-          method: 'POST',
-          headers,
-        },
-        cb,
-      ),
-    );
+    once(`https://127.0.0.1:${doorPort}`, '/nodes/bench-node/replicas/m-0/v1/chat/completions', 'bench-node');
   for (let i = 0; i < WARMUP; i++) {
     await direct();
     await viaDoor();
@@ -153,8 +134,8 @@ async function main(): Promise<void> {
       '',
     ].join('\n'),
   );
-  plain.destroy();
-  tlsPool.destroy();
+  await client.close();
+  doorAgent.destroy();
   door.kill('SIGTERM');
   engine.kill();
   await new Promise((r) => door.once('exit', r));
