@@ -20,7 +20,7 @@ import { sameProcess } from '../../lib/engine-state';
 import { localLlamacpp } from '../../lib/engines/llamacpp-install';
 import { writeTinyLlamaGguf } from '../../lib/engines/tiny-gguf';
 import type { ModelSpec } from '../../lib/types';
-import { EXIT_WITH_PARENT, fileTail, stopProcess } from '../../lib/process';
+import { EXIT_WITH_PARENT, fileTail, pidAlive, stopProcess } from '../../lib/process';
 import { caPaths, certificateInfo, initCa, renewAt } from '../../lib/pki';
 import { keyDigest, keyPrefix, newApiKey } from '../../lib/api-keys';
 import { openDatabase, parseMysqlUrl } from '../../lib/store/db';
@@ -264,6 +264,21 @@ function leftOverDoors(stateDir: string): number[] {
   });
 }
 
+/** Stops (SIGTERM: it answers what is in flight, then exits; SIGKILL after 10 s) the node doors still running. */
+async function stopLeftOverDoors(stateDir: string): Promise<void> {
+  await Promise.all(
+    leftOverDoors(stateDir).map(async (pid) => {
+      try {
+        process.kill(pid, 'SIGTERM');
+      } catch {
+        return; // gone meanwhile
+      }
+      for (let i = 0; i < 200 && pidAlive(pid); i++) await new Promise((r) => setTimeout(r, 50));
+      if (pidAlive(pid)) process.kill(pid, 'SIGKILL'); // still answering after 10 s: a stalled client
+    }),
+  );
+}
+
 /** Brings the whole cluster up and deploys the catalog; resolves when every catalog replica serves. */
 export async function startCluster(o: ClusterOptions): Promise<Cluster> {
   parseMysqlUrl(o.mysqlUrl);
@@ -317,6 +332,9 @@ export async function startCluster(o: ClusterOptions): Promise<Cluster> {
     // Nodes first (their engines stop and Temporal records it), then the control side, Temporal last.
     const nodes = SIM_NODES.map((n) => processes.get(n.id)).filter((c) => c !== undefined);
     await Promise.all(nodes.map((c) => stopProcess(c, 25_000)));
+    // Each agent stops its door (--stop-engines-on-exit), but one stopped while still starting (waiting for a control
+    // plane that is gone) exits at once, and one killed after its grace cannot: its door would outlive the cluster.
+    await stopLeftOverDoors(o.stateDir);
     await Promise.all([...processes.values()].filter((c) => !nodes.includes(c)).map((c) => stopProcess(c, 25_000)));
     await temporal?.stop();
   };

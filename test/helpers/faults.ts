@@ -8,7 +8,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startCluster, SIM_NODES, type Cluster } from '../../cli/cluster/run';
+import { readFileSync } from 'node:fs';
 import { listEngineKeys, readEngineState, sameProcess } from '../../lib/engine-state';
+import { fileTail } from '../../lib/process';
 import { readDoorRecord } from '../../workers/node-door/files';
 import { openDatabase } from '../../lib/store/db';
 import { Store } from '../../lib/store/store';
@@ -29,6 +31,8 @@ export interface FaultCluster {
   enginePids(): Map<string, number>;
   /** Every live node door process by node id, from the agents' state dirs. */
   doorPids(): Map<string, number>;
+  /** A role's log file (`logs/<role>.log` in the cluster's state dir). */
+  roleLog(role: string): string;
   close(): Promise<void>;
 }
 
@@ -68,6 +72,7 @@ export async function startFaultCluster(progress: (line: string) => void = () =>
       }
       return pids;
     },
+    roleLog: (role) => join(stateDir, 'logs', `${role}.log`),
     doorPids: () => {
       const pids = new Map<string, number>();
       for (const n of SIM_NODES) {
@@ -204,7 +209,7 @@ export async function runFault(
     .map(([node, pid]) => `${node} (pid ${pid})`);
   const deadRoles = [...fc.cluster.processes]
     .filter(([, p]) => p.exitCode !== null || p.signalCode !== null)
-    .map(([role, p]) => `${role} (${p.signalCode ?? `code ${p.exitCode}`})`);
+    .map(([role, p]) => `${role} (${p.signalCode ?? `code ${p.exitCode}`}): ${fileTail(fc.roleLog(role), 4)}`);
   return {
     name,
     load,
@@ -231,6 +236,30 @@ async function readyAfterRebuilds(fc: FaultCluster, since: number): Promise<numb
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * Starts a role again and waits until its log says `ready` once more: a scenario ends with the role back, not
+ * merely spawned (a control plane still starting when the next scenario killed Temporal failed its start).
+ */
+async function restartRole(fc: FaultCluster, name: string, ready: string): Promise<void> {
+  const count = (): number => {
+    let text = '';
+    try {
+      text = readFileSync(fc.roleLog(name), 'utf8');
+    } catch {
+      // not written yet
+    }
+    return text.split(`"msg":"${ready}"`).length - 1;
+  };
+  const before = count();
+  const p = fc.cluster.restart(name);
+  const how = await waitFor(
+    () => (p.exitCode !== null || p.signalCode !== null ? 'exited' : count() > before && 'ready'),
+    { timeoutMs: 90_000, what: `${name} started again to log "${ready}"` },
+  );
+  if (how === 'exited')
+    throw new Error(`${name} exited (${p.signalCode ?? `code ${p.exitCode}`}): ${fileTail(fc.roleLog(name), 8)}`);
+}
+
 /** Kills a role process with SIGKILL and waits until it is gone. */
 async function killRole(fc: FaultCluster, name: string): Promise<void> {
   const p = fc.cluster.processes.get(name);
@@ -245,7 +274,7 @@ export const OUTAGES: Record<string, (fc: FaultCluster, downMs: number) => Promi
   'control plane kill -9': async (fc, downMs) => {
     await killRole(fc, 'control-plane');
     await sleep(downMs);
-    fc.cluster.restart('control-plane');
+    await restartRole(fc, 'control-plane', 'control plane listening');
   },
   'Temporal kill -9': async (fc, downMs) => {
     fc.cluster.temporal.kill();
@@ -260,6 +289,6 @@ export const OUTAGES: Record<string, (fc: FaultCluster, downMs: number) => Promi
   'agent kill -9, back after RestartSec': async (fc) => {
     await killRole(fc, 'sim-a');
     await sleep(1000); // the shipped unit's RestartSec (lib/onboard/plan.ts)
-    fc.cluster.restart('sim-a');
+    await restartRole(fc, 'sim-a', 'agent running');
   },
 };
