@@ -43,17 +43,30 @@ function startClusterProcess(stateDir: string, basePort: number, mysqlUrl: strin
   child.stderr?.on('data', feed);
   return { child, lines };
 }
+/**
+ * Resolves with its output once it says it is up; fails at once if it exits first (not at the timeout), with the
+ * output's last lines (the reason: the role that died and its log's tail) before the rest, since a CI digest keeps
+ * only the head of a long message.
+ */
 const up = (r: Running): Promise<string[]> =>
   waitFor(
     () => {
-      if (r.child.exitCode !== null)
-        throw new Error(`llmgw cluster exited with code ${r.child.exitCode}:\n${r.lines.join('\n')}`);
-      return r.lines.some((l) => l.includes('llmgw local cluster is up')) ? r.lines : undefined;
+      if (r.child.exitCode !== null || r.child.signalCode !== null) return { exited: true as const };
+      return r.lines.some((l) => l.includes('llmgw local cluster is up')) ? { exited: false as const } : undefined;
     },
     { timeoutMs: 180_000, what: 'llmgw cluster to come up' },
-  ).catch((err: Error) => {
-    throw new Error(`${err.message}\noutput:\n${r.lines.join('\n')}`);
-  });
+  ).then(
+    ({ exited }) => {
+      if (!exited) return r.lines;
+      throw new Error(
+        `llmgw cluster exited (${r.child.signalCode ?? `code ${r.child.exitCode}`}) before it was up; its last lines:\n` +
+          `${r.lines.slice(-25).join('\n')}\nwhole output:\n${r.lines.join('\n')}`,
+      );
+    },
+    (err: Error) => {
+      throw new Error(`${err.message}; its last lines:\n${r.lines.slice(-25).join('\n')}`);
+    },
+  );
 /** Its exit code, once it exited of itself (null: killed by a signal). */
 const exitCode = (r: Running, what: string): Promise<number | null> =>
   waitFor(() => (r.child.exitCode !== null || r.child.signalCode !== null ? { code: r.child.exitCode } : undefined), {
