@@ -3,6 +3,10 @@
  * (test/integration/llama-*.test.ts) need this machine's llama.cpp build, which set-up starts in the background
  * (scripts/llama-cpp.sh, ~6 min of two cores the first time): they wait for it, bounded (docs/development.md).
  */
+const maxWorkers = 2;
+// test/helpers/ports.ts gives each worker engine port ranges of its own, by JEST_WORKER_ID modulo this count.
+process.env.LLMGW_JEST_WORKERS ??= String(maxWorkers);
+
 module.exports = {
   testEnvironment: 'node',
   transform: { '^.+\\.ts$': 'ts-jest' },
@@ -10,6 +14,6 @@ module.exports = {
   // test/faults saturates both cores on purpose: it runs alone, after the rest (scripts/test.sh sets LLMGW_FAULTS=1).
   testPathIgnorePatterns: ['/node_modules/', ...(process.env.LLMGW_FAULTS ? [] : ['/test/faults/'])],
   testTimeout: 120000,
-  maxWorkers: 2,
+  maxWorkers,
   setupFiles: ['<rootDir>/test/setup.ts'],
 };

@@ -8,6 +8,7 @@ import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command'
 import { ENGINE_SPECS, type EngineProgram } from '../../lib/engines/registry';
 import type { SignalTargets } from '../../lib/engines/signals';
 import { engineApiHost } from '../../lib/node-door';
+import { portHolder, tryListen } from '../../lib/port-holder';
 import {
   engineShimArgv,
   logTail,
@@ -138,6 +139,9 @@ function isWorkerShutdown(err: unknown): boolean {
   );
 }
 
+/** How long a new engine's port may stay held before its shard fails (an engine of this node still stopping). */
+const PORT_WAIT_MS = 3000;
+
 function describeExit(e: EngineExit): string {
   if (e.error) return `could not run (${e.error})`;
   if (e.signal) return `was killed by ${e.signal}`;
@@ -165,6 +169,32 @@ export function createNodeActivities(deps: NodeDeps) {
   const engineBase = (input: RunShardInput): string => {
     const h = engineApiHost({ host: input.host, behindDoor: deps.behindDoor === true });
     return `http://${h.includes(':') ? `[${h}]` : h}:${input.port}`;
+  };
+  /**
+   * Before a new engine starts: its port must be free on the address it binds. An engine that cannot bind exits,
+   * but one that binds late (vLLM, after loading its weights) leaves the port's holder answering the replica's
+   * health check meanwhile, and the replica would be routed to it. A holder that lets go within PORT_WAIT_MS (an
+   * engine of this node still stopping) is waited for; otherwise the shard fails, naming it, and the replica is
+   * placed again (on other ports: a lease given up is the last one reused).
+   */
+  const portMustBeFree = async (input: RunShardInput, where: string): Promise<void> => {
+    const host =
+      input.rank === 0 ? engineApiHost({ host: input.host, behindDoor: deps.behindDoor === true }) : input.host;
+    const until = Date.now() + PORT_WAIT_MS;
+    // Only a refused bind counts: another error (an address this node does not have) is the engine's to report.
+    while ((await tryListen(input.port, host)) === 'EADDRINUSE') {
+      if (Date.now() < until) {
+        await new Promise((r) => setTimeout(r, 100));
+        continue;
+      }
+      const holder = portHolder(input.port);
+      throw ApplicationFailure.create({
+        type: 'LLMGW_PORT_TAKEN' satisfies ErrorCode,
+        nonRetryable: true,
+        message: `${where}: port ${input.port} on ${host} is held by ${holder ? `pid ${holder.pid} (${holder.command.slice(0, 160)})` : 'a process this agent cannot see'}, not by this replica's engine, so it was not started; the replica is placed again on other ports. Stop that process, or move server.yaml enginePorts to a range nothing else on the node uses`,
+        details: [{ port: input.port, host, pid: holder?.pid ?? null }],
+      });
+    }
   };
   // The runShard that supervises each key now: a re-run of a shard adopts its engine from an earlier run
   // that is still winding down, and the earlier one must then leave the engine (and the key) alone.
@@ -388,6 +418,7 @@ export function createNodeActivities(deps: NodeDeps) {
               pid: found.state.enginePid,
             });
           }
+          await portMustBeFree(input, where);
           const launched = await launchEngine({
             stateDir,
             key,

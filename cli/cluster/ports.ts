@@ -3,10 +3,8 @@
  * process, instead of a role dying on EADDRINUSE while the cluster says "up" (its health checks answered by the
  * stranger on the port).
  */
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { LlmgwError } from '../../lib/errors';
-import { pidCommandLine } from '../../lib/process';
+import { portFree, portHolder } from '../../lib/port-holder';
 
 /** Every listener of the local cluster, by role. */
 export interface ClusterPorts {
@@ -57,60 +55,6 @@ export function clusterPorts(base: number | null): ClusterPorts {
         engines: base + 13,
         agentMetrics: null,
       };
-}
-
-/** True when 127.0.0.1:`port` can be bound now. */
-export function portFree(port: number): Promise<boolean> {
-  return new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(false));
-    s.listen({ port, host: '127.0.0.1', exclusive: true }, () => s.close(() => resolve(true)));
-  });
-}
-
-/** The socket inodes listening on `port` (Linux /proc/net/tcp and tcp6; LISTEN is state 0A). */
-function listeningInodes(port: number): Set<string> {
-  const hex = port.toString(16).toUpperCase().padStart(4, '0');
-  const inodes = new Set<string>();
-  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
-    let text = '';
-    try {
-      text = readFileSync(table, 'utf8');
-    } catch {
-      continue;
-    }
-    for (const line of text.split('\n').slice(1)) {
-      const f = line.trim().split(/\s+/);
-      if (f[1]?.endsWith(`:${hex}`) && f[3] === '0A' && f[9]) inodes.add(f[9]);
-    }
-  }
-  return inodes;
-}
-
-/** The process listening on `port`, when this user may see it: its pid and command line. */
-export function portHolder(port: number): { pid: number; command: string } | null {
-  const inodes = listeningInodes(port);
-  if (inodes.size === 0) return null;
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    let fds: string[];
-    try {
-      fds = readdirSync(`/proc/${entry}/fd`);
-    } catch {
-      continue;
-    }
-    for (const fd of fds) {
-      let target = '';
-      try {
-        target = readlinkSync(`/proc/${entry}/fd/${fd}`);
-      } catch {
-        continue;
-      }
-      const m = /^socket:\[(\d+)\]$/.exec(target);
-      if (m && inodes.has(m[1] as string)) return { pid: Number(entry), command: pidCommandLine(Number(entry)) ?? '?' };
-    }
-  }
-  return null;
 }
 
 /**

@@ -6,7 +6,7 @@ import { DEFAULT_CONFIG } from '../../config/defaults';
 import type { ServerConfig } from '../../config/types';
 import { parseMysqlUrl } from '../../lib/store/db';
 import type { ModelSpec } from '../../lib/types';
-import { freePort } from './ports';
+import { freePort, testEnginePortBase } from './ports';
 import { TEST_API_KEY } from './test-key';
 import { testTls } from './tls';
 
@@ -39,9 +39,8 @@ export async function testConfig(o: {
   const cp = await freePort();
   const gw = await freePort();
   const door = await freePort();
-  // Below Linux's ephemeral range (32768-60999: every free port and outgoing connection of every test comes from
-  // there, and one taken there made an engine fail with EADDRINUSE) and above the local cluster's 20000-21999.
-  const engineBase = 22000 + Math.floor(Math.random() * 107) * 100;
+  // test/helpers/ports.ts says where (below the ephemeral range, apart from test clusters and other workers).
+  const engineBase = testEnginePortBase();
   return {
     ...DEFAULT_CONFIG,
     temporal: { ...DEFAULT_CONFIG.temporal, address: o.temporalAddress },

@@ -23,7 +23,7 @@ import { startControlPlane, type ControlPlane } from '../../workers/control/inde
 import type { OnboardInput } from '../../workflows/contracts/onboard';
 import { workflowBundlePath } from './bundle';
 import { dropDatabase, startTestTemporal, testMysqlUrl } from './cluster-parts';
-import { freePort } from './ports';
+import { freePort, testEnginePortBase } from './ports';
 import { testArtefact } from './release';
 import { startTestNetwork, type TestNetwork } from './test-host';
 
@@ -96,7 +96,7 @@ export async function startOnboardCluster(o: {
       gatewayCert: file('gateway.crt', gatewayCert.certPem),
       gatewayKey: file('gateway.key', gatewayCert.keyPem),
     },
-    enginePorts: { base: 22000 + Math.floor(Math.random() * 107) * 100, count: 100 },
+    enginePorts: { base: testEnginePortBase(), count: 100 },
     catalog: o.catalog,
     ...(o.engines ? { engines: o.engines } : {}),
   };

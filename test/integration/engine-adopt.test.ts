@@ -7,6 +7,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
@@ -155,6 +156,32 @@ describe('runShard in one process (mock activity context, real engines)', () => 
     expect([beat.pid, beat.shimPid].filter((p) => pidAlive(p ?? 0))).toEqual([]);
     expect(await health(port)).toBe(0);
     expect(readEngineState(stateDir, 'cancel-0.g0.r0')).toBeNull();
+  });
+
+  test('a port another process holds is refused before any engine starts, naming the holder (its health check would have answered for the replica); one let go within the wait is used', async () => {
+    const port = await freePort();
+    // A stranger that answers /health 200, as another service or a leftover engine would.
+    const stranger = createServer((_req, res) => res.writeHead(200).end('{"status":"ok"}'));
+    await new Promise<void>((r) => stranger.listen(port, '127.0.0.1', r));
+    const held = runInMock(deps, shardInput('held-0', port));
+    const err = await held.outcome;
+    expect(err?.type).toBe('LLMGW_PORT_TAKEN');
+    expect(err?.nonRetryable).toBe(true);
+    expect(err?.message).toMatch(
+      new RegExp(
+        `^engine sim for held-0 rank 0 on adopt-n1: port ${port} on 127\\.0\\.0\\.1 is held by pid ${process.pid} \\(.*\\), not by this replica's engine, so it was not started; the replica is placed again on other ports\\. Stop that process`,
+      ),
+    );
+    expect(held.beats.some((b) => b.state === 'running')).toBe(false);
+    expect(readEngineState(stateDir, 'held-0.g0.r0')).toBeNull();
+    // Let go a second after the shard asked (an engine of the node still stopping): the shard waits, then starts.
+    const later = runInMock(deps, shardInput('held-1', port));
+    setTimeout(() => stranger.close(), 1000);
+    const beat = await later.running();
+    await waitFor(async () => (await health(port)) === 200, { timeoutMs: 10_000, what: 'the engine to serve' });
+    expect(beat.pid).toBeGreaterThan(0);
+    later.cancel();
+    expect((await later.outcome)?.name).toBe('CancelledFailure');
   });
 
   test('stopShard stops the engine its runShard supervises and answers once it is gone; the runShard completes, a late run of it starts nothing; another run of the replica is not touched', async () => {
