@@ -3,6 +3,7 @@
  * node's certificate. Its connection is replaced under it — to a renewed certificate, or to the door of another
  * control plane after a failover — while it runs: its shards' activities run on, untouched.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { NativeConnection, Worker, type WorkerOptions } from '@temporalio/worker';
 import type { NodeTemporal } from '../../gateway/control/contract';
 import { nodeQueue } from '../../lib/names';
@@ -12,18 +13,39 @@ import type { TlsCredentials } from '../../lib/tls-client';
  * The connection of the node's worker: to Temporal's front door with the node's certificate (mtls), trusting the
  * door by the cluster CA; plain only where the control plane says the node may reach Temporal itself (tests).
  */
-export function nodeConnection(temporal: NodeTemporal, tls: TlsCredentials): Promise<NativeConnection> {
-  return NativeConnection.connect({
-    address: temporal.address,
-    ...(temporal.mtls
-      ? {
-          tls: {
-            serverRootCACertificate: Buffer.from(tls.caPem),
-            clientCertPair: { crt: Buffer.from(tls.certPem), key: Buffer.from(tls.keyPem) },
-          },
-        }
-      : {}),
-  });
+export async function nodeConnection(temporal: NodeTemporal, tls: TlsCredentials): Promise<NativeConnection> {
+  return shareCallContext(
+    await NativeConnection.connect({
+      address: temporal.address,
+      ...(temporal.mtls
+        ? {
+            tls: {
+              serverRootCACertificate: Buffer.from(tls.caPem),
+              clientCertPair: { crt: Buffer.from(tls.certPem), key: Buffer.from(tls.keyPem) },
+            },
+          }
+        : {}),
+    }),
+  );
+}
+
+/**
+ * One call-context storage for every node connection of this process. The SDK gives each NativeConnection an
+ * AsyncLocalStorage of its own, enabled by the connection's first activity (the worker runs each activity under its
+ * client's abort signal), and never disabled. On Node 20 every async resource a process creates, each promise
+ * included, is copied into every enabled AsyncLocalStorage, so a process of N agents paid N copies per promise:
+ * quadratic in agents per process. `llmgw sim-fleet` with 99 nodes in one process spent 159 of its 423 ms a second
+ * in that copy (async_hooks `_propagate`), and a real agent gained one more storage at every certificate renewal and
+ * control-plane failover (each a new connection). The storage holds a request's deadline, metadata and abort signal
+ * for the scope they were set in; shared, a scope opened through one connection reaches another's requests only if
+ * those are made inside it, which a node's activities never do (they make no Temporal calls).
+ */
+const SHARED_CALL_CONTEXT: NativeConnection['callContextStorage'] = new AsyncLocalStorage();
+
+/** `c` with the process's shared call-context storage instead of its own (above). */
+export function shareCallContext(c: NativeConnection): NativeConnection {
+  Object.defineProperty(c, 'callContextStorage', { value: SHARED_CALL_CONTEXT, writable: false });
+  return c;
 }
 
 /** Worker options every node worker uses (the agent's and the tests'). */
