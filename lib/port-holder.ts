@@ -7,9 +7,9 @@ import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { pidCommandLine } from './process';
 
-/** True when `host`:`port` (default 127.0.0.1) can be bound now. */
-export async function portFree(port: number, host = '127.0.0.1'): Promise<boolean> {
-  return (await tryListen(port, host)) === null;
+/** True when 127.0.0.1:`port` can be bound now. */
+export async function portFree(port: number): Promise<boolean> {
+  return (await tryListen(port, '127.0.0.1')) === null;
 }
 
 /** Binds `host`:`port` and lets go at once: null when it could, else the error's code (EADDRINUSE: held). */

@@ -182,11 +182,13 @@ export function createNodeActivities(deps: NodeDeps) {
       input.rank === 0 ? engineApiHost({ host: input.host, behindDoor: deps.behindDoor === true }) : input.host;
     const until = Date.now() + PORT_WAIT_MS;
     // Only a refused bind counts: another error (an address this node does not have) is the engine's to report.
-    while ((await tryListen(input.port, host)) === 'EADDRINUSE') {
-      if (Date.now() < until) {
-        await new Promise((r) => setTimeout(r, 100));
-        continue;
-      }
+    const held = async (): Promise<boolean> => (await tryListen(input.port, host)) === 'EADDRINUSE';
+    let taken = await held();
+    while (taken && Date.now() < until) {
+      await new Promise((r) => setTimeout(r, 100));
+      taken = await held();
+    }
+    if (taken) {
       const holder = portHolder(input.port);
       throw ApplicationFailure.create({
         type: 'LLMGW_PORT_TAKEN' satisfies ErrorCode,

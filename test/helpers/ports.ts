@@ -39,12 +39,13 @@ export async function clusterBasePort(): Promise<number> {
     const base = CLUSTER_BASES.first + Math.floor(Math.random() * choices) * 10;
     // Its checked listeners: Temporal, UI, control plane, gateway, Temporal's door; the node doors at +10 to +12.
     const ports = [0, 1, 2, 3, 4, 10, 11, 12].map((i) => base + i);
-    if ((await Promise.all(ports.map((p) => portFree(p)))).every(Boolean)) return base;
+    if ((await Promise.all(ports.map(portFree))).every(Boolean)) return base;
   }
   throw new Error(`no free base port in ${CLUSTER_BASES.first}-${CLUSTER_BASES.last} after 50 tries`);
 }
 
-let engineSlotsTaken = 0;
+/** The next of this worker's slots to give out; the first is picked at random. */
+let nextEngineSlot: number | null = null;
 /**
  * The first of 100 engine ports for an in-process test cluster: this jest worker's slots only (worker w of the run
  * takes the slots ≡ w−1 mod the worker count, so tests in different workers never share a range), from a random
@@ -54,7 +55,7 @@ export function testEnginePortBase(): number {
   const workers = Math.max(1, Number(process.env.LLMGW_JEST_WORKERS ?? 2));
   const worker = Math.max(0, Number(process.env.JEST_WORKER_ID ?? 1) - 1) % workers;
   const mine = Math.floor((ENGINE_SLOTS.count - 1 - worker) / workers) + 1;
-  if (engineSlotsTaken === 0) engineSlotsTaken = Math.floor(Math.random() * mine);
-  const slot = (engineSlotsTaken++ % mine) * workers + worker;
+  nextEngineSlot ??= Math.floor(Math.random() * mine);
+  const slot = (nextEngineSlot++ % mine) * workers + worker;
   return ENGINE_SLOTS.first + slot * ENGINE_SLOTS.size;
 }

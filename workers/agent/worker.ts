@@ -43,7 +43,7 @@ export async function nodeConnection(temporal: NodeTemporal, tls: TlsCredentials
 const SHARED_CALL_CONTEXT: NativeConnection['callContextStorage'] = new AsyncLocalStorage();
 
 /** `c` with the process's shared call-context storage instead of its own (above). */
-export function shareCallContext(c: NativeConnection): NativeConnection {
+function shareCallContext(c: NativeConnection): NativeConnection {
   Object.defineProperty(c, 'callContextStorage', { value: SHARED_CALL_CONTEXT, writable: false });
   return c;
 }
