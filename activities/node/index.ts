@@ -8,7 +8,7 @@ import { buildEngineCommand, type ShardLaunch } from '../../lib/engines/command'
 import { ENGINE_SPECS, type EngineProgram } from '../../lib/engines/registry';
 import type { SignalTargets } from '../../lib/engines/signals';
 import { engineApiHost } from '../../lib/node-door';
-import { portHolder, tryListen } from '../../lib/port-holder';
+import { describePortHolder, portHolder, tryListen } from '../../lib/port-holder';
 import {
   engineShimArgv,
   logTail,
@@ -190,10 +190,11 @@ export function createNodeActivities(deps: NodeDeps) {
     }
     if (taken) {
       const holder = portHolder(input.port);
+      const by = describePortHolder(input.port, 'a process this agent cannot see');
       throw ApplicationFailure.create({
         type: 'LLMGW_PORT_TAKEN' satisfies ErrorCode,
         nonRetryable: true,
-        message: `${where}: port ${input.port} on ${host} is held by ${holder ? `pid ${holder.pid} (${holder.command.slice(0, 160)})` : 'a process this agent cannot see'}, not by this replica's engine, so it was not started; the replica is placed again on other ports. Stop that process, or move server.yaml enginePorts to a range nothing else on the node uses`,
+        message: `${where}: port ${input.port} on ${host} is held by ${by}, not by this replica's engine, so it was not started; the replica is placed again on other ports. Stop that process, or move server.yaml enginePorts to a range nothing else on the node uses`,
         details: [{ port: input.port, host, pid: holder?.pid ?? null }],
       });
     }

@@ -4,7 +4,7 @@
  * stranger on the port).
  */
 import { LlmgwError } from '../../lib/errors';
-import { portFree, portHolder } from '../../lib/port-holder';
+import { describePortHolder, portFree, portHolder } from '../../lib/port-holder';
 
 /** Every listener of the local cluster, by role. */
 export interface ClusterPorts {
@@ -88,7 +88,7 @@ export async function checkClusterPorts(
     const holder = portHolder(port);
     if (holder && ours.includes(holder.pid)) continue;
     taken.push(
-      `port ${port} (${role}) is held by ${holder ? `pid ${holder.pid} (${holder.command.slice(0, 160)})` : 'a process this user cannot see (ss -ltnp shows it as root)'}`,
+      `port ${port} (${role}) is held by ${describePortHolder(port, 'a process this user cannot see (ss -ltnp shows it as root)')}`,
     );
   }
   if (taken.length === 0) return;

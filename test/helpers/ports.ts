@@ -37,8 +37,9 @@ export async function clusterBasePort(): Promise<number> {
   const choices = (CLUSTER_BASES.last - CLUSTER_BASES.first) / 10 + 1;
   for (let tries = 0; tries < 50; tries++) {
     const base = CLUSTER_BASES.first + Math.floor(Math.random() * choices) * 10;
-    // Its checked listeners: Temporal, UI, control plane, gateway, Temporal's door; the node doors at +10 to +12.
-    const ports = [0, 1, 2, 3, 4, 10, 11, 12].map((i) => base + i);
+    // Every listener the cluster checks (cli/cluster/ports.ts): Temporal, UI, control plane, gateway, Temporal's
+    // door, the five metrics listeners at +5 to +9, the node doors at +10 to +12.
+    const ports = Array.from({ length: 13 }, (_, i) => base + i);
     if ((await Promise.all(ports.map(portFree))).every(Boolean)) return base;
   }
   throw new Error(`no free base port in ${CLUSTER_BASES.first}-${CLUSTER_BASES.last} after 50 tries`);

@@ -11,7 +11,7 @@ import mysql from 'mysql2/promise';
 import { parseMysqlUrl } from '../../lib/store/db';
 import { llmgw } from '../helpers/cli';
 import { testMysqlUrl } from '../helpers/cluster-parts';
-import { freePort } from '../helpers/ports';
+import { clusterBasePort } from '../helpers/ports';
 
 const listen = (port: number): Promise<Server> =>
   new Promise((resolve, reject) => {
@@ -21,14 +21,6 @@ const listen = (port: number): Promise<Server> =>
   });
 
 /** A base port whose cluster ports (the five first, the three node doors at +10) are free now. */
-async function freeBlock(): Promise<number> {
-  for (;;) {
-    const base = ((await freePort()) % 20000) + 30000;
-    const held = await Promise.all([0, 1, 2, 3, 4, 10, 11, 12].map((i) => listen(base + i).catch(() => null)));
-    await Promise.all(held.map((s) => s && new Promise((r) => s.close(r))));
-    if (held.every((s) => s !== null)) return base;
-  }
-}
 
 async function databaseExists(url: string): Promise<boolean> {
   const { options, database } = parseMysqlUrl(url);
@@ -49,7 +41,7 @@ describe('llmgw cluster before it starts anything', () => {
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   test('17: a port held by another process is refused, naming the port, its role and the process; nothing is started or written', async () => {
-    const base = await freeBlock();
+    const base = await clusterBasePort();
     const stranger = await listen(base + 3);
     const stateDir = join(dir, 'taken');
     const url = testMysqlUrl();
@@ -73,7 +65,7 @@ describe('llmgw cluster before it starts anything', () => {
   }, 90_000);
 
   test("a sim node's door port held by another process is refused like the others; with --no-door it is not the cluster's", async () => {
-    const base = await freeBlock();
+    const base = await clusterBasePort();
     const gateway = await listen(base + 3);
     const door = await listen(base + 11);
     const stateDir = join(dir, 'door-taken');
@@ -117,7 +109,7 @@ describe('llmgw cluster before it starts anything', () => {
         '--state-dir',
         stateDir,
         '--base-port',
-        String(await freeBlock()),
+        String(await clusterBasePort()),
         '--mysql-url',
         testMysqlUrl(),
       ],
