@@ -13,7 +13,7 @@ function fakeClient(state: Record<string, number | 'down'>): ControlClient & { a
   const asked: string[] = [];
   return {
     asked,
-    fetch: async (url: string) => {
+    request: async (url: string) => {
       asked.push(url);
       const s = state[new URL(url).origin];
       if (s === undefined || s === 'down')

@@ -2,7 +2,8 @@
  * lib/https-client.ts, the client `llmgw ctl` reaches the control plane with, over real mutual TLS on loopback
  * (node:https server, a real CA): it presents its certificate and reads answers whole, reuses one keep-alive
  * connection, trusts only its CA, rejects with the signal's reason on a timeout and with Node's own error when
- * nothing listens (callControl says so), and an idle connection does not keep a process alive.
+ * nothing listens (callControl says so), and an idle connection does not keep a process alive. And
+ * TlsClient.request, the agent's path to its control planes, answers the same way on the same server.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -14,7 +15,7 @@ import type { TLSSocket } from 'node:tls';
 import { callControl } from '../../cli/control-api';
 import { HttpsClient } from '../../lib/https-client';
 import { initCa, issueNodeCertificate, issueServerCertificate } from '../../lib/pki';
-import type { TlsCredentials } from '../../lib/tls-client';
+import { TlsClient, type TlsCredentials } from '../../lib/tls-client';
 
 const ROOT = resolve(__dirname, '../..');
 
@@ -127,5 +128,49 @@ describe('HttpsClient', () => {
       );
     });
     expect(r).toEqual({ code: 0, signal: null, out: 'ops-alice\n', err: '' });
+  });
+
+  test("TlsClient.request (the agent's heartbeat path): certificate, body, status, one connection, timeouts and refusals as fetch", async () => {
+    const c = new TlsClient(creds);
+    try {
+      // undici opens a second connection for a request sent while the first's is still settling; from then on
+      // the open ones are reused.
+      for (let i = 0; i < 2; i++) await (await c.request(`${url}/v1/nodes`)).text();
+      const before = connections;
+      const post = await c.request(`${url}/v1/agent/heartbeat`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ nodeId: 'é' }),
+      });
+      expect(post).toMatchObject({ ok: true, status: 200 });
+      expect(await post.json()).toEqual({
+        method: 'POST',
+        url: '/v1/agent/heartbeat',
+        body: '{"nodeId":"é"}',
+        cn: 'ops-alice',
+        type: 'application/json',
+      });
+      const failed = await c.request(`${url}/fail`);
+      expect(failed).toMatchObject({ ok: false, status: 500 });
+      await failed.body?.cancel(); // let go unread: the connection is free for the next request
+      expect(JSON.parse(await (await c.request(`${url}/v1/nodes`)).text())).toMatchObject({
+        method: 'GET',
+        cn: 'ops-alice',
+      });
+      expect(connections - before).toBe(0);
+
+      await expect(c.request(`${url}/hang`, { signal: AbortSignal.timeout(300) })).rejects.toMatchObject({
+        name: 'TimeoutError',
+      });
+      const free = createNetServer();
+      await new Promise<void>((done) => free.listen(0, '127.0.0.1', done));
+      const port = (free.address() as AddressInfo).port;
+      await new Promise((done) => free.close(done));
+      await expect(c.request(`https://127.0.0.1:${port}/v1/nodes`)).rejects.toThrow(
+        `connect ECONNREFUSED 127.0.0.1:${port}`,
+      );
+    } finally {
+      await c.close();
+    }
   });
 });

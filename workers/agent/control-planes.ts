@@ -4,10 +4,10 @@
  * current one does not answer or answers 5xx, then sticks to the one that answered: a control plane that comes back
  * gets no traffic until the one in use fails in turn. Each move is logged once.
  */
-import type { FetchInit, TlsClient, TlsCredentials } from '../../lib/tls-client';
+import type { FetchInit, LightResponse, TlsClient, TlsCredentials } from '../../lib/tls-client';
 
 /** What the control planes are reached with: the node's mTLS client (a TlsClient) or a test's fake. */
-export type ControlClient = Pick<TlsClient, 'fetch' | 'use' | 'close'>;
+export type ControlClient = Pick<TlsClient, 'request' | 'use' | 'close'>;
 
 /** The control planes and how to reach them. */
 export interface ControlPlanesOptions {
@@ -20,9 +20,10 @@ export interface ControlPlanesOptions {
 }
 
 /** Why an attempt at one control plane counts as that control plane failing. */
-type Failed = { server: string; res: Response; why: string } | { server: string; err: Error; why: string };
+type Failed = { server: string; res: LightResponse; why: string } | { server: string; err: Error; why: string };
 
-/** Node's fetch failing says "fetch failed"; the cause says what (ECONNREFUSED, a closed socket, a timeout). */
+/** fetch failing says "fetch failed" and the cause says what (ECONNREFUSED, a closed socket, a timeout); undici's
+ * request throws the cause itself. */
 function describe(err: Error): string {
   const cause = (err as { cause?: { code?: string; message?: string } }).cause;
   return cause ? `${err.message}: ${cause.code ?? cause.message ?? String(cause)}` : err.message;
@@ -51,7 +52,7 @@ export class ControlPlanes {
    * control plane is asked, and so on once round. The first that answers below 500 becomes the current one. When
    * none does, the current one stays, and its answer (or error) is returned (thrown).
    */
-  async fetch(path: string, init: Omit<FetchInit, 'signal'> = {}): Promise<Response> {
+  async fetch(path: string, init: Omit<FetchInit, 'signal'> = {}): Promise<LightResponse> {
     const start = this.at;
     let first: Failed | undefined;
     for (let i = 0; i < this.servers.length; i++) {
@@ -59,7 +60,7 @@ export class ControlPlanes {
       const server = this.servers[at] as string;
       let failed: Failed;
       try {
-        const res = await this.o.client.fetch(`${server}${path}`, {
+        const res = await this.o.client.request(`${server}${path}`, {
           ...init,
           signal: AbortSignal.timeout(this.o.timeoutMs ?? 5000),
         });
