@@ -46,6 +46,7 @@ describe('HttpsClient', () => {
         req.setEncoding('utf8').on('data', (d: string) => (body += d));
         req.on('end', () => {
           if (req.url === '/hang') return; // never answers
+          if (req.url === '/half') return void res.writeHead(200).write('{"half":'); // answers, never ends
           const cn = (req.socket as TLSSocket).getPeerCertificate().subject?.CN;
           res.writeHead(req.url === '/fail' ? 500 : 200, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ method: req.method, url: req.url, body, cn, type: req.headers['content-type'] }));
@@ -162,6 +163,13 @@ describe('HttpsClient', () => {
       await expect(c.request(`${url}/hang`, { signal: AbortSignal.timeout(300) })).rejects.toMatchObject({
         name: 'TimeoutError',
       });
+      // timeoutMs (the agent's: no AbortSignal per call) bounds the answer and the body's reading alike.
+      const timedOut = { name: 'TimeoutError', message: 'no answer within 300 ms' };
+      await expect(c.request(`${url}/hang`, { timeoutMs: 300 })).rejects.toMatchObject(timedOut);
+      const half = await c.request(`${url}/half`, { timeoutMs: 300 });
+      expect(half.status).toBe(200);
+      await expect(half.text()).rejects.toMatchObject(timedOut);
+      expect(await (await c.request(`${url}/v1/nodes`, { timeoutMs: 300 })).json()).toMatchObject({ cn: 'ops-alice' });
       const free = createNetServer();
       await new Promise<void>((done) => free.listen(0, '127.0.0.1', done));
       const port = (free.address() as AddressInfo).port;

@@ -62,7 +62,7 @@ export class ControlPlanes {
       try {
         const res = await this.o.client.request(`${server}${path}`, {
           ...init,
-          signal: AbortSignal.timeout(this.o.timeoutMs ?? 5000),
+          timeoutMs: this.o.timeoutMs ?? 5000,
         });
         if (res.status < 500) {
           if (first && 'res' in first) void first.res.body?.cancel().catch(() => undefined);
