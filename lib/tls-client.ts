@@ -3,7 +3,6 @@
  * `cert`/`key` and trust only `ca`. The agent, `llmgw ctl` and the tests use it; `use()` swaps the certificate (a
  * renewal) for new connections and closes the old ones once their requests are done.
  */
-import { EventEmitter } from 'node:events';
 import { Agent, fetch as undiciFetch, request as undiciRequest, type RequestInit as UndiciInit } from 'undici';
 
 /** A client certificate, its key and the CA to trust the server by (PEM). */
@@ -33,16 +32,40 @@ export interface LightResponse {
   readonly body: { cancel(): Promise<void> } | null;
 }
 
-function dispatcher(c: TlsCredentials): Agent {
-  return new Agent({ connect: { cert: c.certPem, key: c.keyPem, ca: c.caPem } });
+/** How a TlsClient's connections are pooled and bounded. */
+export interface TlsClientOptions {
+  /** Connections per origin at most (default: as many as requests need). */
+  connections?: number;
+  /**
+   * How long a request may wait for its answer's headers, and then between its body's chunks, before its
+   * connection is closed, ms (default undici's, 300 s). `request`'s `timeoutMs` gives up waiting sooner without
+   * closing anything.
+   */
+  closeAfterMs?: number;
+}
+
+function dispatcher(c: TlsCredentials, o: TlsClientOptions): Agent {
+  return new Agent({
+    connect: { cert: c.certPem, key: c.keyPem, ca: c.caPem },
+    ...(o.connections !== undefined ? { connections: o.connections } : {}),
+    ...(o.closeAfterMs !== undefined ? { headersTimeout: o.closeAfterMs, bodyTimeout: o.closeAfterMs } : {}),
+  });
+}
+
+/** A TimeoutError, as AbortSignal.timeout's reason is one. */
+function timeoutError(ms: number): Error {
+  return Object.assign(new Error(`no answer within ${ms} ms`), { name: 'TimeoutError' });
 }
 
 /** fetch with a client certificate. */
 export class TlsClient {
   private agent: Agent;
 
-  constructor(credentials: TlsCredentials) {
-    this.agent = dispatcher(credentials);
+  constructor(
+    credentials: TlsCredentials,
+    private readonly options: TlsClientOptions = {},
+  ) {
+    this.agent = dispatcher(credentials, options);
   }
 
   /** Like global fetch, over this client's certificate. */
@@ -52,52 +75,54 @@ export class TlsClient {
   /**
    * Like `fetch`, on undici's `request`: no WHATWG streams, Headers or Response per call. What the agent's
    * heartbeat, once a second from every node, goes through: 0.2 ms of CPU a call where fetch took 0.6-0.8 ms
-   * (docs/architecture.md, Scale). `timeoutMs` bounds the whole exchange, the body's reading included, and rejects
-   * with a TimeoutError as `AbortSignal.timeout` would; its timer is cleared when the body is read or let go, where
-   * `AbortSignal.timeout` leaves its own to fire and build a DOMException with a stack (3 % of a simulated fleet's
-   * CPU).
+   * (docs/architecture.md, Scale).
+   *
+   * `timeoutMs` bounds the wait for the answer, its body's reading included: past it the promise (or the body's
+   * read) rejects with a TimeoutError, as with `AbortSignal.timeout`, but the request is not aborted. It goes on,
+   * and a late answer is read and dropped, so its connection stays open for the next request. Aborting it would
+   * close the connection (HTTP/1.1 cannot cancel a request otherwise), and every caller of a slow server would open
+   * a new one, a TLS handshake each, on the server that was already too slow: at 1,000 simulated nodes this turned a
+   * busy control plane into a full accept queue and agents silent for minutes (docs/architecture.md, Scale). What
+   * ends a request that never gets its answer is `closeAfterMs`.
    */
-  readonly request = async (url: string, init: FetchInit & { timeoutMs?: number } = {}): Promise<LightResponse> => {
+  readonly request = (url: string, init: FetchInit & { timeoutMs?: number } = {}): Promise<LightResponse> => {
+    const sent = undiciRequest(url, {
+      method: (init.method ?? 'GET') as 'GET',
+      ...(init.headers ? { headers: init.headers } : {}),
+      ...(init.body !== undefined ? { body: init.body } : {}),
+      ...(init.signal ? { signal: init.signal } : {}),
+      dispatcher: this.agent,
+    });
+    const ms = init.timeoutMs;
+    if (ms === undefined) return sent.then((r) => lightResponse(r, (p) => p));
     let timer: NodeJS.Timeout | undefined;
-    let signal: FetchInit['signal'] | EventEmitter | undefined = init.signal;
-    if (init.timeoutMs !== undefined) {
-      const ms = init.timeoutMs;
-      const timeout = new EventEmitter() as EventEmitter & { reason?: Error };
-      timer = setTimeout(() => {
-        timeout.reason = Object.assign(new Error(`no answer within ${ms} ms`), { name: 'TimeoutError' });
-        timeout.emit('abort');
-      }, ms).unref();
-      signal = timeout;
-    }
-    const done = <T>(p: Promise<T>): Promise<T> => (timer ? p.finally(() => clearTimeout(timer)) : p);
-    let r: Awaited<ReturnType<typeof undiciRequest>>;
-    try {
-      r = await undiciRequest(url, {
-        method: (init.method ?? 'GET') as 'GET',
-        ...(init.headers ? { headers: init.headers } : {}),
-        ...(init.body !== undefined ? { body: init.body } : {}),
-        ...(signal ? { signal } : {}),
-        dispatcher: this.agent,
-      });
-    } catch (err) {
-      clearTimeout(timer);
-      throw err;
-    }
-    const status = r.statusCode;
-    const body = r.body;
-    return {
-      status,
-      ok: status >= 200 && status < 300,
-      text: () => done(body.text()),
-      json: () => done(body.json()),
-      body: { cancel: () => done(body.dump().then(() => undefined)) },
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(timeoutError(ms)), ms).unref();
+    });
+    expired.catch(() => undefined);
+    // The body's reads race the same deadline; one that loses goes on, and what it reads is dropped.
+    const inTime = <T>(p: Promise<T>): Promise<T> => {
+      p.catch(() => undefined);
+      return Promise.race([p, expired]).finally(() => clearTimeout(timer));
     };
+    return Promise.race([sent, expired]).then(
+      (r) => lightResponse(r, inTime),
+      (err: unknown) => {
+        // Too late: the answer, when it comes, is read to its end and dropped.
+        void sent.then(
+          (r) => r.body.dump().catch(() => undefined),
+          () => undefined,
+        );
+        clearTimeout(timer);
+        throw err;
+      },
+    );
   };
 
   /** Presents `credentials` from the next connection on; the old connections close when idle. */
   use(credentials: TlsCredentials): void {
     const old = this.agent;
-    this.agent = dispatcher(credentials);
+    this.agent = dispatcher(credentials, this.options);
     void old.close().catch(() => undefined);
   }
 
@@ -105,4 +130,20 @@ export class TlsClient {
   async close(): Promise<void> {
     await this.agent.destroy().catch(() => undefined);
   }
+}
+
+/** undici's answer as a LightResponse; `read` wraps each read of its body (the caller's deadline). */
+function lightResponse(
+  r: Awaited<ReturnType<typeof undiciRequest>>,
+  read: <T>(p: Promise<T>) => Promise<T>,
+): LightResponse {
+  const status = r.statusCode;
+  const body = r.body;
+  return {
+    status,
+    ok: status >= 200 && status < 300,
+    text: () => read(body.text()),
+    json: () => read(body.json()),
+    body: { cancel: () => read(body.dump().then(() => undefined)) },
+  };
 }

@@ -3,7 +3,9 @@
  * (node:https server, a real CA): it presents its certificate and reads answers whole, reuses one keep-alive
  * connection, trusts only its CA, rejects with the signal's reason on a timeout and with Node's own error when
  * nothing listens (callControl says so), and an idle connection does not keep a process alive. And
- * TlsClient.request, the agent's path to its control planes, answers the same way on the same server.
+ * TlsClient.request, the agent's path to its control planes, answers the same way on the same server; past its
+ * timeout it gives up waiting but keeps the connection (a slow server is not sent a new handshake per call), and a
+ * request with no answer at all has its connection closed after closeAfterMs.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -47,6 +49,7 @@ describe('HttpsClient', () => {
         req.on('end', () => {
           if (req.url === '/hang') return; // never answers
           if (req.url === '/half') return void res.writeHead(200).write('{"half":'); // answers, never ends
+          if (req.url === '/slow') return void setTimeout(() => res.end('{"slow":true}'), 600);
           const cn = (req.socket as TLSSocket).getPeerCertificate().subject?.CN;
           res.writeHead(req.url === '/fail' ? 500 : 200, { 'content-type': 'application/json' });
           res.end(JSON.stringify({ method: req.method, url: req.url, body, cn, type: req.headers['content-type'] }));
@@ -177,6 +180,31 @@ describe('HttpsClient', () => {
       await expect(c.request(`https://127.0.0.1:${port}/v1/nodes`)).rejects.toThrow(
         `connect ECONNREFUSED 127.0.0.1:${port}`,
       );
+    } finally {
+      await c.close();
+    }
+  });
+
+  test('TlsClient.request past its timeout: the caller is answered at once, the connection stays for the next call; no answer at all closes it after closeAfterMs', async () => {
+    const c = new TlsClient(creds, { connections: 1, closeAfterMs: 1500 });
+    try {
+      await (await c.request(`${url}/v1/nodes`)).text();
+      const before = connections;
+      const t0 = Date.now();
+      await expect(c.request(`${url}/slow`, { timeoutMs: 200 })).rejects.toMatchObject({
+        name: 'TimeoutError',
+        message: 'no answer within 200 ms',
+      });
+      expect(Date.now() - t0).toBeLessThan(550); // not the answer's 600 ms
+      // The next call waits for the one connection (its slow answer is read and dropped), then is answered on it.
+      const next = await c.request(`${url}/v1/nodes`, { timeoutMs: 5000 });
+      expect(await next.json()).toMatchObject({ url: '/v1/nodes', cn: 'ops-alice' });
+      expect(connections - before).toBe(0);
+
+      // No answer at all: the connection is closed at closeAfterMs, and the next call gets a new one.
+      await expect(c.request(`${url}/hang`)).rejects.toMatchObject({ code: 'UND_ERR_HEADERS_TIMEOUT' });
+      expect(await (await c.request(`${url}/v1/nodes`)).json()).toMatchObject({ cn: 'ops-alice' });
+      expect(connections - before).toBe(1);
     } finally {
       await c.close();
     }

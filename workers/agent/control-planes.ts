@@ -4,9 +4,20 @@
  * current one does not answer or answers 5xx, then sticks to the one that answered: a control plane that comes back
  * gets no traffic until the one in use fails in turn. Each move is logged once.
  */
-import type { FetchInit, LightResponse, TlsClient, TlsCredentials } from '../../lib/tls-client';
+import { TlsClient, type FetchInit, type LightResponse, type TlsCredentials } from '../../lib/tls-client';
 
-/** What the control planes are reached with: the node's mTLS client (a TlsClient) or a test's fake. */
+/**
+ * The node's mTLS client to its control planes. Two connections per control plane at most, however slow it gets:
+ * a call that outlives its 5 s wait is given up on but not aborted, so its connection stays (TlsClient.request),
+ * and the next call takes the other connection or waits for one, where an abort would have closed the connection
+ * and the next call opened another, a TLS handshake each on a control plane already behind. Two, so a heartbeat is
+ * not queued behind one slow call. A control plane that never answers has the connection closed after 30 s.
+ */
+export function controlClient(tls: TlsCredentials): TlsClient {
+  return new TlsClient(tls, { connections: 2, closeAfterMs: 30_000 });
+}
+
+/** What the control planes are reached with: the node's mTLS client (controlClient) or a test's fake. */
 export type ControlClient = Pick<TlsClient, 'request' | 'use' | 'close'>;
 
 /** The control planes and how to reach them. */

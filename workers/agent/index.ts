@@ -9,10 +9,9 @@ import { join } from 'node:path';
 import { createNodeActivities } from '../../activities/node';
 import { createEngineSetup } from '../../activities/node/engine-setup';
 import { collectOrphans, type Collection } from '../../activities/node/gc';
-import { TlsClient } from '../../lib/tls-client';
 import { simEngineArgv } from '../../lib/sim/argv';
 import { assignedShards, register, startHeartbeat } from './control-client';
-import { ControlPlanes } from './control-planes';
+import { ControlPlanes, controlClient } from './control-planes';
 import { discover } from './discovery';
 import { markCleanStop, previousAgentCrashed } from './handover';
 import type { Agent, AgentOptions } from './options';
@@ -55,7 +54,7 @@ export async function startAgent(agentOpts: AgentOptions): Promise<Agent> {
   let closing = false;
   const control = new ControlPlanes({
     servers: typeof opts.server === 'string' ? [opts.server] : opts.server,
-    client: new TlsClient(opts.tls),
+    client: controlClient(opts.tls),
     log: opts.log,
   });
   // The node's door, before registering: its port is part of the inventory (placement routes replicas through it).

@@ -18,8 +18,8 @@ import { startNodeDoor, type NodeDoor } from '../../gateway/node-door/door';
 import type { CertificateStatus } from '../../gateway/control/contract';
 import { procStartTime } from '../../lib/engine-state';
 import { EXIT_WITH_PARENT, fileTail } from '../../lib/process';
-import { TlsClient, type TlsCredentials } from '../../lib/tls-client';
-import { ControlPlanes } from '../agent/control-planes';
+import type { TlsCredentials } from '../../lib/tls-client';
+import { ControlPlanes, controlClient } from '../agent/control-planes';
 import { EngineSignals } from '../agent/engine-signals';
 import { doorPaths, readDoorCredentialsText, readDoorRecord, writeDoorRecord, type DoorRecord } from './files';
 import { RouteWatch } from './routes';
@@ -65,7 +65,7 @@ function readCredentials(stateDir: string): { text: string; tls: TlsCredentials 
 export async function startDoorProcess(o: DoorProcessOptions): Promise<DoorProcess> {
   let creds = readCredentials(o.stateDir);
   const makeControl = (tls: TlsCredentials): ControlPlanes | null =>
-    o.servers.length ? new ControlPlanes({ servers: o.servers, client: new TlsClient(tls), log: o.log }) : null;
+    o.servers.length ? new ControlPlanes({ servers: o.servers, client: controlClient(tls), log: o.log }) : null;
   let control = makeControl(creds.tls);
   const signals = new EngineSignals({ log: o.log });
   const routes = new RouteWatch(o.stateDir, (next, before) => {
