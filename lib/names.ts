@@ -5,6 +5,12 @@ import type { ReplicaId } from './types';
 /** The shared task queues, one per kind of access (DESIGN: access boundaries are task queues). */
 export const QUEUES = {
   control: 'llmgw-control',
+  /**
+   * The control plane's waits (an engine coming up, requests in flight draining, a model retiring, a move's
+   * progress): the control worker's own access, on a queue of its own so that thousands of waits at once (a
+   * 5,000-replica deploy) never take the slots of the short MySQL and placement activities on llmgw-control.
+   */
+  controlWait: 'llmgw-control-wait',
   proxmox: 'llmgw-proxmox',
   ca: 'llmgw-ca',
 } as const;

@@ -13,7 +13,10 @@ import type { ProxmoxActivities } from '../activities/proxmox';
 import { SHARD_HEARTBEAT_TIMEOUT_S, SHARD_PICKUP_S } from '../lib/liveness';
 import { QUEUES, nodeQueue } from '../lib/names';
 
-/** MySQL and placement work on llmgw-control: each call is short, and retried through a brief outage of either. */
+/**
+ * MySQL and placement work on llmgw-control: each call is short, and retried through a brief outage of either. The
+ * waits below are on llmgw-control-wait (QUEUES.controlWait), so they never hold these calls' slots.
+ */
 export const control = proxyActivities<ControlActivities>({
   startToCloseTimeout: '30s',
   retry: { maximumAttempts: 10, initialInterval: '500ms', maximumInterval: '10s' },
@@ -26,6 +29,7 @@ export const control = proxyActivities<ControlActivities>({
  */
 export function serving(startTimeoutS: number): ControlActivities {
   return proxyActivities<ControlActivities>({
+    taskQueue: QUEUES.controlWait,
     startToCloseTimeout: `${startTimeoutS}s`,
     heartbeatTimeout: '30s',
     retry: { maximumAttempts: 1 },
@@ -38,6 +42,7 @@ export function serving(startTimeoutS: number): ControlActivities {
  * `stopping` row in MySQL, so a retry after a lost control worker resumes the same wait.
  */
 export const inflightWait = proxyActivities<ControlActivities>({
+  taskQueue: QUEUES.controlWait,
   startToCloseTimeout: '25h',
   heartbeatTimeout: '30s',
   retry: { initialInterval: '1s', maximumInterval: '10s' },
@@ -48,6 +53,7 @@ export const inflightWait = proxyActivities<ControlActivities>({
  * requests in flight, up to its drain grace), then forgets the model. Heartbeats while it waits.
  */
 export const retirement = proxyActivities<ControlActivities>({
+  taskQueue: QUEUES.controlWait,
   startToCloseTimeout: '25h',
   heartbeatTimeout: '30s',
   retry: { initialInterval: '1s', maximumInterval: '10s' },
@@ -55,6 +61,7 @@ export const retirement = proxyActivities<ControlActivities>({
 
 /** moveStatus: long-polls a move's progress; heartbeats while it waits. */
 export const moveWatch = proxyActivities<ControlActivities>({
+  taskQueue: QUEUES.controlWait,
   startToCloseTimeout: '60s',
   heartbeatTimeout: '10s',
   retry: { initialInterval: '1s', maximumInterval: '10s' },

@@ -121,6 +121,9 @@ export async function signalAgentRestarted(store: Store, client: Client, nodeId:
 }
 
 /** Builds the control activities over an injected store. */
+/** How long waitServing polls an engine every 200 ms before it slows to once a second. */
+const SERVING_FAST_MS = 5000;
+
 export function createControlActivities(deps: ControlDeps) {
   const { store, enginePorts } = deps;
   const log = deps.log ?? ((): void => undefined);
@@ -171,8 +174,13 @@ export function createControlActivities(deps: ControlDeps) {
         });
     },
 
-    /** Polls rank 0's /health until it answers 200; heartbeats what it last saw. */
+    /**
+     * Polls rank 0's /health until it answers 200; heartbeats what it last saw. Every 200 ms for the first
+     * SERVING_FAST_MS (a sim or small engine is up in under a second; a rebuild is not made to wait), then every
+     * second (an engine loading weights for minutes, thousands of them in a large deploy).
+     */
     async waitServing(input: { endpoint: string; intervalMs?: number }): Promise<void> {
+      const since = Date.now();
       let last = 'no answer yet';
       const door = parseDoorEndpoint(input.endpoint);
       const doorAgent = door ? deps.doorAgent?.() : null;
@@ -193,7 +201,7 @@ export function createControlActivities(deps: ControlDeps) {
           last = `health check failed: ${(err as Error).message}`;
         }
         heartbeat(last);
-        await sleep(input.intervalMs ?? 200);
+        await sleep(input.intervalMs ?? (Date.now() - since < SERVING_FAST_MS ? 200 : 1000));
       }
     },
 

@@ -52,6 +52,15 @@ export interface ControlPlaneOptions {
   log?: (msg: string, fields: Record<string, unknown>) => void;
 }
 
+/**
+ * How many waits (an engine coming up, requests in flight draining) the control worker runs at once: each is a
+ * timer and a health check every 200 ms to 1 s, so thousands cost little; a deploy of 5,000 replicas has about as
+ * many engines coming up at once. With the waits among the 100 slots of llmgw-control, the first 100 took every
+ * slot and the replicas whose engines already served waited minutes to be recorded ready (docs/architecture.md,
+ * Scale).
+ */
+export const CONTROL_WAIT_SLOTS = 5000;
+
 /** Workflows from a checkout's workflows/ (bundled at start), or from a release artefact the bundle built with it. */
 function defaultWorkflows(): { workflowBundle: WorkflowBundleOption } | { workflowsPath: string } {
   const r = release();
@@ -127,22 +136,31 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
   let doorAgent: DoorAgent | null = null;
   const doorAgentNow = (): DoorAgent | null =>
     (doorAgent ??= doorAgentFromFiles(config.tls, config.gateway.timeouts.connectMs));
+  const activities = createControlActivities({
+    store,
+    client,
+    enginePorts: config.enginePorts,
+    drainGraceS: config.drain.graceS,
+    gatewayRefreshMs: config.gateway.refreshMs,
+    // A replica behind a node's door answers /health to a gateway certificate only.
+    doorAgent: doorAgentNow,
+  });
   const worker = await Worker.create({
     connection: native,
     namespace: config.temporal.namespace,
     taskQueue: QUEUES.control,
     ...(opts.workflowBundle ? { workflowBundle: opts.workflowBundle } : defaultWorkflows()),
-    activities: createControlActivities({
-      store,
-      client,
-      enginePorts: config.enginePorts,
-      drainGraceS: config.drain.graceS,
-      gatewayRefreshMs: config.gateway.refreshMs,
-      // A replica behind a node's door answers /health to a gateway certificate only.
-      doorAgent: doorAgentNow,
-    }),
+    activities,
   });
-  const running = worker.run();
+  // The waits, on their own queue and slots (lib/names.ts, QUEUES.controlWait): no workflows here.
+  const waits = await Worker.create({
+    connection: native,
+    namespace: config.temporal.namespace,
+    taskQueue: QUEUES.controlWait,
+    activities,
+    maxConcurrentActivityTaskExecutions: CONTROL_WAIT_SLOTS,
+  });
+  const running = Promise.all([worker.run(), waits.run()]);
 
   // A node coming (back) lets waiting replicas try again now rather than at their next retry.
   const wakeWaiting = (): Promise<void> => wakeWaitingReplicas(store, client);
@@ -286,7 +304,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       // After the API: a registration it answered while closing still got its ensureEngines.
       engines.stop();
       // The SDK may already be draining it (its own signal handling in other embeddings).
-      if (worker.getState() === 'RUNNING') worker.shutdown();
+      for (const w of [worker, waits]) if (w.getState() === 'RUNNING') w.shutdown();
       await running.catch(() => undefined);
       doorAgent?.destroy();
       await native.close();
