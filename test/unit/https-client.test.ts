@@ -180,6 +180,10 @@ describe('HttpsClient', () => {
       await expect(c.request(`https://127.0.0.1:${port}/v1/nodes`)).rejects.toThrow(
         `connect ECONNREFUSED 127.0.0.1:${port}`,
       );
+      // Its one TLS context trusts only its CA.
+      const foreign = new TlsClient({ ...creds, caPem: foreignCaPem });
+      await expect(foreign.request(`${url}/v1/nodes`)).rejects.toThrow(/self[- ]signed|unable to (verify|get)/i);
+      await foreign.close();
     } finally {
       await c.close();
     }
