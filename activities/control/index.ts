@@ -120,10 +120,10 @@ export async function signalAgentRestarted(store: Store, client: Client, nodeId:
   return replicas;
 }
 
-/** Builds the control activities over an injected store. */
 /** How long waitServing polls an engine every 200 ms before it slows to once a second. */
 const SERVING_FAST_MS = 5000;
 
+/** Builds the control activities over an injected store. */
 export function createControlActivities(deps: ControlDeps) {
   const { store, enginePorts } = deps;
   const log = deps.log ?? ((): void => undefined);

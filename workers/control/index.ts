@@ -160,7 +160,8 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     activities,
     maxConcurrentActivityTaskExecutions: CONTROL_WAIT_SLOTS,
   });
-  const running = Promise.all([worker.run(), waits.run()]);
+  // Unawaited until close, as the one worker's run was: a worker that fails takes the process down with it.
+  const runs = [worker.run(), waits.run()];
 
   // A node coming (back) lets waiting replicas try again now rather than at their next retry.
   const wakeWaiting = (): Promise<void> => wakeWaitingReplicas(store, client);
@@ -305,7 +306,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       engines.stop();
       // The SDK may already be draining it (its own signal handling in other embeddings).
       for (const w of [worker, waits]) if (w.getState() === 'RUNNING') w.shutdown();
-      await running.catch(() => undefined);
+      await Promise.allSettled(runs);
       doorAgent?.destroy();
       await native.close();
       await connection.close();
