@@ -100,7 +100,7 @@ export async function placeBatch(deps: PlaceBatchDeps, inputs: PlaceInput[]): Pr
   const { store } = deps;
   return store.withLock(PLACEMENT_LOCK, 30, async () => {
     const ids = inputs.map((i) => i.replicaId);
-    for (const id of ids) await store.releaseReplica(id);
+    await store.releaseReplicas(ids);
     const nodes = await store.listNodes();
     const held = await store.heldGpus(ids);
     const out: BatchOutcome[] = [];

@@ -58,6 +58,20 @@ describe('engine port leases', () => {
     const got = await Promise.all(['c-0', 'c-1', 'c-2', 'c-3'].map((r) => store.leasePorts('h1', r, 1, range)));
     expect(got.flat().sort()).toEqual([40_000, 40_001, 40_002, 40_003]);
   });
+
+  test('releaseReplicas forgets the shards and leases of the replicas named, and only theirs', async () => {
+    const placed = ['b-0', 'b-1', 'b-2'];
+    for (const [i, r] of placed.entries()) {
+      const [port] = await store.leasePorts('h9', r, 1, range);
+      await store.setShards(r, [{ replicaId: r, rank: 0, nodeId: id('h9'), port: port ?? 0, gpus: [i] }]);
+    }
+    await store.releaseReplicas(['b-0', 'b-2']);
+    expect((await store.listShards()).filter((s) => placed.includes(s.replicaId)).map((s) => s.replicaId)).toEqual([
+      'b-1',
+    ]);
+    // Their two ports are free again (released, so they come after the never-leased 40003), b-1's is not.
+    expect(await store.leasePorts('h9', 'b-3', 3, range)).toEqual([40_003, 40_000, 40_002]);
+  });
 });
 
 describe('node state', () => {
