@@ -53,7 +53,8 @@ async function placeOne(
     if (want === 2) distPort = ports[1] ?? 0;
     shards.push({ rank, nodeId, host, port: ports[0] ?? 0, gpus: placement.gpus[rank] ?? [] });
   }
-  await store.setShards(
+  // The batch released every replica's earlier shards first: nothing to replace.
+  await store.addShards(
     input.replicaId,
     shards.map((s) => ({
       replicaId: input.replicaId,

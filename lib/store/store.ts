@@ -373,6 +373,11 @@ export class Store {
   /** Records a replica's placement (replacing any earlier one). */
   async setShards(replicaId: string, shards: ShardRow[]): Promise<void> {
     await this.pool.query('DELETE FROM shards WHERE replica_id = ?', [replicaId]);
+    await this.addShards(replicaId, shards);
+  }
+
+  /** Records the shards of a replica that has none recorded (released first, as a placement batch does). */
+  async addShards(replicaId: string, shards: ShardRow[]): Promise<void> {
     if (shards.length)
       await this.pool.query('INSERT INTO shards (replica_id, `rank`, node_id, port, gpus, gpu_indices) VALUES ?', [
         shards.map((s) => [replicaId, s.rank, s.nodeId, s.port, s.gpus.length, JSON.stringify(s.gpus)]),
