@@ -48,23 +48,19 @@ function ephemeralRange(): [number, number] | null {
 /**
  * Who holds `port`, for an error message: the listening process when `viewer` may see it, else the state of a
  * connection whose local end is the port (an outgoing connection's port, taken from the kernel's ephemeral range),
- * else `unseen` (a listener of a process this user may not read).
+ * else `unseen` (a listener of a process this user may not read). `holder`: when the caller looked it up already.
  */
-export function describePortHolder(port: number, unseen: string): string {
-  const holder = portHolder(port);
+export function describePortHolder(port: number, unseen: string, holder = portHolder(port)): string {
   if (holder) return `pid ${holder.pid} (${holder.command.slice(0, 160)})`;
-  const states = localStates(port).filter((st) => st !== '0A');
+  const states = sockets(port)
+    .map((f) => f[3] as string)
+    .filter((st) => st !== '0A');
   if (states.length > 0) {
     const range = ephemeralRange();
     const inRange = range && port >= range[0] && port <= range[1];
     return `the local end of a connection (${TCP_STATES[states[0] as string] ?? states[0]})${inRange ? `: ${range[0]}-${range[1]} is the kernel's range for outgoing connections' ports, so listeners belong below ${range[0]}` : ''}`;
   }
   return unseen;
-}
-
-/** The states of the TCP sockets whose local port is `port` (Linux /proc/net/tcp and tcp6). */
-function localStates(port: number): string[] {
-  return sockets(port).map((f) => f[3] as string);
 }
 
 /** The socket inodes listening on `port` (LISTEN is state 0A). */

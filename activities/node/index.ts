@@ -190,7 +190,7 @@ export function createNodeActivities(deps: NodeDeps) {
     }
     if (taken) {
       const holder = portHolder(input.port);
-      const by = describePortHolder(input.port, 'a process this agent cannot see');
+      const by = describePortHolder(input.port, 'a process this agent cannot see', holder);
       throw ApplicationFailure.create({
         type: 'LLMGW_PORT_TAKEN' satisfies ErrorCode,
         nonRetryable: true,

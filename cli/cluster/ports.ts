@@ -88,7 +88,7 @@ export async function checkClusterPorts(
     const holder = portHolder(port);
     if (holder && ours.includes(holder.pid)) continue;
     taken.push(
-      `port ${port} (${role}) is held by ${describePortHolder(port, 'a process this user cannot see (ss -ltnp shows it as root)')}`,
+      `port ${port} (${role}) is held by ${describePortHolder(port, 'a process this user cannot see (ss -ltnp shows it as root)', holder)}`,
     );
   }
   if (taken.length === 0) return;

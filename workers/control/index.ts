@@ -59,7 +59,7 @@ export interface ControlPlaneOptions {
  * slot and the replicas whose engines already served waited minutes to be recorded ready (docs/architecture.md,
  * Scale).
  */
-export const CONTROL_WAIT_SLOTS = 5000;
+const CONTROL_WAIT_SLOTS = 5000;
 
 /** Workflows from a checkout's workflows/ (bundled at start), or from a release artefact the bundle built with it. */
 function defaultWorkflows(): { workflowBundle: WorkflowBundleOption } | { workflowsPath: string } {
