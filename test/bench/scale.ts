@@ -126,6 +126,11 @@ interface Row {
   register: number;
   deploy: number | null;
   cpu: Record<string, number>;
+  /** CPU milliseconds each component spent per replica during the deploy (catalog applied → all ready) */
+  deployCpu: Record<string, number>;
+  /** Temporal requests by kind and MySQL statements per replica during the deploy */
+  deployTemporal: Record<string, number>;
+  deployMysql: Record<string, number>;
   rss: Record<string, number>;
   temporalRps: Record<string, number>;
   mysqlQps: Record<string, number>;
@@ -169,6 +174,9 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     register: 0,
     deploy: null,
     cpu: {},
+    deployCpu: {},
+    deployTemporal: {},
+    deployMysql: {},
     rss: {},
     temporalRps: {},
     mysqlQps: {},
@@ -256,7 +264,25 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
       certPem: operator.certPem,
       keyPem: operator.keyPem,
     });
+    const pids: Record<string, number[]> = {
+      'control plane': [cp.child.pid ?? 0],
+      Temporal: [temporal.process.pid ?? 0],
+      MySQL: [o.mariadbPid],
+      gateway: [gw.child.pid ?? 0],
+      // With --fleet-proc the fleet's nodes run in child processes of its own: theirs count as the fleet's.
+      fleet: [fleet.child.pid ?? 0, victim.child.pid ?? 0].flatMap((p) => [p, ...descendants(p)]),
+    };
+    const sample = (): Record<string, { cpu: number; rss: number }> =>
+      Object.fromEntries(
+        Object.entries(pids).map(([k, ps]) => {
+          const s = ps.map(proc);
+          return [k, { cpu: s.reduce((a, b) => a + b.cpu, 0), rss: s.reduce((a, b) => a + b.rss, 0) }];
+        }),
+      );
     const catalog = fleetCatalog(replicas);
+    const my = await mysql.createConnection(o.mariadbUrl);
+    const metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
+    const [d0, dt0, dm0] = [sample(), await temporalRequests(metricsUrl), await mysqlStatus(my)];
     const t1 = Date.now();
     const applied = await api.fetch(`https://127.0.0.1:${listeners.controlPlane.port}/v1/catalog/apply`, {
       method: 'POST',
@@ -275,29 +301,20 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     });
     if (!allReady) {
       row.note = `only ${last} of ${replicas} replicas ready after ${(Date.now() - t1) / 1000} s`;
+      await my.end();
       return row;
     }
     row.deploy = (Date.now() - t1) / 1000;
+    const [d1, dt1, dm1] = [sample(), await temporalRequests(metricsUrl), await mysqlStatus(my)];
+    for (const k of Object.keys(pids)) row.deployCpu[k] = (((d1[k]?.cpu ?? 0) - (d0[k]?.cpu ?? 0)) * 1000) / replicas;
+    for (const [op, v] of dt1) row.deployTemporal[op] = (v - (dt0.get(op) ?? 0)) / replicas;
+    for (const [k, v] of dm1) row.deployMysql[k] = (v - (dm0.get(k) ?? 0)) / replicas;
     say(`  ${replicas} replicas ready in ${row.deploy.toFixed(1)} s; holding ${HOLD_S} s`);
+    say(
+      `  deploy CPU ms per replica: ${JSON.stringify(row.deployCpu, (_, v: unknown) => (typeof v === 'number' ? Math.round(v * 10) / 10 : v))}`,
+    );
     await sleep(5000); // let the start's burst pass
 
-    const pids: Record<string, number[]> = {
-      'control plane': [cp.child.pid ?? 0],
-      Temporal: [temporal.process.pid ?? 0],
-      MySQL: [o.mariadbPid],
-      gateway: [gw.child.pid ?? 0],
-      // With --fleet-proc the fleet's nodes run in child processes of its own: theirs count as the fleet's.
-      fleet: [fleet.child.pid ?? 0, victim.child.pid ?? 0].flatMap((p) => [p, ...descendants(p)]),
-    };
-    const sample = (): Record<string, { cpu: number; rss: number }> =>
-      Object.fromEntries(
-        Object.entries(pids).map(([k, ps]) => {
-          const s = ps.map(proc);
-          return [k, { cpu: s.reduce((a, b) => a + b.cpu, 0), rss: s.reduce((a, b) => a + b.rss, 0) }];
-        }),
-      );
-    const my = await mysql.createConnection(o.mariadbUrl);
-    const metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
     const [c0, t0r, m0, w0] = [sample(), await temporalRequests(metricsUrl), await mysqlStatus(my), Date.now()];
     await sleep(HOLD_S * 1000);
     const [c1, t1r, m1, w1] = [sample(), await temporalRequests(metricsUrl), await mysqlStatus(my), Date.now()];
@@ -408,7 +425,15 @@ function table(rows: Row[]): string {
       .join(', ');
     const q = r.mysqlQps;
     const trps = Object.values(r.temporalRps).reduce((a, b) => a + b, 0);
-    return `- ${r.nodes} nodes: Temporal req/s by kind: ${top || '—'} (${(trps / r.replicas).toFixed(3)} per replica); MySQL/s: select ${f(q.Com_select, 0)}, insert ${f(q.Com_insert, 0)}, update ${f(q.Com_update, 0)}, delete ${f(q.Com_delete, 0)}`;
+    const dc = comps.map((c) => `${c} ${f(r.deployCpu[c], 1)}`).join(', ');
+    const dt = Object.entries(r.deployTemporal)
+      .filter(([, v]) => v >= 0.05)
+      .sort((a, b) => b[1] - a[1])
+      .map(([k, v]) => `${k} ${v.toFixed(1)}`)
+      .join(', ');
+    const dm = r.deployMysql;
+    const deploy = `deploy per replica: CPU ms ${dc}; Temporal requests ${dt || '—'}; MySQL statements ${f(dm.Questions, 1)} (select ${f(dm.Com_select, 1)}, insert ${f(dm.Com_insert, 1)}, update ${f(dm.Com_update, 1)}, delete ${f(dm.Com_delete, 1)})`;
+    return `- ${r.nodes} nodes: ${deploy}; steady: Temporal req/s by kind: ${top || '—'} (${(trps / r.replicas).toFixed(3)} per replica); MySQL/s: select ${f(q.Com_select, 0)}, insert ${f(q.Com_insert, 0)}, update ${f(q.Com_update, 0)}, delete ${f(q.Com_delete, 0)}`;
   });
   return `${lines.join('\n')}\n\n${kinds.join('\n')}\n`;
 }
