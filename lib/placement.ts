@@ -205,3 +205,17 @@ export function placeFirstFit(input: Omit<PlaceInput, 'profile'> & { profiles: r
     reason: `none of the ${reasons.length} profiles of ${input.model ?? 'the model'} fits (tried in catalog order): ${reasons.join(' ')}`,
   };
 }
+
+/** A placed shard as the event log names it: `node:port`, and its GPUs when it holds any (`sim-a:22000 gpus 0,1`). */
+export function shardText(s: { nodeId: string; port: number; gpus?: number[] }): string {
+  return `${s.nodeId}:${s.port}${s.gpus?.length ? ` gpus ${s.gpus.join(',')}` : ''}`;
+}
+
+/** The `replica.starting` event of a placement: `placed [as PROFILE] on SHARDS [(fabric F)]`. */
+export function placedText(
+  placement: { shards: { nodeId: string; port: number; gpus?: number[] }[]; fabric: string | null },
+  profileName: string,
+  manyProfiles: boolean,
+): string {
+  return `placed${manyProfiles ? ` as ${profileName}` : ''} on ${placement.shards.map(shardText).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`;
+}

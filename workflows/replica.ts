@@ -18,6 +18,7 @@ import {
 import { TimeoutType } from '@temporalio/common';
 import type { PlaceResult, ShardPlan } from '../activities/control';
 import { ENGINE_SPECS } from '../lib/engines/registry';
+import { placedText } from '../lib/placement';
 import { DEFAULT_START_TIMEOUT_S } from '../lib/liveness';
 import { needsWeights } from '../lib/weights/source';
 import { searchAttributes } from '../lib/names';
@@ -45,6 +46,12 @@ const RANK_ORDER_PATCH = 'workers-listen-before-rank-0';
  * beside the cancel, instead of the cancel alone (a cancel reaches a runShard only with its heartbeat).
  */
 const STOP_SHARD_PATCH = 'stop-shard-by-activity';
+/**
+ * Marks histories whose placement records its own states (placing/rebuilding, then starting: placeReplica's
+ * `record`) and whose health wait marks the replica ready (waitServing's `ready`), instead of a setReplicaState
+ * activity for each: three Temporal activities and their workflow tasks less per replica start (issue 24).
+ */
+const RECORDS_IN_ACTIVITIES_PATCH = 'states-recorded-by-placement-and-health-wait';
 const WAIT_RETRY = '10s';
 const CRASH_BACKOFF_MAX_MS = 60_000;
 /** A replica that served for this long before failing resets its crash count. */
@@ -87,18 +94,22 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
 
   // The profile placed last (profiles are tried in catalog order at each placement).
   let profile = input.profile;
-  const record = async (
-    state: ReplicaState,
-    reason: string | null,
-    event?: string,
-    endpoint?: string | null,
-  ): Promise<void> => {
+  // The state as this workflow shows it (status query, the UI's details); `record` also writes it to MySQL.
+  const show = (state: ReplicaState, reason: string | null, endpoint?: string | null): void => {
     status.state = state;
     status.reason = reason;
     if (endpoint !== undefined) status.endpoint = endpoint;
     setCurrentDetails(
       `**${state}**${reason ? ` — ${reason}` : ''}${status.endpoint ? `\n\nendpoint: ${status.endpoint}` : ''}`,
     );
+  };
+  const record = async (
+    state: ReplicaState,
+    reason: string | null,
+    event?: string,
+    endpoint?: string | null,
+  ): Promise<void> => {
+    show(state, reason, endpoint);
     await control.setReplicaState({
       replicaId: input.replicaId,
       model: input.model,
@@ -114,13 +125,19 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     lostNode = null;
     lost.clear();
     // A waiting replica retries quietly: it stays 'waiting' (one event per new reason), not placing/waiting every 10 s.
-    if (status.state !== 'waiting') await record(status.rebuilds ? 'rebuilding' : 'placing', status.reason);
+    const before = status.state !== 'waiting' ? (status.rebuilds ? 'rebuilding' : 'placing') : null;
+    const recordsInActivities = patched(RECORDS_IN_ACTIVITIES_PATCH);
+    if (before && !recordsInActivities) await record(before, status.reason);
+    else if (before) show(before, status.reason);
     const placement: PlaceResult = await control.placeReplica({
       replicaId: input.replicaId,
       model: input.model,
       profile: input.profile,
       ...(input.profiles ? { profiles: input.profiles } : {}),
       exclude: [...exclude],
+      ...(recordsInActivities
+        ? { record: { before: before && { state: before, reason: status.reason }, profile: profile.name } }
+        : {}),
     });
     if (placement.kind === 'unplaceable') {
       if (status.state !== 'waiting' || status.reason !== placement.reason)
@@ -138,12 +155,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       ...(gpus ? { gpus } : {}),
     }));
     upsertSearchAttributes([{ key: searchAttributes.node, value: placement.shards.map((s) => s.nodeId) }]);
-    await record(
-      'starting',
-      null,
-      `placed${input.profiles && input.profiles.length > 1 ? ` as ${profile.name}` : ''} on ${placement.shards.map(shardText).join(', ')}${placement.fabric ? ` (fabric ${placement.fabric})` : ''}`,
-      null,
-    );
+    if (recordsInActivities) show('starting', null, null);
+    else await record('starting', null, placedText(placement, profile.name, (input.profiles?.length ?? 0) > 1), null);
 
     // One scope per shard, so a stop can take rank 0 (the one serving) down first and let it finish its requests
     // before the worker ranks leave (a worker leaving first would break rank 0's group mid-request).
@@ -292,9 +305,28 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     const health = healthScope.run(async () => {
       // Cancellable: a shard whose weights never arrive (its fetch cancelled, its node lost) must not hold a stop.
       await Promise.race([Promise.all(fetched), CancellationScope.current().cancelRequested]);
-      return serving(startTimeoutS).waitServing({ endpoint: placement.endpoint });
+      const rank0 = placement.shards.find((s) => s.rank === 0) ?? (placement.shards[0] as ShardPlan);
+      return serving(startTimeoutS).waitServing({
+        endpoint: placement.endpoint,
+        ...(recordsInActivities
+          ? {
+              ready: {
+                replicaId: input.replicaId,
+                model: input.model,
+                rank0: { nodeId: rank0.nodeId, port: rank0.port },
+              },
+            }
+          : {}),
+      });
     });
-    shards.push(health.then(() => void (failure ??= { kind: 'served' }), onShardError(null)));
+    // Whether waitServing marked the replica ready itself (else the workflow records it below).
+    let markedReady = false;
+    shards.push(
+      health.then((r) => {
+        markedReady = r?.ready === true;
+        failure ??= { kind: 'served' };
+      }, onShardError(null)),
+    );
     shardNodes.push(null);
     const healthDone = shards[shards.length - 1] as Promise<void>;
     // A shard on a lost node is not waited for: no agent there will ever report its cancellation.
@@ -331,7 +363,8 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
     await condition(() => stopRequested || failure !== null);
     let outcome: Outcome = stopRequested ? { kind: 'stop' } : ((failure as Outcome | null) ?? { kind: 'stop' });
     if (outcome.kind === 'served') {
-      await record('ready', null, `serving at ${placement.endpoint}`, placement.endpoint);
+      if (markedReady) show('ready', null, placement.endpoint);
+      else await record('ready', null, `serving at ${placement.endpoint}`, placement.endpoint);
       await tellParentReady(input.replicaId);
       failure = null;
       await condition(() => stopRequested || failure !== null);
@@ -405,11 +438,6 @@ async function agentWillAdopt(err: unknown, nodeId: string): Promise<boolean> {
 function isHeartbeatTimeout(err: unknown): boolean {
   const cause = err instanceof ActivityFailure ? err.cause : undefined;
   return cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.HEARTBEAT;
-}
-
-/** A shard as the event log names it: `node:port`, and its GPUs when it holds any (`sim-a:22000 gpus 0,1`). */
-function shardText(s: ShardPlan): string {
-  return `${s.nodeId}:${s.port}${s.gpus?.length ? ` gpus ${s.gpus.join(',')}` : ''}`;
 }
 
 function timeoutText(t: TimeoutType | null | undefined): string {

@@ -1,6 +1,7 @@
 /** Activities on the llmgw-control queue: the only workflow code that touches MySQL. All idempotent. */
 import { doorGet, type DoorAgent } from '../../lib/door-agent';
 import { parseDoorEndpoint } from '../../lib/node-door';
+import { placedText } from '../../lib/placement';
 import { heartbeat, sleep } from '@temporalio/activity';
 import type { Client } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
@@ -70,6 +71,23 @@ export interface PlaceInput {
   profiles?: Profile[];
   /** nodes not to use (e.g. the one whose shard just timed out) */
   exclude: string[];
+  /**
+   * The replica's states around this placement, recorded here rather than by setReplicaState activities of their
+   * own (two Temporal activities less per placement: issue 24): `before` (placing, rebuilding) as it starts, and once
+   * placed `starting` with the `placed on …` event. Absent (histories before RECORDS_IN_ACTIVITIES_PATCH): neither.
+   */
+  record?: { before: { state: ReplicaState; reason: string | null } | null; profile: string };
+}
+
+/** waitServing's input: rank 0's endpoint, and the ready record it writes itself once the engine serves. */
+export interface ServingInput {
+  endpoint: string;
+  intervalMs?: number;
+  /**
+   * Mark the replica ready here once it serves (one Temporal activity less per replica start: issue 24), only if it
+   * is still `starting` on this placement (Store.markReady). Absent (older histories): the workflow records it.
+   */
+  ready?: { replicaId: string; model: string; rank0: { nodeId: NodeId; port: number } };
 }
 
 export interface ReplicaStateInput {
@@ -152,7 +170,21 @@ export function createControlActivities(deps: ControlDeps) {
      * the replicas placing at once in this process share one hold of it (place-batch.ts).
      */
     async placeReplica(input: PlaceInput): Promise<PlaceResult> {
-      return place(input);
+      const rec = input.record;
+      if (!rec) return place(input);
+      const base = { id: input.replicaId, model: input.model, profile: rec.profile };
+      if (rec.before) await store.setReplica({ ...base, ...rec.before });
+      const placed = await place(input);
+      if (placed.kind !== 'placed') return placed;
+      const profile = placed.profile?.name ?? input.profile.name;
+      await store.setReplica({ ...base, profile, state: 'starting', reason: null, endpoint: null });
+      await store.event({
+        kind: 'replica.starting',
+        model: input.model,
+        replicaId: input.replicaId,
+        message: placedText(placed, profile, (input.profiles?.length ?? 0) > 1),
+      });
+      return placed;
     },
 
     /** Records a replica's state (and routability: only `ready` with an endpoint is routed). */
@@ -179,7 +211,7 @@ export function createControlActivities(deps: ControlDeps) {
      * SERVING_FAST_MS (a sim or small engine is up in under a second; a rebuild is not made to wait), then every
      * second (an engine loading weights for minutes, thousands of them in a large deploy).
      */
-    async waitServing(input: { endpoint: string; intervalMs?: number }): Promise<void> {
+    async waitServing(input: ServingInput): Promise<{ ready: boolean }> {
       const since = Date.now();
       let last = 'no answer yet';
       const door = parseDoorEndpoint(input.endpoint);
@@ -195,7 +227,14 @@ export function createControlActivities(deps: ControlDeps) {
             throw new Error(
               `the replica is behind node ${door.node}'s door and this control plane has no gateway certificate to ask it with (server.yaml tls.gatewayCert: llmgw ca issue --gateway NAME)`,
             );
-          if (res.status === 200) return;
+          if (res.status === 200) {
+            if (!input.ready) return { ready: false };
+            const { replicaId, model, rank0 } = input.ready;
+            const ready = await store.markReady({ id: replicaId, model, endpoint: input.endpoint, rank0 });
+            if (ready)
+              await store.event({ kind: 'replica.ready', model, replicaId, message: `serving at ${input.endpoint}` });
+            return { ready };
+          }
           last = `health ${res.status}: ${res.body.slice(0, 200)}`;
         } catch (err) {
           last = `health check failed: ${(err as Error).message}`;

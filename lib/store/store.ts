@@ -272,6 +272,31 @@ export class Store {
     this.routeChanged();
   }
 
+  /**
+   * Marks a replica ready at `endpoint`, only if it is still `starting` on the placement whose rank 0 is
+   * `rank0` (a health wait that outlived its placement — cancelled, the replica stopped or rebuilt elsewhere —
+   * changes nothing). True when it did.
+   */
+  async markReady(r: {
+    id: string;
+    model: string;
+    endpoint: string;
+    rank0: { nodeId: string; port: number };
+  }): Promise<boolean> {
+    let marked = false;
+    await writeWithRouteChange(this.pool, { replicaId: r.id, model: r.model }, async (conn) => {
+      const [res] = await conn.query<ResultSetHeader>(
+        `UPDATE replicas SET state = 'ready', reason = NULL, endpoint = ?, updated_at = NOW(3)
+         WHERE id = ? AND state = 'starting'
+           AND EXISTS (SELECT 1 FROM shards WHERE replica_id = ? AND \`rank\` = 0 AND node_id = ? AND port = ?)`,
+        [r.endpoint, r.id, r.id, r.rank0.nodeId, r.rank0.port],
+      );
+      marked = res.affectedRows === 1;
+    });
+    if (marked) this.routeChanged();
+    return marked;
+  }
+
   /** Replicas (optionally of one model) with their shards. */
   async listReplicas(model?: string): Promise<ReplicaRecord[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>(

@@ -6,6 +6,7 @@
  * - Node state: a cordon is the operator's and outlives the node going down (the sweeper) and coming back (a
  *   heartbeat or a new registration); uncordoning a down node leaves it down until it is seen.
  * - Routing rows: a model's first-byte timeout reaches the gateway from the spec it was stored with.
+ * - Ready marks: a health wait marks its replica ready only while it is still starting on the same placement.
  */
 import type { Pool } from 'mysql2/promise';
 import { openDatabase } from '../../lib/store/db';
@@ -149,6 +150,29 @@ describe('routing rows', () => {
     expect(rows.models).toEqual(expect.arrayContaining(['plain', 'slow-prefill']));
     expect(rows.firstByteMs).toEqual({ 'slow-prefill': 1_800_000 });
     expect(rows.routing).toEqual({ 'slow-prefill': { policy: 'prefix', loadFactor: 1.5 } });
+  });
+});
+
+describe('replica ready marks', () => {
+  test('markReady takes a replica starting on that placement to ready; not one stopped, rebuilt or placed elsewhere', async () => {
+    const base = { model: 'm', profile: 'p' };
+    const state = async (r: string): Promise<[string, string | null] | undefined> => {
+      const row = (await store.listReplicas('m')).find((x) => x.id === r);
+      return row && [row.state, row.endpoint];
+    };
+    const rank0 = { nodeId: id('h7'), port: 41_000 };
+    await store.setReplica({ id: 'r-1', ...base, state: 'starting', endpoint: null });
+    await store.setShards('r-1', [{ replicaId: 'r-1', rank: 0, ...rank0, gpus: [0] }]);
+    expect(await store.markReady({ id: 'r-1', model: 'm', endpoint: 'http://h7:41000', rank0 })).toBe(true);
+    expect(await state('r-1')).toEqual(['ready', 'http://h7:41000']);
+    // A wait that outlived its replica's stop, or its placement (now rank 0 elsewhere), changes nothing.
+    await store.setReplica({ id: 'r-1', ...base, state: 'stopping', reason: null });
+    expect(await store.markReady({ id: 'r-1', model: 'm', endpoint: 'http://h7:41000', rank0 })).toBe(false);
+    expect((await state('r-1'))?.[0]).toBe('stopping');
+    await store.setReplica({ id: 'r-1', ...base, state: 'starting', endpoint: null });
+    await store.setShards('r-1', [{ replicaId: 'r-1', rank: 0, nodeId: id('h8'), port: 41_000, gpus: [0] }]);
+    expect(await store.markReady({ id: 'r-1', model: 'm', endpoint: 'http://h7:41000', rank0 })).toBe(false);
+    expect(await state('r-1')).toEqual(['starting', null]);
   });
 });
 
