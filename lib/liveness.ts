@@ -6,13 +6,19 @@
  * Chosen for a saturated 2-core host; docs/operations.md ("Timers") tells operators the same.
  */
 
-/** How often an agent heartbeats the control plane: cheap, and four of them fit in NODE_SILENT_MS. */
-export const AGENT_HEARTBEAT_MS = 1000;
+/**
+ * How often an agent heartbeats the control plane: two of them fit in NODE_SILENT_MS. A beat is an HTTPS request
+ * the control plane answers on its one event loop, so at 1,000 nodes beats are its largest steady cost: every
+ * second before (1,000 requests a second, ~135 ms of its event loop a second in a profile), now every 2 s. Silence
+ * alone is not evidence (the door's calls and the engines' ports are asked too), so two missed beats are a suspect,
+ * not a rebuild; and a lost node is still judged within NODE_SILENT_MS of its last beat (2-4 s after it died, not 3-4).
+ */
+export const AGENT_HEARTBEAT_MS = 2000;
 
 /**
  * A node whose agent has been silent this long — counted only while the judging control plane was itself up
  * and reading MySQL — is a suspect; it is lost only if the door saw no call from it either and none of its
- * engines' ports accepts a connection. Four missed heartbeats: a starved agent is late by milliseconds, not
+ * engines' ports accepts a connection. Two missed heartbeats: a starved agent is late by milliseconds, not
  * seconds, and an agent restarting (systemd's RestartSec plus its start) leaves its engines answering.
  */
 export const NODE_SILENT_MS = 4000;
