@@ -2,8 +2,8 @@
  * Temporal's front door for nodes: a gRPC proxy on HTTP/2 with mutual TLS, in front of Temporal's frontend. A node
  * holds a certificate, not Temporal credentials; the door knows it by the certificate's CN (judged by the control
  * plane's CertificateGate, revocation included) and lets it do its own node's work and nothing else
- * (door-policy.ts). Operator certificates pass unread. What is let through is passed on faithfully: gzip frames
- * as they are, grpc-timeout, headers, trailers and status codes, long polls; a refusal is PERMISSION_DENIED with
+ * (door-policy.ts). Operator certificates pass unread. What is let through is passed on faithfully: a node's call as
+ * the door read it (gunzipped, so Temporal answers uncompressed), an operator's gzip frames as they are, grpc-timeout, headers, trailers and status codes, long polls; a refusal is PERMISSION_DENIED with
  * a grpc-message naming the reason, and one log line naming the CN, the call and the reason.
  */
 import http2, {
@@ -27,7 +27,7 @@ import {
   WORKFLOW_SERVICE,
   type NodeCallVerdict,
 } from './policy';
-import { encodeGrpcMessage, GRPC, messageBytes, parseFrames } from './grpc-frames';
+import { encodeGrpcMessage, frameMessage, GRPC, messageBytes, parseFrames } from './grpc-frames';
 import { TaskTokenMemory } from './task-tokens';
 
 export interface TemporalDoorOptions {
@@ -347,7 +347,8 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
         `LLMGW_TEMPORAL_CALL_REFUSED: ${method}: ${reason}`,
       );
     }
-    let judged: NodeCallVerdict;
+    // Allowed calls carry the request as read, uncompressed.
+    let judged: Exclude<NodeCallVerdict, { kind: 'allow' }> | (NodeCallVerdict & { kind: 'allow'; request: Buffer });
     try {
       const frames = parseFrames(body);
       if (frames.length !== 1) throw new Error(`${frames.length} messages where a unary call has one`);
@@ -358,7 +359,7 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
       // A token this process does not hold may have been handed out before a restart, or by another control plane.
       const token = call.service === WORKFLOW_SERVICE ? answerToken(call.method, request) : null;
       if (token) await tokens.recall(cn, token);
-      judged = judgeNodeCall({
+      const verdict = judgeNodeCall({
         cn,
         namespace: o.namespace,
         service: call.service,
@@ -366,6 +367,7 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
         request,
         tokens,
       });
+      judged = verdict.kind === 'allow' ? { ...verdict, request } : verdict;
     } catch (err) {
       judged = {
         kind: 'refuse',
@@ -380,7 +382,11 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
         { cn, method, reason: judged.reason },
         `LLMGW_TEMPORAL_CALL_REFUSED: ${method} refused for node ${cn}: ${judged.reason}`,
       );
-    forward(stream, headers, body, cn, judged.after);
+    // Passed on as the door read it, uncompressed: Temporal answers in the request's encoding, so it neither
+    // gunzips this call nor gzips its answer, and the door reads a poll's answer without a gunzip either. Loopback or
+    // LAN bytes are cheaper than the deflate (measured in docs/architecture.md, Scale).
+    const { 'grpc-encoding': _encoding, ...plain } = headers;
+    forward(stream, plain, frameMessage(judged.request), cn, judged.after);
   };
 
   const server = http2.createSecureServer({ ...mtlsServerOptions(o.tls), allowHTTP1: false });

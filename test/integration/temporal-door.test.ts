@@ -7,7 +7,9 @@
  */
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import http2 from 'node:http2';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { Connection, type Client } from '@temporalio/client';
 import { bundleWorkflowCode, NativeConnection, Worker } from '@temporalio/worker';
 import { startTemporalDev, type DevServer } from '../../cli/cluster/temporal-dev';
@@ -280,6 +282,48 @@ describe("Temporal's front door for nodes (real Temporal, control plane, node wo
     expect(ended.tokenBytes).toBe(0);
     expect(Date.now() - t0).toBeGreaterThan(2000);
     expect(Date.now() - t0).toBeLessThan(10_000);
+  });
+
+  test("a node's gzip call reaches Temporal gunzipped, so its answer comes back uncompressed; an operator's stays gzip", async () => {
+    // DescribeNamespaceRequest { namespace: "default" } (field 1, a string), gzipped as the native client sends it.
+    const describe = Buffer.concat([Buffer.from([0x0a, 7]), Buffer.from('default')]);
+    const call = async (c: TlsCredentials): Promise<{ status: unknown; encoding: unknown; flag: number }> => {
+      const session = http2.connect(`https://${cp.door.address}`, {
+        ca: c.caPem,
+        cert: c.certPem,
+        key: c.keyPem,
+        servername: 'localhost',
+      });
+      try {
+        const zipped = gzipSync(describe);
+        const head = Buffer.alloc(5);
+        head[0] = 1;
+        head.writeUInt32BE(zipped.length, 1);
+        const stream = session.request({
+          ':method': 'POST',
+          ':path': '/temporal.api.workflowservice.v1.WorkflowService/DescribeNamespace',
+          'content-type': 'application/grpc',
+          te: 'trailers',
+          'grpc-encoding': 'gzip',
+          'grpc-accept-encoding': 'gzip,identity',
+        });
+        const chunks: Buffer[] = [];
+        const got = new Promise<{ status: unknown; encoding: unknown; flag: number }>((resolve, reject) => {
+          let encoding: unknown;
+          stream.on('response', (h) => void (encoding = h['grpc-encoding']));
+          stream.on('data', (b: Buffer) => chunks.push(b));
+          stream.on('trailers', (t) => resolve({ status: t['grpc-status'], encoding, flag: chunks[0]?.[0] ?? -1 }));
+          stream.on('error', reject);
+        });
+        stream.end(Buffer.concat([head, zipped]));
+        return await got;
+      } finally {
+        session.close();
+      }
+    };
+    expect(await call(await creds('nz'))).toEqual({ status: '0', encoding: undefined, flag: 0 });
+    const op = (await certClient(config, cp.store, 'door-operator', { role: 'operator' })).cert;
+    expect(await call(op)).toEqual({ status: '0', encoding: 'gzip', flag: 1 });
   });
 
   test('a task token handed to node A is refused from node B, and accepted from A', async () => {
