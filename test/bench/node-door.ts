@@ -5,11 +5,13 @@
  * non-streamed completion straight to the engine (keep-alive HTTP: the gateway's path without a door) and one
  * through the door (keep-alive TLS with a gateway certificate), both through the gateway's own client (undici,
  * gateway/inference/upstream.ts, with the door connector of lib/door-agent.ts).
- * Prints each path's percentiles and the added latency paired per round. Asserts nothing.
+ * Prints each path's percentiles, the added latency paired per round, and the door process's CPU and system calls
+ * per request.
+ * Asserts nothing.
  */
 import '../helpers/bench-help'; // --help: the comment above
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DoorAgent } from '../../lib/door-agent';
@@ -19,11 +21,18 @@ import { nodeDoorArgv, readDoorRecord, writeDoorCredentials } from '../../worker
 import { initCa, issueClientCertificate, issueNodeCertificate } from '../../lib/pki';
 import { simEngineArgv } from '../../lib/sim/argv';
 import { freePort } from '../helpers/ports';
+import { treeCpuSeconds } from './peers-paths';
 
 const ROUNDS = Number(process.env.ROUNDS ?? 3000);
 const WARMUP = 300;
 const body = JSON.stringify({ model: 'sim', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
 const headers = { 'content-type': 'application/json' };
+
+/** A process's read and write system calls so far (/proc/PID/io syscr, syscw). */
+const syscalls = (pid: number): { reads: number; writes: number } => {
+  const io = readFileSync(`/proc/${pid}/io`, 'utf8');
+  return { reads: Number(/syscr: (\d+)/.exec(io)?.[1]), writes: Number(/syscw: (\d+)/.exec(io)?.[1]) };
+};
 
 const pct = (xs: number[], p: number): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -109,6 +118,8 @@ async function main(): Promise<void> {
   const d: number[] = [];
   const v: number[] = [];
   const added: number[] = [];
+  const doorCpu0 = treeCpuSeconds(door.pid as number);
+  const doorIo0 = syscalls(door.pid as number);
   for (let i = 0; i < ROUNDS; i++) {
     // A fresh random order per round, so neither path always goes first.
     const first = Math.random() < 0.5;
@@ -119,6 +130,10 @@ async function main(): Promise<void> {
     v.push(b);
     added.push(b - c);
   }
+  // The door's own CPU (utime+stime from /proc) over the measured rounds: one door request per round.
+  const doorCpuUs = ((treeCpuSeconds(door.pid as number) - doorCpu0) / ROUNDS) * 1e6;
+  const doorIo = syscalls(door.pid as number);
+  const perRound = (n: number): string => (n / ROUNDS).toFixed(2);
   const cores = (await import('node:os')).loadavg()[0]?.toFixed(1);
   process.stdout.write(
     [
@@ -129,6 +144,10 @@ async function main(): Promise<void> {
       `| engine direct (http, loopback) | ${f(pct(d, 50))} | ${f(pct(d, 90))} | ${f(pct(d, 99))} |`,
       `| through the node door (keep-alive TLS, gateway certificate) | ${f(pct(v, 50))} | ${f(pct(v, 90))} | ${f(pct(v, 99))} |`,
       `| **added by the door, paired** | **${f(pct(added, 50))}** | ${f(pct(added, 90))} | ${f(pct(added, 99))} |`,
+      '',
+      `the door's CPU: ${doorCpuUs.toFixed(0)} µs per request (utime+stime of its process over the measured rounds); ` +
+        `${perRound(doorIo.writes - doorIo0.writes)} write and ${perRound(doorIo.reads - doorIo0.reads)} read system calls ` +
+        'per request (/proc/PID/io: one of each per side is the floor for a proxy)',
       '',
       'milliseconds; goal (issue 21): added p50 <= 0.1 ms',
       '',
