@@ -102,10 +102,9 @@ export interface ReplicaStateInput {
 
 /** Signals every waiting replica to try placement again now, rather than at its next retry (a node came or changed). */
 export async function wakeWaitingReplicas(store: Store, client: Client): Promise<void> {
-  for (const r of await store.listReplicas()) {
-    if (r.state !== 'waiting') continue;
+  for (const id of await store.replicaIdsIn('waiting')) {
     await client.workflow
-      .getHandle(workflowIds.replica(r.id))
+      .getHandle(workflowIds.replica(id))
       .signal(nodesChangedSignal)
       .catch(() => undefined);
   }
@@ -246,7 +245,7 @@ export function createControlActivities(deps: ControlDeps) {
 
     /** A replica's recorded state, or null when it has no row. */
     async replicaState(replicaId: string): Promise<ReplicaState | null> {
-      return (await store.listReplicas()).find((r) => r.id === replicaId)?.state ?? null;
+      return store.replicaState(replicaId);
     },
 
     /** Cordons a node: it takes no new shards (the state survives restarts: registration keeps it). */

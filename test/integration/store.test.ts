@@ -153,6 +153,29 @@ describe('routing rows', () => {
   });
 });
 
+describe('replica reads', () => {
+  test("listReplicas gives each replica its own shards in rank order; replicaState and replicaIdsIn read one state's rows", async () => {
+    const base = { model: 'rd', profile: 'p', endpoint: null };
+    await store.setReplica({ id: 'rd-1', ...base, state: 'waiting' });
+    await store.setReplica({ id: 'rd-2', ...base, state: 'starting' });
+    await store.setReplica({ id: 'rd-3', ...base, state: 'waiting' });
+    await store.setShards('rd-2', [
+      { replicaId: 'rd-2', rank: 1, nodeId: id('h5'), port: 41_001, gpus: [1] },
+      { replicaId: 'rd-2', rank: 0, nodeId: id('h4'), port: 41_000, gpus: [0] },
+    ]);
+    await store.setShards('rd-3', [{ replicaId: 'rd-3', rank: 0, nodeId: id('h6'), port: 41_002, gpus: [2] }]);
+    const rows = await store.listReplicas('rd');
+    expect(rows.map((r) => [r.id, r.shards.map((x) => `${x.rank}@${x.nodeId}:${x.port}`)])).toEqual([
+      ['rd-1', []],
+      ['rd-2', ['0@h4:41000', '1@h5:41001']],
+      ['rd-3', ['0@h6:41002']],
+    ]);
+    expect(await store.replicaState('rd-2')).toBe('starting');
+    expect(await store.replicaState('rd-none')).toBeNull();
+    expect((await store.replicaIdsIn('waiting')).filter((r) => r.startsWith('rd-'))).toEqual(['rd-1', 'rd-3']);
+  });
+});
+
 describe('replica ready marks', () => {
   test('markReady takes a replica starting on that placement to ready; not one stopped, rebuilt or placed elsewhere', async () => {
     const base = { model: 'm', profile: 'p' };
