@@ -3,6 +3,7 @@
  * the node list entry, cordon / uncordon, and revocation. One implementation, so the page does what the CLI does.
  */
 import { LlmgwError } from '../../lib/errors';
+import { groupBy } from '../../lib/group';
 import { renewAt } from '../../lib/pki/issue';
 import { checkNodeId } from '../../lib/pki/node-id';
 import { cutRevocationReason, type CertificateRecord, type ShardRow, type Store } from '../../lib/store/store';
@@ -47,7 +48,10 @@ export function listEntry(
 /** Every node as GET /v1/nodes lists it. */
 export async function nodeList(store: Store, beats?: Pick<NodeBeats, 'of'>): Promise<NodeListEntry[]> {
   const [nodes, shards, certs] = await Promise.all([store.listNodes(), store.listShards(), store.listCertificates()]);
-  return nodes.map((n) => listEntry(n, shards, certs, beats));
+  // Each node's own rows, grouped once (not the whole lists filtered per node: quadratic at 1,000 nodes).
+  const shardsOn = groupBy(shards, (s) => s.nodeId as string);
+  const certsOf = groupBy(certs, (c) => c.cn);
+  return nodes.map((n) => listEntry(n, shardsOn.get(n.id) ?? [], certsOf.get(n.id) ?? [], beats));
 }
 
 /**

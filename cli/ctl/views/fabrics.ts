@@ -84,12 +84,16 @@ export function formatFabrics(view: FabricsView): string {
   return table(['FABRIC', 'SUBNET MANAGER', 'NODES', 'ADAPTERS', 'WARNINGS'], rows);
 }
 
+const groupsOfList = new WeakMap<NodeListEntry[], FabricGroup[]>();
+
 /**
  * The node list's FABRIC cell for `node`: `ib-a(mlx5_0,mlx5_1)`, marked `[declared only]` when its SM was not
  * read and `[split: SM 0x…]` when its name covers several fabrics; `island` with none.
  */
 export function fabricColumn(node: NodeListEntry, all: NodeListEntry[]): string {
-  const groups = fabricGroups(all as NodeRecord[]);
+  // Every row of a list passes the same `all`: its groups are made once, not once per node (quadratic at 1,000).
+  let groups = groupsOfList.get(all);
+  if (!groups) groupsOfList.set(all, (groups = fabricGroups(all as NodeRecord[])));
   const cells = Object.entries(node.inventory.fabrics).map(([f, devs]) => {
     const g = groups.find((x) => x.name === f && x.members.some((m) => m.id === node.id));
     const weak = node.inventory.fabricIdentity?.[f]?.strength === 'declared-only';

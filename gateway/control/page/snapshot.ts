@@ -12,6 +12,7 @@ import type { Store } from '../../../lib/store/store';
 import { workflowLink } from '../../../lib/workflow-starts';
 import { drainProgressQuery, formatDrainProgress } from '../../../workflows/contracts/drain';
 import type { NodeBeats } from '../node-beats';
+import { groupBy } from '../../../lib/group';
 import { nodeList } from '../node-actions';
 import { modelList } from '../operator-routes';
 import type { ModelTraffic, RecentTraffic } from './traffic';
@@ -127,6 +128,7 @@ export async function buildSnapshot(
   ]);
   const now = Date.now();
   const live = replicas.filter((r) => r.state !== 'stopped');
+  const eventsOf = groupBy(events, (e) => e.replicaId);
   const warnings: string[] = [];
   const pageNodes = nodes.map((n): PageNode => {
     const held = new Map<number, string>();
@@ -206,8 +208,8 @@ export async function buildSnapshot(
       shards: r.shards.map(shardCell),
       nodes: [...new Set(r.shards.map((s) => s.nodeId))],
       endpoint: r.endpoint,
-      history: events
-        .filter((e) => e.replicaId === r.id && e.kind !== 'replica.ready')
+      history: (eventsOf.get(r.id) ?? [])
+        .filter((e) => e.kind !== 'replica.ready')
         .slice(0, 10)
         .map((e) => ({ at: e.at.toISOString(), kind: e.kind, message: e.message })),
     })),
