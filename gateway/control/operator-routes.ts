@@ -6,7 +6,6 @@ import type { FastifyInstance } from 'fastify';
 import { LlmgwError } from '../../lib/errors';
 import { DrainStore, lagsOf } from '../../lib/store/drain';
 import { PageAuthStore } from '../../lib/store/page-auth';
-import type { NodeRecord } from '../../lib/types';
 import { answerErrors } from '../errors';
 import type {
   CordonAnswer,
@@ -41,12 +40,14 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
     { schema: { params: idParams, response: { 400: errorSchema, 404: errorSchema } } },
     async (req) => {
       const { id } = await knownNode(req.params.id);
-      const [nodes, shards, certs] = await Promise.all([
-        store.listNodes(),
+      const [node, shards, certs] = await Promise.all([
+        store.node(id),
         store.listShards(),
         store.listCertificates({ cn: id }),
       ]);
-      return listEntry(nodes.find((n) => n.id === id) as NodeRecord, shards, certs, opts.beats);
+      if (!node)
+        throw new LlmgwError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`, { nodeId: id });
+      return listEntry(node, shards, certs, opts.beats);
     },
   );
   // Operator actions on a node. Cordon state lives in MySQL, so it survives restarts and re-registration.

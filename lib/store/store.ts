@@ -70,6 +70,19 @@ export function legacyGpus(rows: (Omit<ShardRow, 'gpus'> & { gpus: number[] | nu
 const LOCK_QUEUES = new WeakMap<object, Map<string, Promise<unknown>>>();
 
 /** Every read and write of cluster state goes through this class. Writes are idempotent. */
+/** A nodes row as a NodeRecord. */
+function nodeRecord(r: RowDataPacket): NodeRecord {
+  return {
+    id: r.id as NodeId,
+    state: r.state as NodeState,
+    inventory: json<NodeInventory>(r.inventory),
+    lastSeen: r.last_seen ? new Date(r.last_seen) : null,
+    registeredAt: new Date(r.registered_at),
+    engineStatus: r.engine_status ? json<EngineStatus[]>(r.engine_status) : null,
+    enginesConfig: (r.engines_config as string | null) ?? null,
+  };
+}
+
 export class Store {
   private readonly routeListeners = new Set<() => void>();
 
@@ -182,15 +195,13 @@ export class Store {
   /** All nodes, by id. */
   async listNodes(): Promise<NodeRecord[]> {
     const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM nodes ORDER BY id');
-    return rows.map((r) => ({
-      id: r.id as NodeId,
-      state: r.state as NodeState,
-      inventory: json<NodeInventory>(r.inventory),
-      lastSeen: r.last_seen ? new Date(r.last_seen) : null,
-      registeredAt: new Date(r.registered_at),
-      engineStatus: r.engine_status ? json<EngineStatus[]>(r.engine_status) : null,
-      enginesConfig: (r.engines_config as string | null) ?? null,
-    }));
+    return rows.map(nodeRecord);
+  }
+
+  /** One node, or null when it is not registered (its row alone: every node's inventory is ~2 KB of JSON to parse). */
+  async node(id: NodeId): Promise<NodeRecord | null> {
+    const [rows] = await this.pool.query<RowDataPacket[]>('SELECT * FROM nodes WHERE id = ?', [id]);
+    return rows[0] ? nodeRecord(rows[0]) : null;
   }
 
   /**

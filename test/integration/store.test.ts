@@ -97,6 +97,13 @@ describe('node state', () => {
     expect(await store.nodeState(id('c3'))).toBe('down');
   });
 
+  test('node reads one registered node as listNodes has it, and null for one never registered', async () => {
+    await store.upsertNode(id('c4'), inv);
+    expect(await store.node(id('c4'))).toEqual((await store.listNodes()).find((n) => n.id === 'c4'));
+    expect((await store.node(id('c4')))?.inventory).toEqual(inv);
+    expect(await store.node(id('c-never'))).toBeNull();
+  });
+
   test('a cordoned node that goes down comes back cordoned, by heartbeat or by registering again', async () => {
     await store.upsertNode(id('c1'), inv);
     expect(await store.setNodeState('c1', 'cordoned')).toBe(true);
