@@ -38,7 +38,9 @@ const USAGE = `npm run bench:scale -- [--sizes 50,100,200,500,1000] [--per-node 
   --budget    minutes: no new size is started past this (default 10); a size whose replicas are not all ready
               within its deadline ends the sweep (that is the knee)
   --fleet-proc  spread the fleet's nodes over this many child processes (llmgw sim-fleet --fleet-proc; default 1:
-              all in one); the children's CPU and memory count as the fleet's`;
+              all in one); the children's CPU and memory count as the fleet's
+  --logs      a directory to keep each process's output in, per size (N-control-plane.log, N-gateway.log,
+              N-fleet.log, N-victim.log): what a stuck replica's node or the control plane said`;
 
 const { values } = parseArgs({
   options: {
@@ -48,6 +50,7 @@ const { values } = parseArgs({
     hold: { type: 'string', default: '30' },
     budget: { type: 'string', default: '10' },
     'fleet-proc': { type: 'string', default: '1' },
+    logs: { type: 'string' },
     help: { type: 'boolean' },
   },
 });
@@ -61,6 +64,8 @@ const GPUS = values.gpus ? Number(values.gpus) : PER_NODE + 1;
 const HOLD_S = Number(values.hold);
 const FLEET_PROC = Number(values['fleet-proc']);
 const BUDGET_MS = Number(values.budget) * 60_000;
+const LOGS = values.logs ?? null;
+if (LOGS) mkdirSync(LOGS, { recursive: true });
 if (
   SIZES.some((n) => !Number.isInteger(n) || n < 2) ||
   !(PER_NODE >= 1) ||
@@ -196,6 +201,7 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     metricsPort,
   });
   const procs: LlmgwProc[] = [];
+  const roles = new Map<LlmgwProc, string>();
   let client: Client | null = null;
   const pool = await openDatabase(mysqlUrl);
   const store = new Store(pool);
@@ -235,9 +241,11 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     );
     const cp = spawnLlmgw(['control-plane', '--config', configFile, '--no-apply']);
     procs.push(cp);
+    roles.set(cp, 'control-plane');
     await untilLogged(cp, 'control plane listening', 120_000, 'the control plane');
     const gw = spawnLlmgw(['gateway', '--config', configFile]);
     procs.push(gw);
+    roles.set(gw, 'gateway');
     const fleetArgs = [
       '--gpus',
       String(GPUS),
@@ -252,8 +260,10 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     const spread = FLEET_PROC > 1 ? ['--fleet-proc', String(FLEET_PROC)] : [];
     const fleet = spawnLlmgw(['sim-fleet', '--nodes', String(n - 1), ...spread, ...fleetArgs]);
     procs.push(fleet);
+    roles.set(fleet, 'fleet');
     const victim = spawnLlmgw(['sim-fleet', '--nodes', '1', '--first', String(n - 1), ...fleetArgs]);
     procs.push(victim);
+    roles.set(victim, 'victim');
     await untilLogged(victim, 'sim-fleet running', 600_000, 'the victim node');
     await untilLogged(fleet, 'sim-fleet running', 600_000 + n * 2000, `the fleet of ${n - 1}`);
     row.register = (Date.now() - t0) / 1000;
@@ -398,6 +408,7 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
       const end = Date.now() + 30_000;
       while (p.child.exitCode === null && p.child.signalCode === null && Date.now() < end) await sleep(100);
       if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
+      if (LOGS) writeFileSync(join(LOGS, `${n}-${roles.get(p) ?? 'process'}.log`), `${p.lines.join('\n')}\n`);
     }
     await pool.end();
     await temporal.stop();
