@@ -10,6 +10,7 @@ import { pidAlive } from '../../lib/process';
 import type { ReplicaRecord } from '../../lib/types';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { scaleUpdate } from '../../workflows/contracts/model';
+import { nodesChangedSignal } from '../../workflows/contracts/replica';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
 import { recordHistory } from '../helpers/histories';
@@ -79,13 +80,30 @@ describe('a replica over two nodes of one fabric', () => {
 
   test('serves only after the worker rank joined; a dead worker rank stops rank 0 and the replica rebuilds', async () => {
     await register('pair-n1');
-    await register('pair-n2');
     await startWorker('pair-n1'); // pair-n2's worker comes later: rank 1 cannot start yet
     await cp.client.workflow.start('modelDeployment', {
       taskQueue: QUEUES.control,
       workflowId: workflowIds.model('pair'),
       args: [{ model: 'pair' }],
     });
+    // One node is not room for two ranks: the replica waits, and the second node's registration wakes it (the
+    // control plane signals every waiting replica, read by state from MySQL) rather than its next retry.
+    await waitFor(async () => ((await replicaRow())?.state === 'waiting' ? true : undefined), {
+      timeoutMs: 30_000,
+      what: 'the replica to wait for a second node',
+    });
+    await register('pair-n2');
+    await waitFor(
+      async () => {
+        const history = await cp.client.workflow.getHandle(workflowIds.replica('pair-0')).fetchHistory();
+        return history.events?.some(
+          (e) => e.workflowExecutionSignaledEventAttributes?.signalName === nodesChangedSignal.name,
+        )
+          ? true
+          : undefined;
+      },
+      { timeoutMs: 10_000, what: "pair-n2's registration to signal the waiting replica (nodesChanged)" },
+    );
 
     const starting = await waitFor(
       async () => {
