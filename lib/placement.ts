@@ -1,5 +1,6 @@
 /** Placement: a pure function from cluster state and a profile to ranks on nodes, or a reason naming what is missing. */
 import { freeCount, freeIndices, pickGpus } from './gpus';
+import { groupBy } from './group';
 import type { NodeId, NodeRecord, Profile } from './types';
 
 /**
@@ -68,18 +69,14 @@ const NAMED_NODES = 20;
 function reasonsOf(nodes: readonly NodeRecord[], why: Map<string, string | null>): string {
   const blocked = nodes.filter((n) => why.get(n.id) !== null);
   if (blocked.length <= NAMED_NODES) return blocked.map((n) => `${n.id}: ${why.get(n.id)}`).join('; ');
-  const byReason = new Map<string, string[]>();
-  for (const n of blocked) {
-    const r = why.get(n.id) as string;
-    const ids = byReason.get(r);
-    if (ids) ids.push(n.id);
-    else byReason.set(r, [n.id]);
-  }
-  return [...byReason]
+  return [...groupBy(blocked, (n) => why.get(n.id) as string)]
     .sort((a, b) => b[1].length - a[1].length)
     .map(
-      ([r, ids]) =>
-        `${ids.length} node${ids.length === 1 ? '' : 's'} ${r} (${ids.slice(0, 3).join(', ')}${ids.length > 3 ? ', …' : ''})`,
+      ([r, of]) =>
+        `${of.length} node${of.length === 1 ? '' : 's'} ${r} (${of
+          .slice(0, 3)
+          .map((n) => n.id)
+          .join(', ')}${of.length > 3 ? ', …' : ''})`,
     )
     .join('; ');
 }

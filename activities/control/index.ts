@@ -285,8 +285,9 @@ export function createControlActivities(deps: ControlDeps) {
      * that changed, waiting replicas try placement again (a node that now offers their engine may take them).
      */
     async recordEngines(input: { nodeId: string; statuses: EngineStatus[]; configHash: string }): Promise<void> {
-      const before = await store.node(parseNodeId(input.nodeId));
-      if (!(await store.recordEngines(parseNodeId(input.nodeId), input.statuses, input.configHash))) return;
+      const nodeId = parseNodeId(input.nodeId);
+      const before = await store.node(nodeId);
+      if (!(await store.recordEngines(nodeId, input.statuses, input.configHash))) return;
       const text = (s: EngineStatus): string => `${s.engine} ${s.version || '?'} ${s.state}`;
       await store.event({
         kind: 'node.engines',

@@ -3,7 +3,7 @@ import type { GpuShard, NodeCertificate } from '../../gateway/control/contract';
 import { doctorColumn } from '../../lib/doctor/format';
 import type { NodeRecord } from '../../lib/types';
 import { ago, table } from '../table';
-import { fabricColumn } from './views/fabrics';
+import { fabricColumn, listFabricGroups } from './views/fabrics';
 import { getJson, type CtlVerb } from './verb';
 
 /** A node as GET /v1/nodes lists it. */
@@ -41,13 +41,14 @@ export function certColumn(c: NodeCertificate | null | undefined, now = Date.now
  * it says more), CERT its certificate (renewal overdue, expired).
  */
 export function formatNodes(nodes: NodeRow[], now = Date.now()): string {
+  const groups = listFabricGroups(nodes);
   const rows = table(
     ['NODE', 'STATE', 'GPUS', 'FABRIC', 'ENGINES', 'REPLICAS', 'CHECKS', 'CERT', 'LAST SEEN'],
     nodes.map((n) => [
       n.id,
       n.state,
       `${n.gpusUsed}/${n.inventory.gpus.length}`,
-      fabricColumn(n, nodes),
+      fabricColumn(n, groups),
       engineColumn(n),
       replicaColumn(n),
       doctorColumn(n.inventory.doctor),

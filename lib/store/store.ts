@@ -69,7 +69,6 @@ export function legacyGpus(rows: (Omit<ShardRow, 'gpus'> & { gpus: number[] | nu
 /** Per pool and lock name, the last caller of withLock in this process (they run one after another). */
 const LOCK_QUEUES = new WeakMap<object, Map<string, Promise<unknown>>>();
 
-/** Every read and write of cluster state goes through this class. Writes are idempotent. */
 /** A nodes row as a NodeRecord. */
 function nodeRecord(r: RowDataPacket): NodeRecord {
   return {
@@ -83,6 +82,7 @@ function nodeRecord(r: RowDataPacket): NodeRecord {
   };
 }
 
+/** Every read and write of cluster state goes through this class. Writes are idempotent. */
 export class Store {
   private readonly routeListeners = new Set<() => void>();
 

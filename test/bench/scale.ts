@@ -200,8 +200,13 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     dbFile: null,
     metricsPort,
   });
-  const procs: LlmgwProc[] = [];
-  const roles = new Map<LlmgwProc, string>();
+  // Every process of this size, by the role its log is kept under (--logs), stopped in reverse order at the end.
+  const procs: { role: string; p: LlmgwProc }[] = [];
+  const start = (role: string, args: string[]): LlmgwProc => {
+    const p = spawnLlmgw(args);
+    procs.push({ role, p });
+    return p;
+  };
   let client: Client | null = null;
   const pool = await openDatabase(mysqlUrl);
   const store = new Store(pool);
@@ -239,13 +244,9 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
         catalog: [],
       }),
     );
-    const cp = spawnLlmgw(['control-plane', '--config', configFile, '--no-apply']);
-    procs.push(cp);
-    roles.set(cp, 'control-plane');
+    const cp = start('control-plane', ['control-plane', '--config', configFile, '--no-apply']);
     await untilLogged(cp, 'control plane listening', 120_000, 'the control plane');
-    const gw = spawnLlmgw(['gateway', '--config', configFile]);
-    procs.push(gw);
-    roles.set(gw, 'gateway');
+    const gw = start('gateway', ['gateway', '--config', configFile]);
     const fleetArgs = [
       '--gpus',
       String(GPUS),
@@ -258,12 +259,8 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     ];
     const t0 = Date.now();
     const spread = FLEET_PROC > 1 ? ['--fleet-proc', String(FLEET_PROC)] : [];
-    const fleet = spawnLlmgw(['sim-fleet', '--nodes', String(n - 1), ...spread, ...fleetArgs]);
-    procs.push(fleet);
-    roles.set(fleet, 'fleet');
-    const victim = spawnLlmgw(['sim-fleet', '--nodes', '1', '--first', String(n - 1), ...fleetArgs]);
-    procs.push(victim);
-    roles.set(victim, 'victim');
+    const fleet = start('fleet', ['sim-fleet', '--nodes', String(n - 1), ...spread, ...fleetArgs]);
+    const victim = start('victim', ['sim-fleet', '--nodes', '1', '--first', String(n - 1), ...fleetArgs]);
     await untilLogged(victim, 'sim-fleet running', 600_000, 'the victim node');
     await untilLogged(fleet, 'sim-fleet running', 600_000 + n * 2000, `the fleet of ${n - 1}`);
     row.register = (Date.now() - t0) / 1000;
@@ -403,12 +400,12 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
     return row;
   } finally {
     await client?.connection.close().catch(() => undefined);
-    for (const p of procs.reverse()) {
+    for (const { role, p } of procs.reverse()) {
       p.child.kill('SIGTERM');
       const end = Date.now() + 30_000;
       while (p.child.exitCode === null && p.child.signalCode === null && Date.now() < end) await sleep(100);
       if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill('SIGKILL');
-      if (LOGS) writeFileSync(join(LOGS, `${n}-${roles.get(p) ?? 'process'}.log`), `${p.lines.join('\n')}\n`);
+      if (LOGS) writeFileSync(join(LOGS, `${n}-${role}.log`), `${p.lines.join('\n')}\n`);
     }
     await pool.end();
     await temporal.stop();

@@ -5,7 +5,13 @@ import { dirname, join } from 'node:path';
 import { stringify } from 'yaml';
 import { ctlCommand } from '../../cli/ctl';
 import { certColumn, formatNodes } from '../../cli/ctl/nodes';
-import { fabricColumn, fabricsView, formatFabrics, type NodeListEntry } from '../../cli/ctl/views/fabrics';
+import {
+  fabricColumn,
+  fabricsView,
+  formatFabrics,
+  listFabricGroups,
+  type NodeListEntry,
+} from '../../cli/ctl/views/fabrics';
 import type { NodeCertificate } from '../../gateway/control/contract';
 import { issueOperatorCertificate, loadCa, renewAt } from '../../lib/pki';
 import type { DoctorResult, FabricIdentity } from '../../lib/types';
@@ -79,10 +85,11 @@ describe('ctl fabrics', () => {
     expect(formatFabrics({ fabrics: [], islands: [] })).toBe('no nodes registered\n');
   });
   it('marks split and weaker fabrics in the node list cell', () => {
-    expect(fabricColumn(nodes[0] as NodeListEntry, nodes)).toBe(`ib-a(mlx5_0,mlx5_1)[split: SM ${A}]`);
-    expect(fabricColumn(nodes[3] as NodeListEntry, nodes)).toBe('ib-b(mlx5_2,mlx5_3)[declared only]');
-    expect(fabricColumn(nodes[4] as NodeListEntry, nodes)).toBe('ib-b(mlx5_2,mlx5_3)');
-    expect(fabricColumn(nodes[5] as NodeListEntry, nodes)).toBe('island');
+    const groups = listFabricGroups(nodes);
+    expect(fabricColumn(nodes[0] as NodeListEntry, groups)).toBe(`ib-a(mlx5_0,mlx5_1)[split: SM ${A}]`);
+    expect(fabricColumn(nodes[3] as NodeListEntry, groups)).toBe('ib-b(mlx5_2,mlx5_3)[declared only]');
+    expect(fabricColumn(nodes[4] as NodeListEntry, groups)).toBe('ib-b(mlx5_2,mlx5_3)');
+    expect(fabricColumn(nodes[5] as NodeListEntry, groups)).toBe('island');
   });
 });
 

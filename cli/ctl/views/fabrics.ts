@@ -6,6 +6,11 @@ import { table } from '../../table';
 /** What GET /v1/nodes returns per node, as far as this view needs it. */
 export type NodeListEntry = Pick<NodeRecord, 'id' | 'state' | 'inventory'>;
 
+/** The fabrics of a node list (placement's grouping: it reads only ids and inventories). */
+export function listFabricGroups(nodes: NodeListEntry[]): FabricGroup[] {
+  return fabricGroups(nodes as NodeRecord[]);
+}
+
 export interface FabricView {
   /** The declared name */
   fabric: string;
@@ -32,7 +37,7 @@ const smLabel = (g: Pick<FabricGroup, 'smGuid'>): string => (g.smGuid ? `SM ${g.
 
 /** The fabrics of the cluster, with what an operator should know about each. */
 export function fabricsView(nodes: NodeListEntry[]): FabricsView {
-  const groups = fabricGroups(nodes as NodeRecord[]);
+  const groups = listFabricGroups(nodes);
   const fabrics = groups.map((g): FabricView => {
     const members = g.members.map((n) => {
       const idn = n.inventory.fabricIdentity?.[g.name];
@@ -84,16 +89,12 @@ export function formatFabrics(view: FabricsView): string {
   return table(['FABRIC', 'SUBNET MANAGER', 'NODES', 'ADAPTERS', 'WARNINGS'], rows);
 }
 
-const groupsOfList = new WeakMap<NodeListEntry[], FabricGroup[]>();
-
 /**
  * The node list's FABRIC cell for `node`: `ib-a(mlx5_0,mlx5_1)`, marked `[declared only]` when its SM was not
- * read and `[split: SM 0x…]` when its name covers several fabrics; `island` with none.
+ * read and `[split: SM 0x…]` when its name covers several fabrics; `island` with none. `groups` are the list's
+ * `listFabricGroups`, made once for every row (made per row, they cost 50-70 ms at 1,000 nodes).
  */
-export function fabricColumn(node: NodeListEntry, all: NodeListEntry[]): string {
-  // Every row of a list passes the same `all`: its groups are made once, not once per node (quadratic at 1,000).
-  let groups = groupsOfList.get(all);
-  if (!groups) groupsOfList.set(all, (groups = fabricGroups(all as NodeRecord[])));
+export function fabricColumn(node: NodeListEntry, groups: FabricGroup[]): string {
   const cells = Object.entries(node.inventory.fabrics).map(([f, devs]) => {
     const g = groups.find((x) => x.name === f && x.members.some((m) => m.id === node.id));
     const weak = node.inventory.fabricIdentity?.[f]?.strength === 'declared-only';

@@ -6,13 +6,13 @@
 import type { Client } from '@temporalio/client';
 import { certColumn, engineColumn } from '../../../cli/ctl/nodes';
 import { shardCell } from '../../../cli/ctl/replicas';
-import { fabricColumn, fabricsView, type FabricsView } from '../../../cli/ctl/views/fabrics';
+import { fabricColumn, fabricsView, listFabricGroups, type FabricsView } from '../../../cli/ctl/views/fabrics';
 import { doctorColumn } from '../../../lib/doctor/format';
+import { groupBy } from '../../../lib/group';
 import type { Store } from '../../../lib/store/store';
 import { workflowLink } from '../../../lib/workflow-starts';
 import { drainProgressQuery, formatDrainProgress } from '../../../workflows/contracts/drain';
 import type { NodeBeats } from '../node-beats';
-import { groupBy } from '../../../lib/group';
 import { nodeList } from '../node-actions';
 import { modelList } from '../operator-routes';
 import type { ModelTraffic, RecentTraffic } from './traffic';
@@ -129,6 +129,7 @@ export async function buildSnapshot(
   const now = Date.now();
   const live = replicas.filter((r) => r.state !== 'stopped');
   const eventsOf = groupBy(events, (e) => e.replicaId);
+  const groups = listFabricGroups(nodes);
   const warnings: string[] = [];
   const pageNodes = nodes.map((n): PageNode => {
     const held = new Map<number, string>();
@@ -154,7 +155,7 @@ export async function buildSnapshot(
         memoryMiB: g.memoryMiB,
         held: held.get(g.index) ?? null,
       })),
-      fabric: fabricColumn(n, nodes),
+      fabric: fabricColumn(n, groups),
       engines: engineColumn(n),
       engineProblems,
       checks,
