@@ -52,6 +52,16 @@ const STOP_SHARD_PATCH = 'stop-shard-by-activity';
  * activity for each: three Temporal activities and their workflow tasks less per replica start (issue 24).
  */
 const RECORDS_IN_ACTIVITIES_PATCH = 'states-recorded-by-placement-and-health-wait';
+/**
+ * Marks histories whose health wait, when it ended other than by the start timeout, waits again for what is left
+ * of that timeout instead of failing the replica: its heartbeat timing out (the control plane's waits worker
+ * starved, or its path to Temporal slow), its worker shutting down (a control plane restarting) or MySQL refusing
+ * the ready record are llmgw's own path, not the engine. At 500 nodes with both cores saturated the heartbeat
+ * timeout alone rebuilt 8 healthy replicas of 2,500 in one deploy (docs/operations.md, "Timers").
+ */
+const HEALTH_REWAIT_PATCH = 'health-wait-rewaits-after-its-heartbeat-timeout';
+/** The pause before a health wait that ended on llmgw's own path (not the start timeout) waits again. */
+const REWAIT_PAUSE_MS = 2000;
 const WAIT_RETRY = '10s';
 const CRASH_BACKOFF_MAX_MS = 60_000;
 /** A replica that served for this long before failing resets its crash count. */
@@ -306,7 +316,7 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
       // Cancellable: a shard whose weights never arrive (its fetch cancelled, its node lost) must not hold a stop.
       await Promise.race([Promise.all(fetched), CancellationScope.current().cancelRequested]);
       const rank0 = placement.shards.find((s) => s.rank === 0) ?? (placement.shards[0] as ShardPlan);
-      return serving(startTimeoutS).waitServing({
+      const wait = {
         endpoint: placement.endpoint,
         ...(recordsInActivities
           ? {
@@ -317,7 +327,21 @@ export async function replica(input: ReplicaInput): Promise<ReplicaStatus> {
               },
             }
           : {}),
-      });
+      };
+      const deadline = Date.now() + startTimeoutS * 1000;
+      for (;;) {
+        const leftS = Math.max(1, Math.ceil((deadline - Date.now()) / 1000));
+        try {
+          return await serving(leftS).waitServing(wait);
+        } catch (err) {
+          // Only the start timeout running out is the engine's: the wait never fails on what the engine answers.
+          // Anything else (its heartbeat lost, its worker stopping, MySQL) is llmgw's own path: wait again, after a
+          // pause so a lasting outage costs a wait every few seconds, not a loop.
+          if (isCancellation(err) || isStartTimeout(err) || Date.now() >= deadline || !patched(HEALTH_REWAIT_PATCH))
+            throw err;
+          await sleep(REWAIT_PAUSE_MS);
+        }
+      }
     });
     // Whether waitServing marked the replica ready itself (else the workflow records it below).
     let markedReady = false;
@@ -433,6 +457,11 @@ async function agentWillAdopt(err: unknown, nodeId: string): Promise<boolean> {
   if (cause instanceof ApplicationFailure && cause.type === 'LLMGW_AGENT_STOPPED') return true;
   if (isHeartbeatTimeout(err)) return control.agentAlive({ nodeId });
   return false;
+}
+
+function isStartTimeout(err: unknown): boolean {
+  const cause = err instanceof ActivityFailure ? err.cause : undefined;
+  return cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.START_TO_CLOSE;
 }
 
 function isHeartbeatTimeout(err: unknown): boolean {

@@ -45,6 +45,11 @@ export interface ControlPlaneOptions {
   applyCatalog?: boolean;
   /** A pre-built workflow bundle (tests bundle once); default bundles workflows/ at start. */
   workflowBundle?: WorkflowBundleOption;
+  /**
+   * false: no worker for the waits' queue (llmgw-control-wait) in this process, for tests that run their own there (a
+   * silent one: the health wait's heartbeat timing out). Default true.
+   */
+  waits?: boolean;
   /** Overrides of the node liveness timers (lib/liveness.ts), for tests. */
   liveness?: Pick<NodeLivenessOptions, 'silentMs' | 'staleMs' | 'agentLostMs' | 'everyMs' | 'probeMs'>;
   logger?: boolean;
@@ -153,15 +158,18 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
     activities,
   });
   // The waits, on their own queue and slots (lib/names.ts, QUEUES.controlWait): no workflows here.
-  const waits = await Worker.create({
-    connection: native,
-    namespace: config.temporal.namespace,
-    taskQueue: QUEUES.controlWait,
-    activities,
-    maxConcurrentActivityTaskExecutions: CONTROL_WAIT_SLOTS,
-  });
+  const waits =
+    opts.waits === false
+      ? null
+      : await Worker.create({
+          connection: native,
+          namespace: config.temporal.namespace,
+          taskQueue: QUEUES.controlWait,
+          activities,
+          maxConcurrentActivityTaskExecutions: CONTROL_WAIT_SLOTS,
+        });
   // Unawaited until close, as the one worker's run was: a worker that fails takes the process down with it.
-  const runs = [worker.run(), waits.run()];
+  const runs = waits ? [worker.run(), waits.run()] : [worker.run()];
 
   // A node coming (back) lets waiting replicas try again now rather than at their next retry.
   const wakeWaiting = (): Promise<void> => wakeWaitingReplicas(store, client);
@@ -305,7 +313,7 @@ export async function startControlPlane(opts: ControlPlaneOptions): Promise<Cont
       // After the API: a registration it answered while closing still got its ensureEngines.
       engines.stop();
       // The SDK may already be draining it (its own signal handling in other embeddings).
-      for (const w of [worker, waits]) if (w.getState() === 'RUNNING') w.shutdown();
+      for (const w of [worker, waits]) if (w?.getState() === 'RUNNING') w.shutdown();
       await Promise.allSettled(runs);
       doorAgent?.destroy();
       await native.close();
