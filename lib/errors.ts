@@ -12,7 +12,6 @@ export const ERRORS = {
   LLMGW_ENGINE_EXITED: { status: 500, type: 'server_error' },
   LLMGW_ENGINE_MISSING: { status: 500, type: 'server_error' },
   LLMGW_AGENT_STOPPED: { status: 503, type: 'server_error' },
-  LLMGW_TASK_UNDELIVERED: { status: 503, type: 'server_error' },
   LLMGW_RANK_NOT_LISTENING: { status: 504, type: 'server_error' },
   LLMGW_RANK_FENCE_FAILED: { status: 500, type: 'server_error' },
   LLMGW_CA_EXISTS: { status: 409, type: 'invalid_request_error' },

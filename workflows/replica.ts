@@ -449,16 +449,13 @@ async function tellParentReady(replicaId: ReplicaId): Promise<void> {
 
 /**
  * True when a shard's failure means "the agent or Temporal went away, the engine did not": the agent said so
- * as it stopped (LLMGW_AGENT_STOPPED), or the shard's heartbeat timed out (or the door could not deliver it,
- * LLMGW_TASK_UNDELIVERED) while the control plane — which judges nodes by every signal it has — does not hold its
- * node down (a wedged worker, a long Temporal outage).
+ * as it stopped (LLMGW_AGENT_STOPPED), or the shard's heartbeat timed out while the control plane — which judges
+ * nodes by every signal it has — does not hold its node down (a wedged worker, a long Temporal outage).
  */
 async function agentWillAdopt(err: unknown, nodeId: string): Promise<boolean> {
   const cause = err instanceof ActivityFailure ? err.cause : undefined;
   if (cause instanceof ApplicationFailure && cause.type === 'LLMGW_AGENT_STOPPED') return true;
-  // The door could not hand the shard to its node (gateway/door/held-tasks.ts): as for a lost heartbeat.
-  if (isHeartbeatTimeout(err) || (cause instanceof ApplicationFailure && cause.type === 'LLMGW_TASK_UNDELIVERED'))
-    return control.agentAlive({ nodeId });
+  if (isHeartbeatTimeout(err)) return control.agentAlive({ nodeId });
   return false;
 }
 

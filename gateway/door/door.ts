@@ -30,8 +30,6 @@ import {
 } from './policy';
 import { encodeGrpcMessage, frameMessage, GRPC, messageBytes, parseFrames } from './grpc-frames';
 import { TaskTokenMemory } from './task-tokens';
-import { answerHeaders, HeldTasks, type HeldTask } from './held-tasks';
-import { temporal } from '@temporalio/proto';
 
 export interface TemporalDoorOptions {
   host: string;
@@ -51,13 +49,6 @@ export interface TemporalDoorOptions {
   tokens?: TaskTokenMemory;
   /** the largest request a node may send, bytes (default 16 MiB) */
   maxRequestBytes?: number;
-  /**
-   * How long a node's activity poll stays open at Temporal after the node left it, ms (default 5000): an answer on its
-   * way is read and its task kept for the node's next poll (held-tasks.ts) instead of lost.
-   */
-  orphanGraceMs?: number;
-  /** How long such a task waits for the node's next poll before it is failed back to Temporal, ms (default 10000) */
-  holdMs?: number;
 }
 
 export interface TemporalDoor {
@@ -65,25 +56,11 @@ export interface TemporalDoor {
   address: string;
   port: number;
   tokens: TaskTokenMemory;
-  /**
-   * Calls let through and refused so far, and streams open now; polls a node left while open (`orphaned`), tasks
-   * their answers carried that the door held (`held`), gave to the node's next poll (`redelivered`) or failed back
-   * to Temporal (`failedBack`).
-   */
-  stats(): DoorStats;
+  /** calls let through and refused so far, and streams open now */
+  stats(): { passed: number; refused: number; open: number };
   /** When a node's certificate last made a call through this door (ms since the epoch), for node liveness. */
   lastCall(nodeId: string): number | undefined;
   close(): Promise<void>;
-}
-
-export interface DoorStats {
-  passed: number;
-  refused: number;
-  open: number;
-  orphaned: number;
-  held: number;
-  redelivered: number;
-  failedBack: number;
 }
 
 const VERDICT = Symbol('llmgw.door.verdict');
@@ -159,8 +136,7 @@ export function doorAddressFor(
 export async function startTemporalDoor(o: TemporalDoorOptions): Promise<TemporalDoor> {
   const tokens = o.tokens ?? new TaskTokenMemory();
   const maxRequest = o.maxRequestBytes ?? 16 * 1024 * 1024;
-  const counts: DoorStats = { passed: 0, refused: 0, open: 0, orphaned: 0, held: 0, redelivered: 0, failedBack: 0 };
-  const orphanGraceMs = o.orphanGraceMs ?? 5000;
+  const counts = { passed: 0, refused: 0, open: 0 };
   // A node's worker calls through here every second while it runs shards (their heartbeats): evidence it lives.
   const lastCalls = new Map<string, number>();
   const sessions = new Set<ServerHttp2Session>();
@@ -209,70 +185,6 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     counts.refused++;
     o.log('temporal call refused', fields);
     answer(stream, code, message);
-  };
-
-  /**
-   * A held task no poll of its node came for: failed back to Temporal (RespondActivityTaskFailed, retryable,
-   * LLMGW_TASK_UNDELIVERED), so its workflow hears of it now and not at its heartbeat timeout. Its token is forgotten.
-   */
-  const failBack = (cn: string, task: HeldTask): void => {
-    tokens.forget(cn, task.token);
-    const request = temporal.api.workflowservice.v1.RespondActivityTaskFailedRequest.encode({
-      namespace: o.namespace,
-      taskToken: task.token,
-      identity: 'llmgw-temporal-door',
-      failure: {
-        message: `the door could not deliver this task to node ${cn}: the node left its poll as Temporal answered it, and polled no more within ${Math.round((Date.now() - task.heldAt) / 1000)} s`,
-        source: 'llmgw',
-        applicationFailureInfo: { type: 'LLMGW_TASK_UNDELIVERED', nonRetryable: false },
-      },
-    }).finish();
-    counts.failedBack++;
-    const fields = { cn, heldMs: Date.now() - task.heldAt };
-    const call = unary('RespondActivityTaskFailed', Buffer.from(request)).then(
-      (status) => o.log('temporal task failed back: its node did not poll again', { ...fields, grpcStatus: status }),
-      (err: Error) => o.log('temporal task could not be failed back', { ...fields, level: 'warn', error: err.message }),
-    );
-    failingBack.add(call);
-    void call.finally(() => failingBack.delete(call));
-  };
-  const failingBack = new Set<Promise<void>>();
-  const held = new HeldTasks(o.holdMs ?? 10_000, failBack);
-
-  /** One unary call of the door's own to Temporal; resolves with its grpc-status. */
-  const unary = (method: string, request: Buffer): Promise<string> =>
-    new Promise((resolve, reject) => {
-      let up: ClientHttp2Stream;
-      try {
-        up = upstream().request({
-          ':method': 'POST',
-          ':path': `/${WORKFLOW_SERVICE}/${method}`,
-          ':scheme': upTls ? 'https' : 'http',
-          ':authority': upstreamAddress,
-          'content-type': 'application/grpc',
-          te: 'trailers',
-          'grpc-timeout': '10S',
-          ...(upAuthorization ? { authorization: upAuthorization } : {}),
-        });
-      } catch (err) {
-        return reject(err as Error);
-      }
-      let status: string | undefined;
-      up.on('response', (h: IncomingHttpHeaders) => void (status ??= h['grpc-status'] as string | undefined));
-      up.on('trailers', (t: IncomingHttpHeaders) => void (status = t['grpc-status'] as string | undefined));
-      up.on('error', reject);
-      up.on('data', () => undefined);
-      up.once('close', () => (status === undefined ? reject(new Error('no answer')) : resolve(status)));
-      up.end(frameMessage(request));
-    });
-
-  /** Gives a held task to its node's new poll, as Temporal's own answer would have come. */
-  const deliverHeld = (stream: ServerHttp2Stream, cn: string, task: HeldTask): void => {
-    counts.redelivered++;
-    o.log("temporal task handed to its node's next poll", { cn, heldMs: Date.now() - task.heldAt });
-    stream.respond(task.headers, { waitForTrailers: true });
-    stream.once('wantTrailers', () => stream.sendTrailers(task.trailers));
-    stream.end(task.body);
   };
 
   /**
@@ -335,16 +247,9 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
       if (!done) fail(`the call ended without an answer (HTTP/2 code ${up.rstCode ?? 'none'})`);
     });
     stream.on('error', () => undefined);
-    const poll = after === 'record-tokens';
-    // The node went away (cancelled, disconnected, revoked): its call upstream goes too; a poll only after a grace,
-    // since Temporal may be answering it with a task already (its answer is then held for the node's next poll).
+    // The node went away (cancelled, disconnected, revoked): its call upstream goes too.
     stream.once('close', () => {
-      if (up.closed) return;
-      if (!poll) return void up.close(NGHTTP2_CANCEL);
-      counts.orphaned++;
-      const grace = setTimeout(() => void (up.closed || up.close(NGHTTP2_CANCEL)), orphanGraceMs);
-      grace.unref();
-      up.once('close', () => clearTimeout(grace));
+      if (!up.closed) up.close(NGHTTP2_CANCEL);
     });
     stream.once('wantTrailers', () =>
       stream.sendTrailers(
@@ -356,40 +261,26 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
       settled(t['grpc-status']);
     });
     up.once('response', (h: IncomingHttpHeaders, flags: number) => {
-      const gone = stream.destroyed;
+      if (stream.destroyed) return;
       if (flags & HTTP2_FLAG_END_STREAM) {
         done = true;
         settled(h['grpc-status']);
-        if (!gone) stream.respond(passHeaders(h, [':status']), { endStream: true });
-        return;
+        return stream.respond(passHeaders(h, [':status']), { endStream: true });
       }
-      if (!poll) {
-        if (gone) return;
-        stream.respond(passHeaders(h, [':status']), { waitForTrailers: true });
+      stream.respond(passHeaders(h, [':status']), { waitForTrailers: true });
+      if (after !== 'record-tokens') {
         up.pipe(stream);
         up.once('end', () => void (done = true));
         return;
       }
-      // A poll's answer is read whole, even for a node that left (it may carry a task Temporal now counts started).
-      if (!gone) stream.respond(passHeaders(h, [':status']), { waitForTrailers: true });
       const chunks: Buffer[] = [];
       up.on('data', (b: Buffer) => chunks.push(b));
       up.once('end', () => {
         // The whole answer is here (Temporal's stream may close now); the node gets it once its token is remembered.
         done = true;
         const answerBody = Buffer.concat(chunks);
-        void rememberTokens(answerBody, h['grpc-encoding'] as string | undefined, cn).then((token) => {
-          if (!stream.destroyed) return void stream.end(answerBody);
-          if (!token) return;
-          counts.held++;
-          o.log("temporal task held for its node's next poll: the node left this one as Temporal answered it", { cn });
-          held.hold(cn, {
-            headers: answerHeaders(h),
-            body: answerBody,
-            trailers: trailers ?? { 'grpc-status': '0' },
-            token,
-            heldAt: Date.now(),
-          });
+        void rememberTokens(answerBody, h['grpc-encoding'] as string | undefined, cn).finally(() => {
+          if (!stream.destroyed) stream.end(answerBody);
         });
       });
     });
@@ -397,19 +288,15 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     else stream.pipe(up);
   };
 
-  /** Remembers the task token of a poll's answer for `cn`; the token, or null for an empty (or unreadable) answer. */
-  const rememberTokens = async (body: Buffer, encoding: string | undefined, cn: string): Promise<Uint8Array | null> => {
-    let found: Uint8Array | null = null;
+  const rememberTokens = async (body: Buffer, encoding: string | undefined, cn: string): Promise<void> => {
     try {
       for (const frame of parseFrames(body)) {
         const token = pollResponseToken(await messageBytes(frame, encoding));
         if (token) tokens.remember(cn, token);
-        found ??= token;
       }
     } catch (err) {
       o.log('temporal poll answer unreadable', { cn, error: (err as Error).message });
     }
-    return found;
   };
 
   const handle = async (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): Promise<void> => {
@@ -501,9 +388,6 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     // Passed on as the door read it, uncompressed: Temporal answers in the request's encoding, so it neither
     // gunzips this call nor gzips its answer, and the door reads a poll's answer without a gunzip either. At 200
     // nodes this measured the same as passing the gzip on (docs/architecture.md, Scale): the simpler path, kept.
-    // A task an earlier poll of this node was answered with after the node had left it: this poll's answer.
-    const waiting = judged.after === 'record-tokens' ? held.take(cn) : undefined;
-    if (waiting) return deliverHeld(stream, cn, waiting);
     const { 'grpc-encoding': _encoding, ...plain } = headers;
     forward(stream, plain, frameMessage(judged.request), cn, judged.after);
   };
@@ -544,10 +428,6 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     stats: () => ({ ...counts }),
     lastCall: (nodeId) => lastCalls.get(nodeId),
     async close(): Promise<void> {
-      // Tasks still held go back to Temporal before the upstream connection does (their workflows retry them).
-      held.flush();
-      if (failingBack.size)
-        await Promise.race([Promise.allSettled(failingBack), new Promise((r) => setTimeout(r, 2000).unref())]);
       // No grace: every session is destroyed now; what is left is handshakes, which have sent no call.
       await connections.closeWithin(0, async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

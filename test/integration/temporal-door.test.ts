@@ -16,8 +16,7 @@ import { startTemporalDev, type DevServer } from '../../cli/cluster/temporal-dev
 import type { ServerConfig } from '../../config/types';
 import { CertificateGate } from '../../gateway/mtls';
 import { TaskTokenMemory, tokenDigest } from '../../gateway/door/task-tokens';
-import { startTemporalDoor, type TemporalDoor, type TemporalDoorOptions } from '../../gateway/door/door';
-import { temporal as proto } from '@temporalio/proto';
+import { startTemporalDoor } from '../../gateway/door/door';
 import { nodeQueue, QUEUES, workflowIds } from '../../lib/names';
 import type { TlsCredentials } from '../../lib/tls-client';
 import { NODE_WORKER_OPTIONS, nodeConnection } from '../../workers/agent/worker';
@@ -112,43 +111,6 @@ describe("Temporal's front door for nodes (real Temporal, control plane, node wo
       args: [nodeQueue(cn), input, count],
       workflowExecutionTimeout: '90s',
     });
-
-  /** What another (or a restarted) control plane runs: a gate and a door of its own, nothing in memory. */
-  const ownDoor = async (
-    extra: Partial<TemporalDoorOptions> = {},
-  ): Promise<{ door: TemporalDoor; close: () => Promise<void> }> => {
-    const read = (f: string): string => readFileSync(f, 'utf8');
-    const gate = new CertificateGate({
-      caPem: read(config.tls.ca),
-      log: () => undefined,
-      lookup: {
-        bySerial: async (s) => {
-          const c = await cp.store.certificateBySerial(s);
-          return c && { cn: c.cn, role: c.role, revokedAt: c.revokedAt };
-        },
-        revokedSerials: async () => (await cp.store.revokedSerials()).map((r) => r.serial),
-      },
-    });
-    await gate.start();
-    const door = await startTemporalDoor({
-      host: '127.0.0.1',
-      port: 0,
-      upstream: temporalCredentials(config.temporal),
-      namespace: 'default',
-      gate,
-      log: (msg, fields) => void logs.push({ msg, fields }),
-      tls: { caPem: read(config.tls.ca), certPem: read(config.tls.serverCert), keyPem: read(config.tls.serverKey) },
-      tokens: new TaskTokenMemory({ backing: cp.store }),
-      ...extra,
-    });
-    return {
-      door,
-      close: async () => {
-        await door.close();
-        gate.stop();
-      },
-    };
-  };
 
   beforeAll(async () => {
     port = await freePort();
@@ -423,7 +385,29 @@ describe("Temporal's front door for nodes (real Temporal, control plane, node wo
       what: 'the token recorded in MySQL',
     });
     // What a restarted control plane runs: a gate and a door of its own, nothing in memory.
-    const { door: restarted, close } = await ownDoor();
+    const read = (f: string): string => readFileSync(f, 'utf8');
+    const gate = new CertificateGate({
+      caPem: read(config.tls.ca),
+      log: () => undefined,
+      lookup: {
+        bySerial: async (s) => {
+          const c = await cp.store.certificateBySerial(s);
+          return c && { cn: c.cn, role: c.role, revokedAt: c.revokedAt };
+        },
+        revokedSerials: async () => (await cp.store.revokedSerials()).map((r) => r.serial),
+      },
+    });
+    await gate.start();
+    const restarted = await startTemporalDoor({
+      host: '127.0.0.1',
+      port: 0,
+      upstream: temporalCredentials(config.temporal),
+      namespace: 'default',
+      gate,
+      log: (msg, fields) => void logs.push({ msg, fields }),
+      tls: { caPem: read(config.tls.ca), certPem: read(config.tls.serverCert), keyPem: read(config.tls.serverKey) },
+      tokens: new TaskTokenMemory({ backing: cp.store }),
+    });
     try {
       const b2 = await grpcAs(await creds('rb'), restarted.address);
       expect(
@@ -445,124 +429,8 @@ describe("Temporal's front door for nodes (real Temporal, control plane, node wo
         what: "the completed task's token gone from MySQL",
       });
     } finally {
-      await close();
-    }
-  });
-
-  /** Polls `cn`'s queue through `door` on a connection of its own, then leaves the poll once the door passed it on. */
-  const leavePoll = async (door: TemporalDoor, cn: string): Promise<void> => {
-    const c = await creds(cn);
-    const session = http2.connect(`https://${door.address}`, {
-      ca: c.caPem,
-      cert: c.certPem,
-      key: c.keyPem,
-      servername: 'localhost',
-    });
-    try {
-      const request = proto.api.workflowservice.v1.PollActivityTaskQueueRequest.encode({
-        namespace: 'default',
-        taskQueue: { name: nodeQueue(cn) },
-        identity: `raw-${cn}`,
-      }).finish();
-      const head = Buffer.alloc(5);
-      head.writeUInt32BE(request.length, 1);
-      const stream = session.request({
-        ':method': 'POST',
-        ':path': '/temporal.api.workflowservice.v1.WorkflowService/PollActivityTaskQueue',
-        'content-type': 'application/grpc',
-        te: 'trailers',
-        'grpc-timeout': '30S',
-      });
-      stream.on('error', () => undefined);
-      stream.end(Buffer.concat([head, Buffer.from(request)]));
-      await waitFor(() => (door.stats().open === 1 ? true : undefined), {
-        timeoutMs: 10_000,
-        what: 'the poll passed on to Temporal',
-      });
-      const orphaned = door.stats().orphaned;
-      stream.close(http2.constants.NGHTTP2_CANCEL);
-      await waitFor(() => (door.stats().orphaned > orphaned ? true : undefined), {
-        timeoutMs: 10_000,
-        what: 'the door to keep the poll its node left',
-      });
-    } finally {
-      session.close();
-    }
-  };
-  const completed = (s: string): { payloads: { metadata: { encoding: Buffer }; data: Buffer }[] } => ({
-    payloads: [{ metadata: { encoding: Buffer.from('json/plain') }, data: Buffer.from(JSON.stringify(s)) }],
-  });
-
-  test("a task Temporal answers a poll with after its node left it goes to the node's next poll", async () => {
-    const { door, close } = await ownDoor({ orphanGraceMs: 30_000, holdMs: 30_000 });
-    try {
-      await leavePoll(door, 'ha');
-      // The activity is scheduled now, while the only poll of node-ha at Temporal is the one its node left.
-      const run = echo('ha', 'held');
-      await waitFor(() => (door.stats().held === 1 ? true : undefined), {
-        timeoutMs: 20_000,
-        what: 'the task Temporal answered the left poll with, held by the door',
-      });
-      const a = await grpcAs(await creds('ha'), door.address);
-      const at = Date.now();
-      const task = await a.withDeadline(Date.now() + 30_000, () =>
-        a.workflowService.pollActivityTaskQueue({ namespace: 'default', taskQueue: { name: nodeQueue('ha') } }),
-      );
-      expect(Date.now() - at).toBeLessThan(5000);
-      expect(task.taskToken?.length).toBeGreaterThan(0);
-      expect(task.attempt).toBe(1);
-      // Its token was remembered for ha when the door read the answer: ha may complete it.
-      await a.workflowService.respondActivityTaskCompleted({
-        namespace: 'default',
-        taskToken: task.taskToken,
-        result: completed('answered by the next poll'),
-      });
-      expect(await run).toBe('answered by the next poll');
-      expect(door.stats()).toMatchObject({ orphaned: 1, held: 1, redelivered: 1, failedBack: 0 });
-    } finally {
-      await close();
-    }
-  });
-
-  test('a held task whose node does not poll again is failed back (LLMGW_TASK_UNDELIVERED) and retried', async () => {
-    const { door, close } = await ownDoor({ orphanGraceMs: 30_000, holdMs: 1000 });
-    try {
-      await leavePoll(door, 'hb');
-      const workflowId = `echo-hb-back-${Date.now()}`;
-      const handle = await client.workflow.start<typeof echoOnNode>('echoOnNode', {
-        taskQueue: WF_QUEUE,
-        workflowId,
-        args: [nodeQueue('hb'), 'back', 1],
-        workflowExecutionTimeout: '90s',
-      });
-      await waitFor(() => (door.stats().failedBack === 1 ? true : undefined), {
-        timeoutMs: 20_000,
-        what: 'the held task failed back after its hold',
-      });
-      // Temporal retries it (the echo's retry policy); the node's next poll gets the second attempt.
-      const a = await grpcAs(await creds('hb'), door.address);
-      const task = await a.withDeadline(Date.now() + 30_000, () =>
-        a.workflowService.pollActivityTaskQueue({ namespace: 'default', taskQueue: { name: nodeQueue('hb') } }),
-      );
-      expect(task.attempt).toBe(2);
-      await a.workflowService.respondActivityTaskCompleted({
-        namespace: 'default',
-        taskToken: task.taskToken,
-        result: completed('second attempt'),
-      });
-      expect(await handle.result()).toBe('second attempt');
-      // A retried attempt's failure is not an event of its own: the started attempt carries it as its last failure.
-      const started = (await handle.fetchHistory()).events?.find((e) => e.activityTaskStartedEventAttributes);
-      expect(started?.activityTaskStartedEventAttributes?.attempt).toBe(2);
-      const last = started?.activityTaskStartedEventAttributes?.lastFailure;
-      expect(last?.applicationFailureInfo?.type).toBe('LLMGW_TASK_UNDELIVERED');
-      expect(last?.message).toContain('could not deliver this task to node hb');
-      expect(logs).toContainEqual({
-        msg: 'temporal task failed back: its node did not poll again',
-        fields: expect.objectContaining({ cn: 'hb', grpcStatus: '0' }),
-      });
-    } finally {
-      await close();
+      await restarted.close();
+      gate.stop();
     }
   });
 
