@@ -40,7 +40,9 @@ const USAGE = `npm run bench:scale -- [--sizes 50,100,200,500,1000] [--per-node 
   --fleet-proc  spread the fleet's nodes over this many child processes (llmgw sim-fleet --fleet-proc; default 1:
               all in one); the children's CPU and memory count as the fleet's
   --logs      a directory to keep each process's output in, per size (N-control-plane.log, N-gateway.log,
-              N-fleet.log, N-victim.log): what a stuck replica's node or the control plane said`;
+              N-fleet.log, N-victim.log): what a stuck replica's node or the control plane said
+  --fleet-verbose  the fleet logs every node's lines (sim-fleet --verbose: each shard started, adopted, stopped),
+              not only warnings and errors; with --logs`;
 
 const { values } = parseArgs({
   options: {
@@ -51,6 +53,7 @@ const { values } = parseArgs({
     budget: { type: 'string', default: '10' },
     'fleet-proc': { type: 'string', default: '1' },
     logs: { type: 'string' },
+    'fleet-verbose': { type: 'boolean' },
     help: { type: 'boolean' },
   },
 });
@@ -258,7 +261,10 @@ async function runSize(n: number, o: { dir: string; mariadbUrl: string; mariadbP
       join(o.dir, 'fleet'),
     ];
     const t0 = Date.now();
-    const spread = FLEET_PROC > 1 ? ['--fleet-proc', String(FLEET_PROC)] : [];
+    const spread = [
+      ...(FLEET_PROC > 1 ? ['--fleet-proc', String(FLEET_PROC)] : []),
+      ...(values['fleet-verbose'] ? ['--verbose'] : []),
+    ];
     const fleet = start('fleet', ['sim-fleet', '--nodes', String(n - 1), ...spread, ...fleetArgs]);
     const victim = start('victim', ['sim-fleet', '--nodes', '1', '--first', String(n - 1), ...fleetArgs]);
     await untilLogged(victim, 'sim-fleet running', 600_000, 'the victim node');
