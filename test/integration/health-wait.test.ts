@@ -15,8 +15,7 @@ import { pidAlive } from '../../lib/process';
 import { startControlPlane, type ControlPlane } from '../../workers/control/index';
 import { workflowBundlePath } from '../helpers/bundle';
 import { dropDatabase, startTestTemporal, testConfig, testMysqlUrl } from '../helpers/cluster-parts';
-import { registerNode, simInventory, startNodeWorker, stopHeartbeats, type NodeWorker } from '../helpers/node-workers';
-import { closeCertClients } from '../helpers/tls';
+import { registerNode, simInventory, startNodeWorker, stopSimCluster, type NodeWorker } from '../helpers/node-workers';
 import { waitFor } from '../helpers/wait';
 
 const MODEL = 'hw';
@@ -62,28 +61,21 @@ describe('a health wait that timed out on its heartbeat, or lost its worker, wai
   });
 
   afterAll(async () => {
-    for (const id of [workflowIds.replica(REPLICA), workflowIds.model(MODEL)])
-      await cp?.client.workflow
-        .getHandle(id)
-        .terminate()
-        .catch(() => undefined);
     for (const w of waitWorkers) {
       if (w.worker.getState() === 'RUNNING') w.worker.shutdown();
       await w.run.catch(() => undefined);
     }
-    for (const w of workers) await w.stop();
-    for (const pid of pids.values())
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        /* already gone */
-      }
     await conn?.close();
-    await cp?.close();
-    stopHeartbeats();
-    await closeCertClients();
-    await temporal?.stop();
-    await dropDatabase(config.mysql.url);
+    await stopSimCluster({
+      cp,
+      model: MODEL,
+      workflows: [workflowIds.model(MODEL)],
+      workers,
+      pids,
+      temporal,
+      mysqlUrl: config.mysql.url,
+      dropDatabase,
+    });
   });
 
   test('the engine serves through a silent wait (heartbeat timeout), and the next wait records it ready', async () => {
