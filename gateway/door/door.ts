@@ -28,7 +28,15 @@ import {
   WORKFLOW_SERVICE,
   type NodeCallVerdict,
 } from './policy';
-import { encodeGrpcMessage, frameMessage, GRPC, messageBytes, parseFrames } from './grpc-frames';
+import {
+  encodeGrpcMessage,
+  frameMessage,
+  GRPC,
+  grpcTimeoutHeader,
+  grpcTimeoutMs,
+  messageBytes,
+  parseFrames,
+} from './grpc-frames';
 import { TaskTokenMemory } from './task-tokens';
 
 export interface TemporalDoorOptions {
@@ -62,6 +70,16 @@ export interface TemporalDoor {
   lastCall(nodeId: string): number | undefined;
   close(): Promise<void>;
 }
+
+/**
+ * How much sooner than its node Temporal is told a node's activity poll ends. Temporal counts a task started the
+ * moment it answers a poll with it, and may hold a poll until a second before the deadline it was given (one was
+ * seen open 70 s, the node's whole deadline, at 500 nodes): a task answered then reaches the node after its own
+ * deadline (the door's hop, a starved node or door), the node's client drops it, and the task waits out its heartbeat
+ * timeout (a shard: 150 s) while the door saw nothing wrong. With the margin, polls answered with a task arrived at
+ * most 64.2 s after the node sent them (1,905 of them past 30 s in one 500-node deploy). A 70 s poll becomes 65 s.
+ */
+export const POLL_MARGIN_MS = 5000;
 
 const VERDICT = Symbol('llmgw.door.verdict');
 type Judged = TLSSocket & { [VERDICT]?: Promise<PeerVerdict> };
@@ -300,6 +318,7 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
   };
 
   const handle = async (stream: ServerHttp2Stream, headers: IncomingHttpHeaders): Promise<void> => {
+    const arrived = Date.now();
     stream.on('error', () => undefined);
     const call = grpcMethod(headers[':path']);
     const socket = stream.session?.socket as Judged | undefined;
@@ -389,6 +408,12 @@ export async function startTemporalDoor(o: TemporalDoorOptions): Promise<Tempora
     // gunzips this call nor gzips its answer, and the door reads a poll's answer without a gunzip either. At 200
     // nodes this measured the same as passing the gzip on (docs/architecture.md, Scale): the simpler path, kept.
     const { 'grpc-encoding': _encoding, ...plain } = headers;
+    if (judged.after === 'record-tokens') {
+      // A poll reaches Temporal with its node's deadline less the time it spent here and POLL_MARGIN_MS, so any
+      // answer — a task above all — gets back before the node gives up on the poll (see POLL_MARGIN_MS).
+      const asked = grpcTimeoutMs(headers['grpc-timeout']);
+      if (asked !== null) plain['grpc-timeout'] = grpcTimeoutHeader(asked - (Date.now() - arrived) - POLL_MARGIN_MS);
+    }
     forward(stream, plain, frameMessage(judged.request), cn, judged.after);
   };
 

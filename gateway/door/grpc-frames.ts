@@ -82,3 +82,16 @@ export function decodeGrpcMessage(value: string): string {
     return value;
   }
 }
+
+const TIMEOUT_UNITS_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 };
+
+/** A `grpc-timeout` header in milliseconds (`70000000u` is 70 s), or null when there is none or it does not parse. */
+export function grpcTimeoutMs(header: string | string[] | undefined): number | null {
+  const m = typeof header === 'string' ? /^(\d{1,8})([HMSmun])$/.exec(header) : null;
+  return m ? Number(m[1]) * (TIMEOUT_UNITS_MS[m[2] as string] as number) : null;
+}
+
+/** Milliseconds as a `grpc-timeout` header (whole milliseconds, at least 1). */
+export function grpcTimeoutHeader(ms: number): string {
+  return `${Math.max(1, Math.floor(ms))}m`;
+}

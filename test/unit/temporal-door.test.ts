@@ -13,6 +13,8 @@ import {
   decodeGrpcMessage,
   encodeGrpcMessage,
   frameMessage,
+  grpcTimeoutHeader,
+  grpcTimeoutMs,
   messageBytes,
   parseFrames,
 } from '../../gateway/door/grpc-frames';
@@ -40,6 +42,23 @@ describe('gRPC frames', () => {
     const m = 'node "gpu-01" – 100% refused';
     expect(encodeGrpcMessage(m)).toBe('node "gpu-01" %E2%80%93 100%25 refused');
     expect(decodeGrpcMessage(encodeGrpcMessage(m))).toBe(m);
+  });
+});
+
+describe('grpc-timeout', () => {
+  test('reads every unit gRPC defines, and nothing else', () => {
+    expect(grpcTimeoutMs('70000000u')).toBe(70_000); // what the SDK's core sends on a poll
+    expect(grpcTimeoutMs('70S')).toBe(70_000);
+    expect(grpcTimeoutMs('2M')).toBe(120_000);
+    expect(grpcTimeoutMs('1H')).toBe(3_600_000);
+    expect(grpcTimeoutMs('1500m')).toBe(1500);
+    expect(grpcTimeoutMs('30000000n')).toBe(30); // at most 8 digits, as gRPC's spec says
+    for (const bad of [undefined, '', '10', '10s', '123456789S', '-5S', ['10S']]) expect(grpcTimeoutMs(bad)).toBeNull();
+  });
+  test('writes whole milliseconds, never less than one', () => {
+    expect(grpcTimeoutHeader(64_999.7)).toBe('64999m');
+    expect(grpcTimeoutMs(grpcTimeoutHeader(65_000))).toBe(65_000);
+    expect(grpcTimeoutHeader(-3)).toBe('1m');
   });
 });
 
