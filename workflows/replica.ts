@@ -459,15 +459,14 @@ async function agentWillAdopt(err: unknown, nodeId: string): Promise<boolean> {
   return false;
 }
 
-function isStartTimeout(err: unknown): boolean {
+/** The kind of timeout an activity failed with, or null when it did not time out. */
+function timeoutOf(err: unknown): TimeoutType | null {
   const cause = err instanceof ActivityFailure ? err.cause : undefined;
-  return cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.START_TO_CLOSE;
+  return cause instanceof TimeoutFailure ? (cause.timeoutType ?? null) : null;
 }
 
-function isHeartbeatTimeout(err: unknown): boolean {
-  const cause = err instanceof ActivityFailure ? err.cause : undefined;
-  return cause instanceof TimeoutFailure && cause.timeoutType === TimeoutType.HEARTBEAT;
-}
+const isStartTimeout = (err: unknown): boolean => timeoutOf(err) === TimeoutType.START_TO_CLOSE;
+const isHeartbeatTimeout = (err: unknown): boolean => timeoutOf(err) === TimeoutType.HEARTBEAT;
 
 function timeoutText(t: TimeoutType | null | undefined): string {
   switch (t) {

@@ -64,9 +64,13 @@ export async function knownNode(
 ): Promise<{ id: NodeId; state: NonNullable<Awaited<ReturnType<Store['nodeState']>>> }> {
   const id = checkNodeId(raw);
   const state = await store.nodeState(id);
-  if (state === null)
-    throw new LlmgwError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`, { nodeId: id });
+  if (state === null) throw unknownNode(id);
   return { id, state };
+}
+
+/** What an operator route answers for a node id with no registration (404). */
+export function unknownNode(id: NodeId): LlmgwError {
+  return new LlmgwError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`, { nodeId: id });
 }
 
 /**

@@ -5,6 +5,7 @@
 import type { FastifyInstance } from 'fastify';
 import { LlmgwError } from '../../lib/errors';
 import { DrainStore, lagsOf } from '../../lib/store/drain';
+import { checkNodeId } from '../../lib/pki/node-id';
 import { PageAuthStore } from '../../lib/store/page-auth';
 import { answerErrors } from '../errors';
 import type {
@@ -16,7 +17,7 @@ import type {
   RevokeAnswer,
 } from './contract';
 import { errorSchema } from './identity';
-import { knownNode as knownNodeOf, listEntry, nodeList, revokeNode, setCordon } from './node-actions';
+import { knownNode as knownNodeOf, listEntry, nodeList, revokeNode, setCordon, unknownNode } from './node-actions';
 import type { ControlAppOptions } from './routes';
 
 /** The path parameter of every /v1/nodes/:id route, with bounds; its alphabet is checked by knownNode/checkNodeId. */
@@ -39,14 +40,14 @@ export async function operatorRoutes(app: FastifyInstance, opts: ControlAppOptio
     '/v1/nodes/:id',
     { schema: { params: idParams, response: { 400: errorSchema, 404: errorSchema } } },
     async (req) => {
-      const { id } = await knownNode(req.params.id);
+      // The node's own row answers whether it is registered (knownNode would read it once more).
+      const id = checkNodeId(req.params.id);
       const [node, shards, certs] = await Promise.all([
         store.node(id),
         store.listShards(),
         store.listCertificates({ cn: id }),
       ]);
-      if (!node)
-        throw new LlmgwError('LLMGW_UNKNOWN_NODE', `node ${id} is not registered: see llmgw ctl nodes`, { nodeId: id });
+      if (!node) throw unknownNode(id);
       return listEntry(node, shards, certs, opts.beats);
     },
   );
