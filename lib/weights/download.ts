@@ -300,6 +300,9 @@ function batchedWriter(
     const sync = sinceSync >= syncEvery;
     if (sync) sinceSync = 0;
     inflight = writeAll(fh, b, n).then(() => (sync ? fh.datasync() : undefined));
+    // Handled now: a write that fails at once (ENOSPC) before the next write() or flush() awaits it would otherwise
+    // be an unhandled rejection, which ends the process; the next write() or flush() still rejects with it.
+    inflight.catch(() => undefined);
   };
   return {
     async write(chunk) {
