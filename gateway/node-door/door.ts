@@ -9,14 +9,12 @@
  * Its server certificate is the node's own (clientAuth only; the gateway checks it itself, lib/pki/peer.ts).
  */
 import { X509Certificate } from 'node:crypto';
-import { Agent, request, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
-import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import type { TLSSocket } from 'node:tls';
+import { createServer, type Server, type TLSSocket } from 'node:tls';
 import { trackConnections } from '../../lib/connections';
-import { openAiError, type ErrorCode } from '../../lib/errors';
 import { DOOR_MISS_HEADER, ENGINE_API_HOST, parseDoorPath } from '../../lib/node-door';
 import { judgePresented, mtlsServerOptions } from '../mtls';
+import { Relay, jsonAnswer, type Decision, type Verdict } from './relay';
 
 export interface NodeDoorOptions {
   nodeId: string;
@@ -65,30 +63,16 @@ export interface NodeDoor {
   close(): Promise<void>;
 }
 
-type Verdict = { ok: true; cn: string } | { ok: false; status: number; why: string; message: string };
-
 const HONOURED_CACHE_MS = 60_000;
 const NO_CERT =
   "the client sent no certificate: a node's door takes only a gateway certificate (llmgw ca issue --gateway NAME, server.yaml tls.gatewayCert)";
-// Hop-by-hop headers (RFC 9110 §7.6.1) are each connection's own; everything else passes through untouched.
-const HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'te', 'trailer']);
-
-function passHeaders(h: IncomingHttpHeaders): Record<string, string | string[]> {
-  const out: Record<string, string | string[]> = {};
-  for (const [k, v] of Object.entries(h)) if (v !== undefined && !HOP.has(k)) out[k] = v;
-  return out;
-}
-
 /** Starts a node's door; see the module comment. */
 export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
   const log = o.log ?? ((): void => undefined);
   const now = o.now ?? ((): Date => new Date());
   let ca = new X509Certificate(o.tls.caPem);
-  // One verdict per connection: a keep-alive connection pays for the checks once.
-  const verdicts = new WeakMap<TLSSocket, Verdict | Promise<Verdict>>();
   const honouredCache = new Map<string, { ok: boolean; at: number }>();
   let unaskable = false;
-  const upstream = new Agent({ keepAlive: true, maxFreeSockets: 64 });
 
   const isHonoured = async (serial: string): Promise<boolean> => {
     if (!o.honoured) return true;
@@ -133,31 +117,18 @@ export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
     return { ok: true, cn: cn ?? '?' };
   };
 
-  const send = (res: ServerResponse, code: ErrorCode, status: number, message: string, miss = false): void => {
-    const body = JSON.stringify(openAiError(code, message));
-    res.writeHead(status, {
-      'content-type': 'application/json',
-      'content-length': Buffer.byteLength(body),
-      ...(miss ? { [DOOR_MISS_HEADER]: '1' } : {}),
-    });
-    res.end(body);
-  };
-
   const signalsPath = `/nodes/${encodeURIComponent(o.nodeId)}/signals`;
-  const forward = (req: IncomingMessage, res: ServerResponse): void => {
-    if (o.signals && req.method === 'GET' && req.url === signalsPath) {
+  const decide = (method: string, url: string): Decision => {
+    if (o.signals && method === 'GET' && url === signalsPath) {
       // The door's own answer, not an engine's: the last signal of every engine here, read by the agent.
-      const body = JSON.stringify({ node: o.nodeId, replicas: o.signals() });
-      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      return void res.end(body);
+      return { kind: 'answer', status: 200, body: JSON.stringify({ node: o.nodeId, replicas: o.signals() }) };
     }
-    const path = parseDoorPath(req.url ?? '');
+    const path = parseDoorPath(url);
     if (!path)
-      return send(
-        res,
+      return jsonAnswer(
         'LLMGW_NOT_FOUND',
         404,
-        `a node's door serves /nodes/${o.nodeId}/replicas/<replica>/… only, not ${JSON.stringify((req.url ?? '').slice(0, 100))}`,
+        `a node's door serves /nodes/${o.nodeId}/replicas/<replica>/… only, not ${JSON.stringify(url.slice(0, 100))}`,
       );
     const port = path.node === o.nodeId ? o.replicaPort(path.replica) : null;
     if (port === null) {
@@ -166,76 +137,44 @@ export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
         path.node !== o.nodeId
           ? `this is node ${o.nodeId}'s door, not ${path.node}'s`
           : `node ${o.nodeId} does not run replica ${path.replica}`;
-      return send(
-        res,
+      return jsonAnswer(
         'LLMGW_REPLICA_NOT_HERE',
         404,
         `${what} (it runs ${here.length ? here.join(', ') : 'no replica'} now): the route is stale`,
-        true,
+        { [DOOR_MISS_HEADER]: '1' },
       );
     }
-    const headers = passHeaders(req.headers);
-    headers.host = `${ENGINE_API_HOST}:${port}`;
-    const up = request({ agent: upstream, host: ENGINE_API_HOST, port, method: req.method, path: path.rest, headers });
-    up.on('socket', (s) => s.setNoDelay(true));
-    up.on('response', (upRes) => {
-      res.writeHead(upRes.statusCode ?? 502, passHeaders(upRes.headers));
-      // A stream's headers at once: its client sees 200 before the first event. Any other answer's go out with its
-      // first bytes, in one TLS record and one write (sent apart, they cost a write and a record per request).
-      if (String(upRes.headers['content-type']).startsWith('text/event-stream')) res.flushHeaders();
-      upRes.on('error', () => undefined);
-      upRes.once('close', () => {
-        if (!upRes.complete) res.destroy();
-      });
-      upRes.pipe(res);
-    });
-    up.on('error', (err) => {
-      if (res.headersSent) return void res.destroy();
-      log('node door: the engine did not answer', { replica: path.replica, port, error: err.message });
-      send(
-        res,
-        'LLMGW_UPSTREAM_FAILED',
-        502,
-        `replica ${path.replica}'s engine on ${o.nodeId} (${ENGINE_API_HOST}:${port}): ${err.message}`,
-      );
-    });
-    // A client that leaves takes the engine's request with it (the engine stops generating).
-    res.once('close', () => {
-      if (!res.writableFinished) up.destroy();
-    });
-    req.pipe(up);
+    return { kind: 'forward', port, path: path.rest, replica: path.replica };
   };
 
-  // While draining (a replacing door took over the listening socket), every answer closes its connection after it,
-  // so a gateway's pool opens its next one to the new door instead of finding this one gone.
-  let draining = false;
-  const active = new Set<ServerResponse>();
-  const handle = (req: IncomingMessage, res: ServerResponse): void => {
-    active.add(res);
-    res.once('close', () => active.delete(res));
-    if (draining) res.shouldKeepAlive = false;
-    const socket = req.socket as TLSSocket;
-    let v = verdicts.get(socket);
-    if (!v) {
-      socket.setNoDelay(true);
-      const p = judge(socket).then((r) => {
-        verdicts.set(socket, r);
-        if (!r.ok) log('certificate refused', { reason: r.why, url: req.url, detail: r.message });
-        return r;
-      });
-      verdicts.set(socket, p);
-      v = p;
-    }
-    const go = (r: Verdict): void => (r.ok ? forward(req, res) : send(res, 'LLMGW_CERT_REFUSED', r.status, r.message));
-    if (v instanceof Promise) v.then(go, (err: Error) => send(res, 'LLMGW_INTERNAL', 500, `node door: ${err.message}`));
-    else go(v);
-  };
+  // Requests are relayed as bytes (relay.ts); while draining (a replacing door took over the listening socket),
+  // every answer closes its connection after it, so a gateway's pool opens its next one to the new door instead of
+  // finding this one gone.
+  const relay = new Relay(
+    {
+      judge,
+      refused: (v, url) => {
+        log('certificate refused', { reason: v.why, url, detail: v.message });
+        return jsonAnswer('LLMGW_CERT_REFUSED', v.status, v.message);
+      },
+      decide,
+      failed: (to, error) => {
+        log('node door: the engine did not answer', { replica: to.replica, port: to.port, error });
+        return jsonAnswer(
+          'LLMGW_UPSTREAM_FAILED',
+          502,
+          `replica ${to.replica}'s engine on ${o.nodeId} (${ENGINE_API_HOST}:${to.port}): ${error}`,
+        );
+      },
+      internal: (err) => jsonAnswer('LLMGW_INTERNAL', 500, `node door: ${err.message}`),
+    },
+    ENGINE_API_HOST,
+  );
 
   const server: Server = createServer(
     mtlsServerOptions({ caPem: o.tls.caPem, certPem: o.tls.certPem, keyPem: o.tls.keyPem }),
-    handle,
+    (socket: TLSSocket) => relay.accept(socket),
   );
-  server.keepAliveTimeout = 65_000;
   server.on('tlsClientError', (err) => log('node door refused a TLS client', { error: err.message }));
   const connections = trackConnections(server);
   await new Promise<void>((resolve, reject) => {
@@ -250,16 +189,14 @@ export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
       const fd = (server as unknown as { _handle?: { fd?: number } })._handle?.fd;
       return typeof fd === 'number' && fd >= 0 ? fd : null;
     },
-    inFlight: () => active.size,
+    inFlight: () => relay.active,
     drain: async (graceMs) => {
-      draining = true;
-      for (const r of active) if (!r.headersSent) r.shouldKeepAlive = false;
+      relay.drain();
       server.close();
-      server.closeIdleConnections();
       const deadline = Date.now() + graceMs;
-      while (active.size > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-      server.closeAllConnections();
-      upstream.destroy();
+      while (relay.active > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      connections.dropAfter(0);
+      relay.destroy();
     },
     useCredentials: (tls) => {
       ca = new X509Certificate(tls.caPem);
@@ -271,8 +208,7 @@ export async function startNodeDoor(o: NodeDoorOptions): Promise<NodeDoor> {
         () =>
           new Promise<void>((resolve) => {
             server.close(() => resolve());
-            server.closeAllConnections();
-            upstream.destroy();
+            relay.destroy();
           }),
       ),
   };
