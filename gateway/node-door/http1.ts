@@ -226,6 +226,7 @@ export function answerFrame(h: Head, method: string): BodyFrame {
 }
 
 function contentLength(v: string, status: number): number {
+  if (/^\d{1,15}$/.test(v)) return Number(v);
   const values = v.split(',').map((x) => x.trim());
   const first = values[0] as string;
   if (!/^\d{1,15}$/.test(first) || values.some((x) => x !== first))

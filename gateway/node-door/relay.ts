@@ -34,10 +34,13 @@ export const CLIENT_IDLE_MS = 65_000;
 /** How long a request head may take to arrive once it started, ms (Node's headersTimeout). */
 export const HEAD_MS = 60_000;
 /**
- * How long an idle engine connection is kept, ms: below the engines' own keep-alive (llama.cpp's and uvicorn's
- * 5 s), so the door drops one before the engine does and never sends a request into a closing connection.
+ * How long an idle engine connection is kept, ms (dropped by a sweep every second, so 3-4 s): below the engines' own
+ * keep-alive (llama.cpp's and uvicorn's 5 s), so the door drops one before the engine does and seldom sends a
+ * request into a closing connection (one that meets it is sent again on a fresh connection). A sweep, not a timer
+ * per connection: arming and clearing a socket's timer at every request is work on every request.
  */
-export const UPSTREAM_IDLE_MS = 4000;
+export const UPSTREAM_IDLE_MS = 3000;
+const SWEEP_MS = 1000;
 /** Idle engine connections kept per engine. */
 const MAX_IDLE_PER_ENGINE = 64;
 
@@ -130,6 +133,8 @@ class Exchange {
 class Upstream {
   ex: Exchange | null = null;
   fresh = true;
+  /** When it was last given back to the pool (Date.now()). */
+  idleSince = 0;
   private error: string | null = null;
 
   constructor(
@@ -143,7 +148,6 @@ class Upstream {
       else sock.destroy(); // nothing asked: an engine that talks out of turn is not reused
     });
     sock.on('drain', () => this.ex?.conn.sock.resume());
-    sock.on('timeout', () => sock.destroy());
     sock.on('error', (err: Error) => void (this.error ??= err.message));
     sock.on('close', () => {
       pool.forget(this);
@@ -157,6 +161,7 @@ class Upstream {
 /** Keep-alive connections to the node's engines, by loopback port. */
 class UpstreamPool {
   private readonly idle = new Map<number, Upstream[]>();
+  private sweeper: NodeJS.Timeout | null = null;
 
   constructor(private readonly host: string) {}
 
@@ -164,7 +169,6 @@ class UpstreamPool {
     const u = this.idle.get(port)?.pop();
     if (u) {
       u.fresh = false;
-      u.sock.setTimeout(0);
       return u;
     }
     return this.open(port);
@@ -178,8 +182,16 @@ class UpstreamPool {
     let list = this.idle.get(u.port);
     if (!list) this.idle.set(u.port, (list = []));
     if (list.length >= MAX_IDLE_PER_ENGINE) return void u.sock.destroy();
-    u.sock.setTimeout(UPSTREAM_IDLE_MS);
+    u.idleSince = Date.now();
     list.push(u);
+    this.sweeper ??= setInterval(() => this.sweep(), SWEEP_MS).unref();
+  }
+
+  /** Drops the connections idle for UPSTREAM_IDLE_MS (the oldest are first in each list). */
+  private sweep(): void {
+    const before = Date.now() - UPSTREAM_IDLE_MS;
+    for (const list of this.idle.values())
+      while (list.length > 0 && (list[0] as Upstream).idleSince <= before) (list.shift() as Upstream).sock.destroy();
   }
 
   forget(u: Upstream): void {
@@ -189,6 +201,8 @@ class UpstreamPool {
   }
 
   destroy(): void {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper = null;
     for (const list of this.idle.values()) for (const u of [...list]) u.sock.destroy();
     this.idle.clear();
   }

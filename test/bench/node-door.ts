@@ -5,6 +5,8 @@
  * non-streamed completion straight to the engine (keep-alive HTTP: the gateway's path without a door) and one
  * through the door (keep-alive TLS with a gateway certificate), both through the gateway's own client (undici,
  * gateway/inference/upstream.ts, with the door connector of lib/door-agent.ts).
+ * Beside them, the floor of any TLS-terminating Node hop: a byte pipe (tls.Server in, net.Socket out, `pipe` both
+ * ways, no HTTP at all) in a process of its own, reached the same way.
  * Prints each path's percentiles, the added latency paired per round, and the door process's CPU and system calls
  * per request.
  * Asserts nothing.
@@ -78,6 +80,20 @@ async function main(): Promise<void> {
     [...doorPre, '--node', 'bench-node', '--state-dir', stateDir, '--listen', '127.0.0.1:0'],
     { stdio: ['ignore', 'ignore', 'inherit'] },
   );
+  // The floor: TLS in, bytes out, nothing read — what a door that did no HTTP at all would cost.
+  const pipeScript = `
+    const tls = require('node:tls'), net = require('node:net');
+    const [enginePort, cert, key, ca] = JSON.parse(process.argv[1]);
+    const t = tls.createServer({ cert, key, ca, requestCert: true, rejectUnauthorized: false }, (s) => {
+      s.setNoDelay(true); const u = net.connect(enginePort, '127.0.0.1'); u.setNoDelay(true); s.pipe(u); u.pipe(s);
+      u.on('error', () => s.destroy()); s.on('error', () => u.destroy()); });
+    t.listen(0, '127.0.0.1', () => process.stdout.write(String(t.address().port) + '\\n'));`;
+  const pipe = spawn(
+    process.execPath,
+    ['-e', pipeScript, JSON.stringify([enginePort, node.certPem, node.keyPem, ca.certPem])],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const pipePort = await new Promise<number>((r) => pipe.stdout?.once('data', (d) => r(Number(String(d)))));
   let doorPort = 0;
   for (let i = 0; i < 600 && !doorPort; i++) {
     doorPort = readDoorRecord(stateDir)?.port ?? 0;
@@ -111,24 +127,30 @@ async function main(): Promise<void> {
   const direct = (): Promise<number> => once(`http://127.0.0.1:${enginePort}`, '/v1/chat/completions');
   const viaDoor = (): Promise<number> =>
     once(`https://127.0.0.1:${doorPort}`, '/nodes/bench-node/replicas/m-0/v1/chat/completions', 'bench-node');
+  const viaPipe = (): Promise<number> => once(`https://127.0.0.1:${pipePort}`, '/v1/chat/completions', 'bench-node');
   for (let i = 0; i < WARMUP; i++) {
     await direct();
     await viaDoor();
+    await viaPipe();
   }
   const d: number[] = [];
   const v: number[] = [];
   const added: number[] = [];
+  const p: number[] = [];
+  const pipeAdded: number[] = [];
   const doorCpu0 = treeCpuSeconds(door.pid as number);
   const doorIo0 = syscalls(door.pid as number);
   for (let i = 0; i < ROUNDS; i++) {
-    // A fresh random order per round, so neither path always goes first.
-    const first = Math.random() < 0.5;
-    const a = first ? await direct() : 0;
-    const b = await viaDoor();
-    const c = first ? a : await direct();
+    // A fresh random order per round, so no path always goes first.
+    const order = [0, 1, 2].sort(() => Math.random() - 0.5);
+    const t = [0, 0, 0];
+    for (const k of order) t[k] = await [direct, viaDoor, viaPipe][k]!();
+    const [c, b, q] = t as [number, number, number];
     d.push(c);
     v.push(b);
+    p.push(q);
     added.push(b - c);
+    pipeAdded.push(q - c);
   }
   // The door's own CPU (utime+stime from /proc) over the measured rounds: one door request per round.
   const doorCpuUs = ((treeCpuSeconds(door.pid as number) - doorCpu0) / ROUNDS) * 1e6;
@@ -137,13 +159,15 @@ async function main(): Promise<void> {
   const cores = (await import('node:os')).loadavg()[0]?.toFixed(1);
   process.stdout.write(
     [
-      `node door bench: ${ROUNDS} interleaved rounds after ${WARMUP} warm-up, one keep-alive connection per path, loadavg ${cores}`,
+      `node door bench: ${ROUNDS} interleaved rounds (direct, door, pipe in a random order each) after ${WARMUP} warm-up, one keep-alive connection per path, loadavg ${cores}`,
       '',
       '| path | p50 | p90 | p99 |',
       '| --- | --- | --- | --- |',
       `| engine direct (http, loopback) | ${f(pct(d, 50))} | ${f(pct(d, 90))} | ${f(pct(d, 99))} |`,
       `| through the node door (keep-alive TLS, gateway certificate) | ${f(pct(v, 50))} | ${f(pct(v, 90))} | ${f(pct(v, 99))} |`,
       `| **added by the door, paired** | **${f(pct(added, 50))}** | ${f(pct(added, 90))} | ${f(pct(added, 99))} |`,
+      `| a TLS byte pipe (no HTTP: the floor of a Node TLS hop) | ${f(pct(p, 50))} | ${f(pct(p, 90))} | ${f(pct(p, 99))} |`,
+      `| added by the pipe, paired | ${f(pct(pipeAdded, 50))} | ${f(pct(pipeAdded, 90))} | ${f(pct(pipeAdded, 99))} |`,
       '',
       `the door's CPU: ${doorCpuUs.toFixed(0)} µs per request (utime+stime of its process over the measured rounds); ` +
         `${perRound(doorIo.writes - doorIo0.writes)} write and ${perRound(doorIo.reads - doorIo0.reads)} read system calls ` +
@@ -155,6 +179,7 @@ async function main(): Promise<void> {
   );
   await client.close();
   doorAgent.destroy();
+  pipe.kill();
   door.kill('SIGTERM');
   engine.kill();
   await new Promise((r) => door.once('exit', r));
