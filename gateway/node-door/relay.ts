@@ -3,8 +3,8 @@
  * loopback connection, moved as bytes. Each request's head is read (http1.ts) to route it and to rewrite its path
  * and Host; its body and the engine's answer pass through as they came — chunk by chunk, never buffered or
  * decoded — while their frames count where each message ends, so both connections stay open for the next request.
- * Node's HTTP server and client in its place (IncomingMessage, ServerResponse, http.request, pipe) cost about
- * 0.3 ms and twice the CPU per request on this path (docs/identity.md, "The node door").
+ * Node's HTTP server and client in its place (IncomingMessage, ServerResponse, http.request, pipe) cost 0.2-0.26 ms
+ * more a request and twice the CPU (docs/identity.md, "What it costs").
  *
  * One request at a time per connection (a pipelined next request waits, read but not parsed, until the answer
  * before it ended); a client that leaves takes its engine request with it (the engine stops generating); an engine
