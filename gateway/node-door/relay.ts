@@ -356,12 +356,7 @@ class Connection {
 
   /** The door's own answer; the request's body (if any) is read and dropped before the next request. */
   private local(ex: Exchange, a: LocalAnswer): void {
-    const close = !ex.keepAlive || this.relay.draining;
-    const body = Buffer.from(a.body);
-    let head = `HTTP/1.1 ${a.status} ${STATUS_CODES[a.status] ?? ''}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n`;
-    for (const [k, v] of Object.entries(a.headers ?? {})) head += `${k}: ${v}\r\n`;
-    if (close) head += 'connection: close\r\n';
-    this.sock.write(Buffer.concat([Buffer.from(`${head}\r\n`, 'latin1'), body]));
+    this.writeAnswer(a, !ex.keepAlive || this.relay.draining);
     ex.answered = true;
     ex.started = true;
     if (!ex.bodyOpen) return this.end(ex);
@@ -371,6 +366,15 @@ class Connection {
       const n = this.body(ex, held);
       if (n < held.length && !this.closed) this.buf = held.subarray(n);
     }
+  }
+
+  /** The door's own answer, head and body in one write. */
+  private writeAnswer(a: LocalAnswer, close: boolean): void {
+    const body = Buffer.from(a.body);
+    let head = `HTTP/1.1 ${a.status} ${STATUS_CODES[a.status] ?? ''}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n`;
+    for (const [k, v] of Object.entries(a.headers ?? {})) head += `${k}: ${v}\r\n`;
+    if (close) head += 'connection: close\r\n';
+    this.sock.write(Buffer.concat([Buffer.from(`${head}\r\n`, 'latin1'), body]));
   }
 
   /** Bytes of the engine's answer. */
@@ -533,15 +537,7 @@ class Connection {
       ex.up.ex = null;
       ex.up.sock.destroy();
     }
-    if (!ex?.answered) {
-      const a = jsonAnswer('LLMGW_BAD_REQUEST', status, `node door: ${message}`);
-      const body = Buffer.from(a.body);
-      this.sock.write(
-        `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n`,
-        'latin1',
-      );
-      this.sock.write(body);
-    }
+    if (!ex?.answered) this.writeAnswer(jsonAnswer('LLMGW_BAD_REQUEST', status, `node door: ${message}`), true);
     if (ex && !ex.ended) {
       ex.ended = true;
       this.relay.active--;
