@@ -122,7 +122,7 @@ class Exchange {
     readonly conn: Connection,
     readonly method: string,
     readonly target: string,
-    readonly keepAlive: boolean,
+    public keepAlive: boolean,
     readonly body: BodyFrame,
   ) {
     this.bodyOpen = !body.done;
@@ -303,7 +303,13 @@ class Connection {
   }
 
   private start(ex: Exchange, head: Head, v: Verdict): void {
-    const d = v.ok ? this.relay.hooks.decide(ex.method, ex.target) : this.relay.hooks.refused(v, ex.target);
+    if (!v.ok) {
+      // A refused certificate stays refused on this connection: answered, then closed (its body is not read).
+      ex.keepAlive = false;
+      ex.bodyOpen = false;
+      return this.local(ex, this.relay.hooks.refused(v, ex.target));
+    }
+    const d = this.relay.hooks.decide(ex.method, ex.target);
     if (d.kind === 'answer') return this.local(ex, d);
     ex.started = true;
     ex.to = { port: d.port, replica: d.replica };

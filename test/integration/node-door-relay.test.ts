@@ -60,12 +60,11 @@ class Client {
   text = '';
   closed = false;
   readonly sock: TLSSocket;
-  constructor(port: number) {
+  constructor(port: number, certificate = true) {
     this.sock = connect({
       host: '127.0.0.1',
       port,
-      cert: gw.certPem,
-      key: gw.keyPem,
+      ...(certificate ? { cert: gw.certPem, key: gw.keyPem } : {}),
       ca: ca.certPem,
       rejectUnauthorized: false,
     });
@@ -313,4 +312,14 @@ test('a replica the node does not hold is the door miss, and its body is read pa
   c.write(`POST ${path('echo', '/v1/next')} HTTP/1.1\r\nhost: d\r\ncontent-length: 0\r\n\r\n`);
   await c.until('the next answer', () => c.text.includes('"url":"/v1/next"'));
   c.end();
+});
+
+test('a client refused for its certificate is answered and its connection closed; its body reaches no engine', async () => {
+  const before = received.length;
+  const c = new Client(door.port, false);
+  c.write(`POST ${path('echo', '/v1/x')} HTTP/1.1\r\nhost: d\r\ncontent-length: 100\r\n\r\n${'x'.repeat(50)}`);
+  await c.until('the refusal and the close', () => c.closed);
+  expect(c.text.startsWith('HTTP/1.1 401 ')).toBe(true);
+  expect(c.text).toMatch(/connection: close/i);
+  expect(received.length).toBe(before);
 });
