@@ -304,9 +304,9 @@ class Connection {
 
   private start(ex: Exchange, head: Head, v: Verdict): void {
     if (!v.ok) {
-      // A refused certificate stays refused on this connection: answered, then closed (its body is not read).
+      // A refused certificate stays refused on this connection: answered, then closed once its body is read past
+      // (closed with unread bytes, the kernel would reset the connection and the client might lose the answer).
       ex.keepAlive = false;
-      ex.bodyOpen = false;
       return this.local(ex, this.relay.hooks.refused(v, ex.target));
     }
     const d = this.relay.hooks.decide(ex.method, ex.target);
