@@ -354,8 +354,8 @@ class Connection {
     if (ex.up && n > 0 && !ex.up.sock.write(n === chunk.length ? chunk : chunk.subarray(0, n))) this.sock.pause();
     if (ex.body.done) {
       ex.bodyOpen = false;
-      // After the door's own answer (a forwarded one ends when the engine's answer does).
-      if (ex.answered && ex.answer === null) this.end(ex);
+      // After the door's own answer, or an engine's that came before the whole body.
+      if (ex.answered && (ex.answer === null || ex.answer.done)) this.end(ex);
     }
     return n;
   }
@@ -366,6 +366,7 @@ class Connection {
     ex.answered = true;
     ex.started = true;
     if (!ex.bodyOpen) return this.end(ex);
+    this.sock.resume(); // the body is read past now, whatever engine connection it waited on
     const held = this.buf;
     this.buf = null;
     if (held) {
@@ -476,9 +477,10 @@ class Connection {
       else up.sock.destroy();
     }
     if (ex.bodyOpen) {
-      // The engine answered before it read the whole body: the rest cannot be told from the next request here.
-      this.end(ex);
-      return void this.sock.end();
+      // The engine answered before it read the whole body (its engine connection is dropped): the rest is read past,
+      // then the connection closes — closed with unread bytes, the kernel would reset it under the answer.
+      ex.keepAlive = false;
+      return void this.sock.resume(); // it may have waited on the engine connection's drain
     }
     this.end(ex);
   }

@@ -147,6 +147,17 @@ beforeAll(async () => {
       }),
     ),
   );
+  // Answers as soon as a request's head arrives, before its body (as an engine refusing a request early does).
+  serving.set(
+    'early',
+    await listen(
+      tcpServer((sock) => {
+        rawSockets.push(sock);
+        sock.on('error', () => undefined);
+        sock.once('data', () => sock.write('HTTP/1.1 413 Payload Too Large\r\ncontent-length: 4\r\n\r\nbig!'));
+      }),
+    ),
+  );
   door = await startNodeDoor({
     nodeId: NODE,
     tls: { certPem: nodeCert.certPem, keyPem: nodeCert.keyPem, caPem: ca.certPem },
@@ -325,4 +336,14 @@ test('a client refused for its certificate is answered and its connection closed
   expect(c.text.startsWith('HTTP/1.1 401 ')).toBe(true);
   expect(c.text).toMatch(/connection: close/i);
   expect(received.length).toBe(before);
+});
+
+test('an engine that answers before the whole body: the answer passes, the rest of the body is read past, then the close', async () => {
+  const c = new Client(door.port);
+  c.write(`POST ${path('early', '/v1/x')} HTTP/1.1\r\nhost: d\r\ncontent-length: 100\r\n\r\n${'x'.repeat(10)}`);
+  await c.until('the early answer', () => c.text.endsWith('big!'));
+  expect(c.text.startsWith('HTTP/1.1 413 ')).toBe(true);
+  expect(c.closed).toBe(false);
+  c.write('y'.repeat(90));
+  await c.until('the close once the body is in', () => c.closed);
 });
