@@ -232,11 +232,6 @@ class Connection {
     sock.on('close', () => this.onClose());
   }
 
-  /** Idle: nothing asked and nothing being answered. */
-  get idle(): boolean {
-    return this.ex === null;
-  }
-
   private onData(chunk: Buffer): void {
     if (this.closed) return;
     const ex = this.ex;
