@@ -34,6 +34,58 @@ export interface PeersResult {
   throughput: { report: BenchReport; proxyCpuS: number } | null;
   /** "phase a, b, c" load averages */
   loads: string[];
+  /** llmgw's own time per request over the non-streamed rounds, from its added-latency histogram (ms) */
+  own?: OwnTime | null;
+}
+
+/** A histogram's share of the measured rounds: how many, their mean and interpolated median, ms. */
+export interface OwnTime {
+  n: number;
+  mean: number;
+  p50: number;
+}
+
+/** Cumulative bucket counts by upper bound (seconds), with the sum and count, of one Prometheus histogram. */
+export interface Histogram {
+  buckets: [number, number][];
+  sum: number;
+  count: number;
+}
+
+/** Reads histogram `name` from a Prometheus text page (label-less series only). */
+export function readHistogram(page: string, name: string): Histogram {
+  const buckets: [number, number][] = [];
+  let sum = 0;
+  let count = 0;
+  for (const line of page.split('\n')) {
+    const b = new RegExp(`^${name}_bucket\\{le="([^"]+)"\\} (\\S+)$`).exec(line);
+    if (b) buckets.push([b[1] === '+Inf' ? Infinity : Number(b[1]), Number(b[2])]);
+    else if (line.startsWith(`${name}_sum `)) sum = Number(line.slice(name.length + 5));
+    else if (line.startsWith(`${name}_count `)) count = Number(line.slice(name.length + 7));
+  }
+  return { buckets, sum, count };
+}
+
+/** What `after` added to `before`: the requests between two reads, their mean and median (linear within a bucket), ms. */
+export function ownTime(before: Histogram, after: Histogram): OwnTime | null {
+  const n = after.count - before.count;
+  if (n <= 0) return null;
+  const half = n / 2;
+  let prevBound = 0;
+  let prevCum = 0;
+  let p50 = Number.NaN;
+  for (const [i, [bound, cum]] of after.buckets.entries()) {
+    const c = cum - (before.buckets[i]?.[1] ?? 0);
+    if (c >= half) {
+      p50 = Number.isFinite(bound)
+        ? prevBound + ((half - prevCum) / Math.max(1, c - prevCum)) * (bound - prevBound)
+        : prevBound;
+      break;
+    }
+    prevBound = bound;
+    prevCum = c;
+  }
+  return { n, mean: ((after.sum - before.sum) / n) * 1000, p50: p50 * 1000 };
 }
 
 const FLOOR = 'bare Node';
@@ -210,6 +262,12 @@ export function peersReport(r: PeersResult): string {
     '',
     latencyTable(r),
     '',
+    ...(r.own
+      ? [
+          `llmgw's own time in these rounds (its \`llmgw_gateway_added_latency_seconds\`: arrival to the upstream request sent, plus the answer's head to passed on; ${r.own.n} requests): p50 ~${f(r.own.p50, 3)} ms (within its bucket), mean ${f(r.own.mean, 3)} ms. What llmgw adds above that is the hop itself (the sockets, the kernel, the wake-ups).`,
+          '',
+        ]
+      : []),
     `### Streamed: ${s.streams} interleaved rounds after 10 warm-up (ms; max_tokens 16; TTFB = the first body byte)`,
     '',
     streamTable(r),

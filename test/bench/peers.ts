@@ -28,7 +28,7 @@ import {
   type BenchPath,
   type SkippedPath,
 } from './peers-paths';
-import { peersReport, type CpuFigures, type Rounds } from './peers-report';
+import { ownTime, peersReport, readHistogram, type CpuFigures, type Histogram, type Rounds } from './peers-report';
 
 const USAGE = `
 npm run bench:peers -- [options]
@@ -174,7 +174,15 @@ async function main(): Promise<void> {
 
     say(`warm-up, then ${o.rounds} interleaved non-streamed rounds …`);
     await rounds(paths, targets, 100, false, 1, (r) => [r.total]);
+    const llmgwMetrics = paths.find((p) => p.name === 'llmgw')?.metricsUrl;
+    const ownNow = async (): Promise<Histogram | null> =>
+      llmgwMetrics
+        ? readHistogram(await (await fetch(llmgwMetrics)).text(), 'llmgw_gateway_added_latency_seconds')
+        : null;
+    const ownBefore = await ownNow();
     const lat = await rounds(paths, targets, o.rounds, false, 2, (r) => [r.total]);
+    const ownAfter = await ownNow();
+    const own = ownBefore && ownAfter ? ownTime(ownBefore, ownAfter) : null;
     loads.push(`after the non-streamed rounds ${load()}`);
     say(`${o.streams} interleaved streamed rounds …`);
     await rounds(paths, targets, 10, true, 3, (r) => [r.ttfb]);
@@ -215,7 +223,7 @@ async function main(): Promise<void> {
     }
 
     process.stdout.write(
-      `${peersReport({ settings: o, paths, skipped, latency: lat, streams: st, cpu, throughput: tput, loads })}\n`,
+      `${peersReport({ settings: o, paths, skipped, latency: lat, streams: st, cpu, throughput: tput, loads, own })}\n`,
     );
   } finally {
     for (const p of started.reverse()) await p.stop();
