@@ -83,7 +83,7 @@ function statusLine(line: string): [string, string, string] {
 }
 
 /** Every value of a field, joined as a list (`a, b`), or null when it is absent. */
-export function fieldValue(h: Head, name: string): string | null {
+function fieldValue(h: Head, name: string): string | null {
   let out: string | null = null;
   for (const f of h.fields) if (f.name === name) out = out === null ? f.value : `${out}, ${f.value}`;
   return out;
@@ -110,7 +110,11 @@ export class BodyFrame {
   private left: number;
   private line = '';
 
-  private constructor(kind: 'length' | 'chunked' | 'close', n = 0) {
+  private constructor(
+    /** How the body is framed: by its length, in chunks, or by the connection's close. */
+    readonly kind: 'length' | 'chunked' | 'close',
+    n = 0,
+  ) {
     this.state = kind === 'chunked' ? 'size' : kind === 'close' ? 'close' : n === 0 ? 'done' : 'length';
     this.left = n;
   }
@@ -128,11 +132,6 @@ export class BodyFrame {
   /** True once the body has ended. */
   get done(): boolean {
     return this.state === 'done';
-  }
-
-  /** True when only the connection's close ends it. */
-  get untilClose(): boolean {
-    return this.state === 'close';
   }
 
   /**

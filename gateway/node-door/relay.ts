@@ -22,7 +22,6 @@ import {
   MAX_REQUEST_HEAD,
   answerFrame,
   connectionHas,
-  fieldValue,
   headEnd,
   parseHead,
   requestFrame,
@@ -100,9 +99,7 @@ const CRLF = Buffer.from('\r\n');
 class Exchange {
   /** The request body is still arriving from the client. */
   bodyOpen: boolean;
-  /** Judged and routed: body bytes go to the engine (or are dropped after the door's own answer). */
-  started = false;
-  /** The answer's head went to the client. */
+  /** The answer's head (the engine's or the door's own) went to the client. */
   answered = false;
   ended = false;
   up: Upstream | null = null;
@@ -113,8 +110,6 @@ class Exchange {
   /** The answer's bytes before its head was complete. */
   answerHead: Buffer | null = null;
   answer: BodyFrame | null = null;
-  /** An answer that ends with the engine's close is passed on chunked. */
-  rechunk = false;
   /** The engine connection may serve the next request. */
   reusable = true;
 
@@ -126,6 +121,16 @@ class Exchange {
     readonly body: BodyFrame,
   ) {
     this.bodyOpen = !body.done;
+  }
+
+  /** Judged and routed (sent on, or answered by the door): body bytes go to the engine or are dropped. */
+  get started(): boolean {
+    return this.to !== null || this.answered;
+  }
+
+  /** An answer that ends with the engine's close is passed on chunked. */
+  get rechunk(): boolean {
+    return this.answer?.kind === 'close';
   }
 }
 
@@ -306,11 +311,10 @@ class Connection {
     }
     const d = this.relay.hooks.decide(ex.method, ex.target);
     if (d.kind === 'answer') return this.local(ex, d);
-    ex.started = true;
     ex.to = { port: d.port, replica: d.replica };
     let text = `${ex.method} ${d.path} HTTP/1.1\r\nhost: ${this.relay.engineHost}:${d.port}\r\n`;
     for (const f of head.fields) if (!REQUEST_DROP.has(f.name)) text += `${f.line}\r\n`;
-    if (fieldValue(head, 'transfer-encoding') !== null) text += 'transfer-encoding: chunked\r\n';
+    if (ex.body.kind === 'chunked') text += 'transfer-encoding: chunked\r\n';
     let out = Buffer.from(`${text}\r\n`, 'latin1');
     // The body bytes already read go with the head, in one write.
     const held = this.buf;
@@ -342,7 +346,6 @@ class Connection {
     try {
       n = ex.body.take(chunk);
     } catch (err) {
-      ex.up?.sock.destroy();
       this.refuse((err as FrameError).status ?? 400, (err as Error).message);
       return chunk.length;
     }
@@ -359,7 +362,6 @@ class Connection {
   private local(ex: Exchange, a: LocalAnswer): void {
     this.writeAnswer(a, !ex.keepAlive || this.relay.draining);
     ex.answered = true;
-    ex.started = true;
     if (!ex.bodyOpen) return this.end(ex);
     this.sock.resume(); // the body is read past now, whatever engine connection it waited on
     const held = this.buf;
@@ -424,7 +426,6 @@ class Connection {
       return this.engineFailed(ex, (err as Error).message);
     }
     ex.answer = frame;
-    ex.rechunk = frame.untilClose;
     if (connectionHas(head, 'close')) ex.reusable = false;
     const [, status, reason] = head.start;
     let text = `HTTP/1.1 ${status} ${reason}\r\n`;
@@ -504,11 +505,7 @@ class Connection {
 
   /** The engine failed before its answer began (a 502 to the client), or mid-answer (the connection is cut). */
   private engineFailed(ex: Exchange, error: string): void {
-    if (ex.up) {
-      ex.up.ex = null;
-      ex.up.sock.destroy();
-      ex.up = null;
-    }
+    dropEngine(ex);
     if (ex.answered) {
       this.end(ex);
       return void this.sock.destroy();
@@ -519,9 +516,7 @@ class Connection {
 
   /** The request is over: the connection takes the next one, or closes. */
   private end(ex: Exchange): void {
-    if (ex.ended) return;
-    ex.ended = true;
-    this.relay.active--;
+    if (!this.settle(ex)) return;
     this.ex = null;
     if (this.closed) return;
     if (!ex.keepAlive || this.relay.draining) {
@@ -536,15 +531,11 @@ class Connection {
   private refuse(status: number, message: string): void {
     if (this.closed) return;
     const ex = this.ex;
-    if (ex?.up) {
-      ex.up.ex = null;
-      ex.up.sock.destroy();
+    if (ex) {
+      dropEngine(ex);
+      this.settle(ex);
     }
     if (!ex?.answered) this.writeAnswer(jsonAnswer('LLMGW_BAD_REQUEST', status, `node door: ${message}`), true);
-    if (ex && !ex.ended) {
-      ex.ended = true;
-      this.relay.active--;
-    }
     this.ex = null;
     this.buf = null;
     this.closed = true;
@@ -558,14 +549,16 @@ class Connection {
     this.closed = true;
     this.ex = null;
     this.buf = null;
-    if (!ex || ex.ended) return;
+    // The client left: its engine request goes too (the engine stops generating).
+    if (ex && this.settle(ex)) dropEngine(ex);
+  }
+
+  /** Marks a request over (counted out of the relay's active ones) once; false when it already was. */
+  private settle(ex: Exchange): boolean {
+    if (ex.ended) return false;
     ex.ended = true;
     this.relay.active--;
-    // The client left: its engine request goes too (the engine stops generating).
-    if (ex.up) {
-      ex.up.ex = null;
-      ex.up.sock.destroy();
-    }
+    return true;
   }
 
   /** Closes the connection once its request in progress (if any) is answered. */
@@ -575,6 +568,15 @@ class Connection {
       this.sock.end();
     }
   }
+}
+
+/** Takes a request's engine connection from it and closes it (out of step, or its request is given up). */
+function dropEngine(ex: Exchange): void {
+  const up = ex.up;
+  if (!up) return;
+  up.ex = null;
+  ex.up = null;
+  up.sock.destroy();
 }
 
 /** The relay of one door: its connections, its engine pool and whether it drains. */
