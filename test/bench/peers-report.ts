@@ -1,4 +1,5 @@
 /** The markdown report of `npm run bench:peers`: what it measured, per path, and the issue-20 goals beside the figures. */
+import { parsePromText } from '../helpers/prom-text';
 import { cpus } from 'node:os';
 import type { BenchReport } from '../../lib/bench/run';
 import { medianCi95, pairedDifferences, quantile } from '../../lib/bench/stats';
@@ -52,18 +53,15 @@ export interface Histogram {
   count: number;
 }
 
-/** Reads histogram `name` from a Prometheus text page (label-less series only). */
+/** Reads label-less histogram `name` from a Prometheus text page (the tests' strict parser). */
 export function readHistogram(page: string, name: string): Histogram {
-  const buckets: [number, number][] = [];
-  let sum = 0;
-  let count = 0;
-  for (const line of page.split('\n')) {
-    const b = new RegExp(`^${name}_bucket\\{le="([^"]+)"\\} (\\S+)$`).exec(line);
-    if (b) buckets.push([b[1] === '+Inf' ? Infinity : Number(b[1]), Number(b[2])]);
-    else if (line.startsWith(`${name}_sum `)) sum = Number(line.slice(name.length + 5));
-    else if (line.startsWith(`${name}_count `)) count = Number(line.slice(name.length + 7));
+  const h: Histogram = { buckets: [], sum: 0, count: 0 };
+  for (const x of parsePromText(page).get(name)?.samples ?? []) {
+    if (x.name === `${name}_bucket`) h.buckets.push([x.labels.le === '+Inf' ? Infinity : Number(x.labels.le), x.value]);
+    else if (x.name === `${name}_sum`) h.sum = x.value;
+    else if (x.name === `${name}_count`) h.count = x.value;
   }
-  return { buckets, sum, count };
+  return h;
 }
 
 /** What `after` added to `before`: the requests between two reads, their mean and median (linear within a bucket), ms. */

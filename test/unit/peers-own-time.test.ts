@@ -13,7 +13,8 @@ const page = (counts: number[], sum: number): string =>
     ),
     `llmgw_gateway_added_latency_seconds_sum ${sum}`,
     `llmgw_gateway_added_latency_seconds_count ${counts[3]}`,
-    'other_metric_bucket{le="0.1"} 99',
+    '# TYPE other_requests_total counter',
+    'other_requests_total 99',
   ].join('\n');
 
 test('the rounds between two reads: count, mean and the median within its bucket', () => {
