@@ -29,16 +29,16 @@ import {
 } from './http1';
 
 /** How long a gateway's connection may sit idle between requests, ms (Node's server keepAliveTimeout as the door had it). */
-export const CLIENT_IDLE_MS = 65_000;
+const CLIENT_IDLE_MS = 65_000;
 /** How long a request head may take to arrive once it started, ms (Node's headersTimeout). */
-export const HEAD_MS = 60_000;
+const HEAD_MS = 60_000;
 /**
  * How long an idle engine connection is kept, ms (dropped by a sweep every second, so 3-4 s): below the engines' own
  * keep-alive (llama.cpp's and uvicorn's 5 s), so the door drops one before the engine does and seldom sends a
  * request into a closing connection (one that meets it is sent again on a fresh connection). A sweep, not a timer
  * per connection: arming and clearing a socket's timer at every request is work on every request.
  */
-export const UPSTREAM_IDLE_MS = 3000;
+const UPSTREAM_IDLE_MS = 3000;
 const SWEEP_MS = 1000;
 /** Idle engine connections kept per engine. */
 const MAX_IDLE_PER_ENGINE = 64;
